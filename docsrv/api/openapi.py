@@ -1,0 +1,291 @@
+"""The OpenAPI 3.1 document of every endpoint docsrv serves.
+
+Each operation's parameters carry an ``example``; the request they make is answered, in the
+bundled demo snapshot, by the response ``example`` stored in ``openapi-examples.json``. A
+test replays every example against the real server, so the document cannot drift from what
+is served. After a deliberate change of shape, rewrite the examples with
+``python -m docsrv.api.openapi snapshots/demo``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from functools import cache
+from pathlib import Path
+
+import orjson
+from aiohttp import web
+
+from .state import ApiState, Reply
+
+EXAMPLES_FILE = Path(__file__).with_name("openapi-examples.json")
+#: The public URL the examples were recorded with (it shows in their next/previous links).
+EXAMPLES_PUBLIC_URL = "https://api.example.org"
+
+
+def ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def obj(properties: dict, *, extra: bool = False) -> dict:
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": extra}
+
+
+STRING = {"type": "string"}
+INTEGER = {"type": "integer"}
+BOOLEAN = {"type": "boolean"}
+DATETIME = {"type": "string", "format": "date-time"}
+NULLABLE_URI = {"type": ["string", "null"], "format": "uri"}
+
+SCHEMAS: dict[str, dict] = {
+    "Project": obj(
+        {
+            "id": INTEGER,
+            "name": STRING,
+            "slug": STRING,
+            "description": STRING,
+            "language": STRING,
+            "programming_language": STRING,
+            "repo": STRING,
+            "repo_type": STRING,
+            "default_version": STRING,
+            "default_branch": STRING,
+            "documentation_type": STRING,
+            "users": {"type": "array", "items": INTEGER},
+            "canonical_url": {"type": "string", "format": "uri"},
+        }
+    ),
+    "Version": obj(
+        {
+            "id": INTEGER,
+            "project": ref("Project"),
+            "slug": STRING,
+            "identifier": STRING,
+            "verbose_name": STRING,
+            "active": BOOLEAN,
+            "built": BOOLEAN,
+            "downloads": {
+                "type": "object",
+                "properties": {k: STRING for k in ("pdf", "htmlzip", "epub")},
+                "additionalProperties": False,
+            },
+            "type": {"type": "string", "enum": ["tag", "branch", "external", "unknown"]},
+        }
+    ),
+    "BuildCommand": obj(
+        {
+            "id": INTEGER,
+            "build": INTEGER,
+            "command": STRING,
+            "description": STRING,
+            "start_time": DATETIME,
+            "end_time": DATETIME,
+            "run_time": INTEGER,
+            "exit_code": INTEGER,
+            "output": STRING,
+        }
+    ),
+    "Build": obj(
+        {
+            "id": INTEGER,
+            "project": INTEGER,
+            "project_slug": STRING,
+            "version": INTEGER,
+            "version_slug": STRING,
+            "date": DATETIME,
+            "length": INTEGER,
+            "type": {"type": "string", "enum": ["html", "pdf", "epub", "man"]},
+            "state": {"type": "string", "enum": ["triggered", "building", "installing", "cloning", "finished"]},
+            "success": BOOLEAN,
+            "error": STRING,
+            "commit": STRING,
+            "docs_url": {"type": "string", "format": "uri"},
+            "commands": {"type": "array", "items": ref("BuildCommand")},
+        }
+    ),
+    "ActiveVersions": obj({"versions": {"type": "array", "items": ref("Version")}}),
+    "Detail": obj({"detail": STRING}),
+    "FieldErrors": {"type": "object", "additionalProperties": {"type": "array", "items": STRING}, "minProperties": 1},
+    "Redirect": obj({"detail": STRING, "location": STRING}),
+    "Health": obj({"status": STRING}),
+    "Ready": obj(
+        {
+            "status": STRING,
+            "snapshot": STRING,
+            "created_at": DATETIME,
+            "age_seconds": INTEGER,
+            "load_seconds": {"type": "number"},
+            "counts": {"type": "object", "additionalProperties": INTEGER},
+            "reloads": INTEGER,
+            "reload_failures": INTEGER,
+            "last_reload_error": {"type": ["string", "null"]},
+        }
+    ),
+}
+for _name in ("Project", "Version", "Build"):
+    SCHEMAS[f"{_name}List"] = obj(
+        {"count": INTEGER, "next": NULLABLE_URI, "previous": NULLABLE_URI, "results": {"type": "array", "items": ref(_name)}}
+    )
+
+
+def json_response(description: str, schema: dict) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+NOT_FOUND = json_response("Nothing public has that id, or the path is unknown.", ref("Detail"))
+BAD_PARAMETER = json_response("A known query parameter has a malformed value; the body names it.", ref("FieldErrors"))
+
+
+def query(name: str, description: str, schema: dict | None = None, example=None) -> dict:
+    parameter = {"name": name, "in": "query", "required": False, "description": description, "schema": schema or STRING}
+    if example is not None:
+        parameter["example"] = example
+    return parameter
+
+
+def path_id(example: int) -> dict:
+    return {"name": "id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}, "example": example}
+
+
+def pagination(limit_example=None, offset_example=None) -> list[dict]:
+    return [
+        query("limit", "Page size: 1 to 1000 (larger is clamped), default 10.", {"type": "integer", "minimum": 1}, limit_example),
+        query("offset", "Index of the first item, default 0.", {"type": "integer", "minimum": 0}, offset_example),
+    ]
+
+
+def operation(summary: str, parameters: list[dict], ok: dict, *, tag: str, errors: dict | None = None) -> dict:
+    return {
+        "get": {
+            "summary": summary,
+            "tags": [tag],
+            "parameters": parameters,
+            "responses": {"200": ok, **(errors or {})},
+        }
+    }
+
+
+ACTIVE = {"type": "string", "enum": ["true", "false", "True", "False", "TRUE", "FALSE", "1", "0"]}
+
+PATHS: dict[str, dict] = {
+    "/api/v2/project/": operation(
+        "Projects, by slug.",
+        [query("slug", "Exact project slug.", example="pip"), *pagination()],
+        json_response("A page of projects.", ref("ProjectList")),
+        tag="v2",
+        errors={"400": BAD_PARAMETER},
+    ),
+    "/api/v2/project/{id}/": operation(
+        "One project.", [path_id(1)], json_response("The project.", ref("Project")), tag="v2", errors={"404": NOT_FOUND}
+    ),
+    "/api/v2/project/{id}/active_versions/": operation(
+        "The active versions of a project, in version-list order (not paginated).",
+        [path_id(5)],
+        json_response("The active versions.", ref("ActiveVersions")),
+        tag="v2",
+        errors={"404": NOT_FOUND},
+    ),
+    "/api/v2/version/": operation(
+        "Versions, by verbose_name descending, then id.",
+        [
+            query("project__slug", "Exact slug of the versions' project.", example="requests"),
+            query("active", "true/false/1/0, any case.", ACTIVE, example="true"),
+            *pagination(2, 1),
+        ],
+        json_response("A page of versions.", ref("VersionList")),
+        tag="v2",
+        errors={"400": BAD_PARAMETER},
+    ),
+    "/api/v2/version/{id}/": operation(
+        "One version.", [path_id(2)], json_response("The version.", ref("Version")), tag="v2", errors={"404": NOT_FOUND}
+    ),
+    "/api/v2/build/": operation(
+        "Builds, most recent first.",
+        [
+            query("project__slug", "Exact slug of the builds' project.", example="attrs"),
+            query("commit", "Exact version-control identifier."),
+            *pagination(1),
+        ],
+        json_response("A page of builds.", ref("BuildList")),
+        tag="v2",
+        errors={"400": BAD_PARAMETER},
+    ),
+    "/api/v2/build/{id}/": operation(
+        "One build, with its commands.", [path_id(101)], json_response("The build.", ref("Build")), tag="v2", errors={"404": NOT_FOUND}
+    ),
+    "/healthz": operation("Liveness.", [], json_response("The process answers.", ref("Health")), tag="operations"),
+    "/readyz": operation(
+        "Readiness: the snapshot being served, and how reloads went.",
+        [],
+        json_response("A snapshot is loaded.", ref("Ready")),
+        tag="operations",
+    ),
+    "/openapi.json": operation(
+        "This document.", [], json_response("The OpenAPI document.", {"type": "object"}), tag="operations"
+    ),
+}
+
+#: Operations whose responses change from moment to moment, so they have no example.
+LIVE = {"/healthz", "/readyz", "/openapi.json"}
+
+
+def example_request(template: str) -> str:
+    """The request that an operation's parameter examples make."""
+    path = template
+    pairs = []
+    for parameter in PATHS[template]["get"]["parameters"]:
+        if "example" not in parameter:
+            continue
+        if parameter["in"] == "path":
+            path = path.replace("{" + parameter["name"] + "}", str(parameter["example"]))
+        else:
+            pairs.append(f"{parameter['name']}={parameter['example']}")
+    return path + ("?" + "&".join(pairs) if pairs else "")
+
+
+@cache
+def build_document() -> bytes:
+    examples = orjson.loads(EXAMPLES_FILE.read_bytes()) if EXAMPLES_FILE.exists() else {}
+    paths = orjson.loads(orjson.dumps(PATHS))
+    for template, example in examples.items():
+        paths[template]["get"]["responses"]["200"]["content"]["application/json"]["example"] = example
+    document = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "docsrv: documentation-hosting API (read replica)",
+            "version": "2",
+            "description": "The read-only JSON API of a documentation-hosting service, served from a snapshot. "
+            "Every response is JSON; every 200 carries ETag, Last-Modified, Cache-Control, Surrogate-Key and Cache-Tag.",
+        },
+        "paths": paths,
+        "components": {"schemas": SCHEMAS},
+    }
+    return orjson.dumps(document)
+
+
+async def document(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    return state.ok(build_document(), ["openapi"])
+
+
+async def record_examples(snapshot: str) -> dict:
+    """Answer every example request from ``snapshot`` with a real server; the bodies, by template."""
+    from aiohttp import ClientSession
+
+    from ..config import Settings
+    from ..server import running_server
+
+    examples = {}
+    async with running_server(snapshot, Settings(public_url=EXAMPLES_PUBLIC_URL)) as base, ClientSession() as session:
+        for template in PATHS:
+            if template in LIVE:
+                continue
+            async with session.get(base + example_request(template)) as response:
+                examples[template] = await response.json()
+    return examples
+
+
+if __name__ == "__main__":
+    recorded = asyncio.run(record_examples(sys.argv[1]))
+    EXAMPLES_FILE.write_bytes(orjson.dumps(recorded, option=orjson.OPT_INDENT_2) + b"\n")
+    print(f"wrote {len(recorded)} examples to {EXAMPLES_FILE.name}")

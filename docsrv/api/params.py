@@ -1,0 +1,109 @@
+"""Query parameters: parsing known ones strictly, and the links of a paginated list.
+
+A known parameter with a malformed value is a 400 that names it; unknown parameters are
+ignored. A repeated parameter counts by its last value, as Django's QueryDict does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from urllib.parse import urlencode
+
+from aiohttp import web
+from multidict import MultiDictProxy
+
+from .state import ApiError
+
+#: Query values longer than this are refused before they are looked at.
+MAX_NUMBER_DIGITS = 18
+
+
+def last(query: MultiDictProxy[str], name: str) -> str | None:
+    values = query.getall(name, None)
+    return None if values is None else values[-1]
+
+
+def whole_number(text: str) -> int | None:
+    """``text`` as a non-negative whole number, or None if it is not one."""
+    if not text or len(text) > MAX_NUMBER_DIGITS or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
+
+
+def positive_id(text: str) -> int | None:
+    number = whole_number(text)
+    return number if number else None
+
+
+def boolean(query: MultiDictProxy[str], name: str, error: Callable[[str, str], ApiError]) -> bool | None:
+    """The value of a true/false parameter (also 1/0, any case); None when it is absent."""
+    text = last(query, name)
+    if text is None:
+        return None
+    lowered = text.lower()
+    if lowered in ("true", "1"):
+        return True
+    if lowered in ("false", "0"):
+        return False
+    raise error(name, "Must be true or false.")
+
+
+class Page:
+    """Which slice of a list a request asks for, and the links to its neighbours."""
+
+    __slots__ = ("limit", "offset")
+
+    def __init__(self, limit: int, offset: int) -> None:
+        self.limit = limit
+        self.offset = offset
+
+    def slice(self, items: list) -> list:
+        return items[self.offset : self.offset + self.limit]
+
+    def next_offset(self, count: int) -> int | None:
+        return self.offset + self.limit if self.offset + self.limit < count else None
+
+    def previous_offset(self) -> int | None:
+        """Offset of the previous page; 0 means the first page (the link drops ``offset``)."""
+        if self.offset <= 0:
+            return None
+        return max(self.offset - self.limit, 0)
+
+
+def parse_page(
+    query: MultiDictProxy[str],
+    *,
+    default_limit: int,
+    max_limit: int,
+    zero_limit_means_max: bool,
+    error: Callable[[str, str], ApiError],
+) -> Page:
+    limit = default_limit
+    text = last(query, "limit")
+    if text is not None:
+        number = whole_number(text)
+        if number is None or (number == 0 and not zero_limit_means_max):
+            raise error("limit", "A positive integer is required.")
+        limit = min(number or max_limit, max_limit)
+    offset = 0
+    text = last(query, "offset")
+    if text is not None:
+        number = whole_number(text)
+        if number is None:
+            raise error("offset", "A non-negative integer is required.")
+        offset = number
+    return Page(limit, offset)
+
+
+def page_link(request: web.BaseRequest, base: str, limit: int, offset: int | None) -> str:
+    """``base`` + this request's path and query, with limit and offset replaced.
+
+    The other parameters keep their values and order of repetition; keys are sorted so that
+    equal requests get equal links. ``offset`` None (the first page) drops the parameter.
+    """
+    params = [(k, v) for k, v in request.query.items() if k not in ("limit", "offset")]
+    params.append(("limit", str(limit)))
+    if offset:
+        params.append(("offset", str(offset)))
+    params.sort(key=lambda kv: kv[0])
+    return f"{base}{request.rel_url.raw_path}?{urlencode(params)}"

@@ -1,0 +1,107 @@
+"""What one loaded snapshot serves with: the store, the reply cache, and rendered shapes.
+
+A reload builds a new ApiState beside the old and swaps one reference; a request holds the
+state it started with, so it is answered wholly from one snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TypeVar
+
+import orjson
+
+from ..config import Settings
+from ..http.caching import ReplyCache, http_date, strong_etag
+from ..store import Store
+
+T = TypeVar("T")
+
+
+class ApiError(Exception):
+    """An error reply: raised by a handler, rendered by the dispatcher."""
+
+    def __init__(self, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
+        super().__init__(status, body)
+        self.status = status
+        self.body = body
+        self.headers = headers or {}
+
+
+class Reply:
+    """A response ready to send: status, encoded body, and every header that goes with it."""
+
+    __slots__ = ("status", "body", "etag", "headers", "headers_304", "route")
+
+    def __init__(self, status: int, body: bytes, headers: dict[str, str], *, etag: str | None = None) -> None:
+        self.status = status
+        self.body = body
+        self.headers = headers
+        self.etag = etag
+        #: The route template that answered, set by the dispatcher (a label for metrics).
+        self.route = ""
+        self.headers_304 = {k: v for k, v in headers.items() if k != "Content-Type"} if etag else headers
+
+
+class ApiState:
+    def __init__(self, store: Store, settings: Settings, health: Health) -> None:
+        self.store = store
+        self.settings = settings
+        self.health = health
+        self.cache = ReplyCache(settings.response_cache_bytes)
+        self.last_modified = store.created_at
+        self.fixed_base = settings.public_url.rstrip("/") if settings.public_url else None
+        self._common = {
+            "Content-Type": "application/json",
+            "Access-Control-Allow-Origin": "*",
+            "X-Snapshot": store.name,
+        }
+        self._ok = {
+            **self._common,
+            "Cache-Control": settings.cache_control,
+            "Last-Modified": http_date(store.created_at),
+            "Vary": "Accept-Encoding",
+        }
+        self._error = {**self._common, "Cache-Control": "no-cache"}
+        self._shapes: dict[type, object] = {}
+
+    def shapes(self, cls: type[T]) -> T:
+        """The renderer ``cls(store)`` of this snapshot, made once."""
+        found = self._shapes.get(cls)
+        if found is None:
+            found = self._shapes[cls] = cls(self.store)
+        return found  # type: ignore[return-value]
+
+    def ok(self, data, keys: Iterable[str]) -> Reply:
+        """A 200 whose body is ``data`` as JSON, with validators and the purge keys ``keys``."""
+        body = data if isinstance(data, bytes) else orjson.dumps(data, option=orjson.OPT_UTC_Z)
+        etag = strong_etag(body)
+        unique = list(dict.fromkeys(keys))
+        headers = {**self._ok, "ETag": etag, "Surrogate-Key": " ".join(unique), "Cache-Tag": ",".join(unique)}
+        return Reply(200, body, headers, etag=etag)
+
+    def uncached(self, status: int, data: dict, headers: dict[str, str] | None = None) -> Reply:
+        """A reply no cache should keep: errors, and live facts such as health."""
+        return Reply(status, orjson.dumps(data, option=orjson.OPT_UTC_Z), {**self._error, **(headers or {})})
+
+    def empty(self, status: int, headers: dict[str, str]) -> Reply:
+        """A reply with no body (a CORS preflight)."""
+        reply = Reply(status, b"", {**self._common, **headers})
+        del reply.headers["Content-Type"]
+        return reply
+
+
+class Health:
+    """How the replica has fared since it started; shared by every state it serves in turn."""
+
+    def __init__(self) -> None:
+        self.reloads = 0
+        self.reload_failures = 0
+        self.last_reload_error: str | None = None
+
+
+class Live:
+    """The state being served now. A reload replaces ``state`` in one assignment."""
+
+    def __init__(self, state: ApiState) -> None:
+        self.state = state

@@ -1,0 +1,222 @@
+"""The v2 API (spec 4.1, DECISIONS.md sections 1 and 2): projects, versions and builds."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import orjson
+from aiohttp import web
+
+from ..snapshot.records import Build, BuildCommand, Project, Version
+from ..store import Store
+from .params import boolean, last, page_link, parse_page, positive_id
+from .state import ApiError, ApiState, Reply
+
+NOT_FOUND = {"detail": "Not found."}
+DOWNLOAD_FORMATS = ("pdf", "htmlzip", "epub")
+
+
+def bad_param(name: str, message: str) -> ApiError:
+    return ApiError(400, {name: [message]})
+
+
+def not_found() -> ApiError:
+    return ApiError(404, NOT_FOUND)
+
+
+def utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is timezone.utc else moment.astimezone(timezone.utc)
+
+
+class V2Shapes:
+    """The v2 representations, in the field order of the original service.
+
+    A project is embedded in every version, so its encoding is made once and spliced in.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.download_host = store.public_url.split("://", 1)[1]
+        self._projects: dict[int, orjson.Fragment] = {}
+
+    def project(self, project: Project) -> orjson.Fragment:
+        found = self._projects.get(project.id)
+        if found is None:
+            found = self._projects[project.id] = orjson.Fragment(
+                orjson.dumps(
+                    {
+                        "id": project.id,
+                        "name": project.name,
+                        "slug": project.slug,
+                        "description": project.description,
+                        "language": project.language,
+                        "programming_language": project.programming_language,
+                        "repo": project.repo,
+                        "repo_type": project.repo_type,
+                        "default_version": project.default_version,
+                        "default_branch": project.default_branch,
+                        "documentation_type": project.documentation_type,
+                        "users": list(project.users),
+                        "canonical_url": self.store.version_url(project, project.default_version),
+                    }
+                )
+            )
+        return found
+
+    def version(self, version: Version) -> dict:
+        project = self.store.projects[version.project]
+        return {
+            "id": version.id,
+            "project": self.project(project),
+            "slug": version.slug,
+            "identifier": version.identifier,
+            "verbose_name": version.verbose_name,
+            "active": version.active,
+            "built": version.built,
+            "downloads": {
+                kind: f"//{self.download_host}/projects/{project.slug}/downloads/{kind}/{version.slug}/"
+                for kind in DOWNLOAD_FORMATS
+                if kind in version.downloads
+            },
+            "type": version.type,
+        }
+
+    def build(self, build: Build) -> dict:
+        project = self.store.projects[build.project]
+        version = self.store.versions[build.version]
+        return {
+            "id": build.id,
+            "project": build.project,
+            "project_slug": project.slug,
+            "version": build.version,
+            "version_slug": version.slug,
+            "date": utc(build.date),
+            "length": build.length,
+            "type": build.type,
+            "state": build.state,
+            "success": build.success,
+            "error": build.error,
+            "commit": build.commit,
+            "docs_url": self.store.version_url(project, version.slug),
+            "commands": [self.command(c) for c in self.store.commands_of_build.get(build.id, ())],
+        }
+
+    @staticmethod
+    def command(command: BuildCommand) -> dict:
+        return {
+            "id": command.id,
+            "build": command.build,
+            "command": command.command,
+            "description": command.description,
+            "start_time": utc(command.start_time),
+            "end_time": utc(command.end_time),
+            "run_time": int((command.end_time - command.start_time).total_seconds()),
+            "exit_code": command.exit_code,
+            "output": command.output,
+        }
+
+
+def project_keys(project: Project) -> tuple[str, ...]:
+    return (f"project-{project.slug}",)
+
+
+def version_keys(store: Store, version: Version) -> tuple[str, ...]:
+    slug = store.projects[version.project].slug
+    return (f"project-{slug}", f"version-{slug}-{version.slug}")
+
+
+def build_keys(store: Store, build: Build) -> tuple[str, ...]:
+    return (*version_keys(store, store.versions[build.version]), f"build-{build.id}")
+
+
+def paginated(request: web.BaseRequest, state: ApiState, items: list, render, keys_of) -> Reply:
+    """One page of ``items`` in the v2 list envelope, with absolute next/previous links."""
+    page = parse_page(request.query, default_limit=10, max_limit=1000, zero_limit_means_max=False, error=bad_param)
+    shown = page.slice(items)
+    base = state.fixed_base or f"{request.scheme}://{request.host}"
+    following = page.next_offset(len(items))
+    preceding = page.previous_offset()
+    body = {
+        "count": len(items),
+        "next": None if following is None else page_link(request, base, page.limit, following),
+        "previous": None if preceding is None else page_link(request, base, page.limit, preceding),
+        "results": [render(item) for item in shown],
+    }
+    return state.ok(body, ["v2", *(key for item in shown for key in keys_of(item))])
+
+
+def detail(items: dict, params: dict[str, str]):
+    found = items.get(positive_id(params["id"]))
+    if found is None:
+        raise not_found()
+    return found
+
+
+async def project_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    store = state.store
+    slug = last(request.query, "slug")
+    if slug is None:
+        items = store.projects_ordered
+    else:
+        found = store.project_by_slug.get(slug)
+        items = [found] if found else []
+    return paginated(request, state, items, state.shapes(V2Shapes).project, project_keys)
+
+
+async def project_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    project = detail(state.store.projects, params)
+    return state.ok(state.shapes(V2Shapes).project(project), ["v2", *project_keys(project)])
+
+
+async def active_versions(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    store = state.store
+    project = detail(store.projects, params)
+    versions = store.versions_of_project_active.get((project.id, True), [])
+    shapes = state.shapes(V2Shapes)
+    keys = ["v2", *project_keys(project), *(key for v in versions for key in version_keys(store, v))]
+    return state.ok({"versions": [shapes.version(v) for v in versions]}, keys)
+
+
+async def version_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    store = state.store
+    query = request.query
+    active = boolean(query, "active", bad_param)
+    slug = last(query, "project__slug")
+    if slug is None:
+        items = store.versions_ordered if active is None else store.versions_by_active.get(active, [])
+    else:
+        project = store.project_by_slug.get(slug)
+        if project is None:
+            items = []
+        elif active is None:
+            items = store.versions_of_project.get(project.id, [])
+        else:
+            items = store.versions_of_project_active.get((project.id, active), [])
+    return paginated(request, state, items, state.shapes(V2Shapes).version, lambda v: version_keys(store, v))
+
+
+async def version_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    version = detail(state.store.versions, params)
+    return state.ok(state.shapes(V2Shapes).version(version), ["v2", *version_keys(state.store, version)])
+
+
+async def build_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    store = state.store
+    query = request.query
+    slug = last(query, "project__slug")
+    commit = last(query, "commit")
+    project = None if slug is None else store.project_by_slug.get(slug)
+    if slug is not None and project is None:
+        items = []
+    elif project is None:
+        items = store.builds_ordered if commit is None else store.builds_by_commit.get(commit, [])
+    elif commit is None:
+        items = store.builds_of_project.get(project.id, [])
+    else:
+        items = store.builds_by_project_commit.get((project.id, commit), [])
+    return paginated(request, state, items, state.shapes(V2Shapes).build, lambda b: build_keys(store, b))
+
+
+async def build_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    build = detail(state.store.builds, params)
+    return state.ok(state.shapes(V2Shapes).build(build), ["v2", *build_keys(state.store, build)])

@@ -1,0 +1,105 @@
+"""The ``docsrv`` command line. Nothing imports this module."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from .config import Settings
+from .snapshot.errors import SnapshotError
+
+DEFAULTS = Settings()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        return args.run(args) or 0
+    except SnapshotError as error:
+        print(f"docsrv: {error}", file=sys.stderr)
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="docsrv", description="A read replica of a documentation-hosting JSON API.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="serve a snapshot over HTTP")
+    serve.add_argument("--snapshot", type=Path, default=None, help="snapshot directory (default: the bundled demo)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--public-url", default=None, help="base of absolute links in lists (default: the request's host)")
+    serve.add_argument("--max-age", type=int, default=DEFAULTS.max_age, help="Cache-Control max-age of 200s, seconds")
+    serve.add_argument("--stale-while-revalidate", type=int, default=DEFAULTS.stale_while_revalidate)
+    serve.add_argument("--stale-if-error", type=int, default=DEFAULTS.stale_if_error)
+    serve.add_argument(
+        "--response-cache-mb", type=int, default=DEFAULTS.response_cache_bytes >> 20, help="encoded replies kept per worker"
+    )
+    serve.set_defaults(run=run_serve)
+
+    snapshot = commands.add_parser("snapshot", help="make, check and describe snapshots").add_subparsers(
+        dest="snapshot_command", required=True
+    )
+    synth = snapshot.add_parser("synth", help="write a synthetic snapshot, deterministic for a seed")
+    synth.add_argument("--out", type=Path, required=True)
+    synth.add_argument("--scale", choices=["demo", "small", "medium", "large"], default="small")
+    synth.add_argument("--seed", type=int, default=1)
+    synth.add_argument("--compress", choices=["none", "gz", "zst"], default="none", help="compression of record files")
+    synth.set_defaults(run=run_synth)
+
+    validate = snapshot.add_parser("validate", help="check a snapshot; exit 1 naming every problem")
+    validate.add_argument("path", type=Path)
+    validate.set_defaults(run=run_validate)
+
+    info = snapshot.add_parser("info", help="print a snapshot's manifest and counts")
+    info.add_argument("path", type=Path)
+    info.set_defaults(run=run_info)
+    return parser
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from .server import DEMO_SNAPSHOT, serve
+
+    settings = Settings(
+        public_url=args.public_url,
+        max_age=args.max_age,
+        stale_while_revalidate=args.stale_while_revalidate,
+        stale_if_error=args.stale_if_error,
+        response_cache_bytes=args.response_cache_mb << 20,
+    )
+    serve(args.snapshot or DEMO_SNAPSHOT, settings, args.host, args.port)
+    return 0
+
+
+def run_synth(args: argparse.Namespace) -> int:
+    from .snapshot.synth import write_synthetic
+
+    counts = write_synthetic(args.out, scale=args.scale, seed=args.seed, compress=args.compress)
+    print(f"wrote {args.scale} snapshot to {args.out}: " + ", ".join(f"{n} {kind}" for kind, n in counts.items()))
+    return 0
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from .store import load_store
+
+    store = load_store(args.path)
+    counts = ", ".join(f"{n} {kind}" for kind, n in store.counts.items())
+    print(f"{args.path}: snapshot {store.name} is good ({counts} public; checked in {store.load_seconds:.2f} s)")
+    return 0
+
+
+def run_info(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from .snapshot.errors import ProblemList
+    from .snapshot.load import read_manifest
+
+    problems = ProblemList(str(args.path))
+    manifest = read_manifest(args.path, problems)
+    problems.raise_if_any()
+    print(msgspec.json.format(msgspec.json.encode(manifest), indent=2).decode())
+    return 0

@@ -1,0 +1,74 @@
+"""Validators and conditional requests (RFC 9110 section 13), and the cache of encoded replies."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timezone
+from email.utils import format_datetime, parsedate_to_datetime
+
+from multidict import CIMultiDictProxy
+
+
+def strong_etag(body: bytes) -> str:
+    """A strong entity tag that depends on the body alone: equal across restarts and replicas."""
+    return '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
+
+
+def http_date(moment: datetime) -> str:
+    return format_datetime(moment.astimezone(timezone.utc).replace(microsecond=0), usegmt=True)
+
+
+def not_modified(headers: CIMultiDictProxy[str], etag: str, last_modified: datetime) -> bool:
+    """Whether a GET or HEAD with these request headers is answered 304.
+
+    If-None-Match takes precedence: when present, If-Modified-Since is not looked at
+    (RFC 9110 section 13.2.2). If-None-Match compares weakly; ``*`` matches any reply.
+    """
+    if_none_match = headers.getall("If-None-Match", None)
+    if if_none_match is not None:
+        for field in if_none_match:
+            for tag in field.split(","):
+                tag = tag.strip()
+                if tag == "*" or tag.removeprefix("W/") == etag:
+                    return True
+        return False
+    if_modified_since = headers.get("If-Modified-Since")
+    if if_modified_since is None:
+        return False
+    try:
+        since = parsedate_to_datetime(if_modified_since)
+    except (TypeError, ValueError, IndexError):
+        return False
+    if since.tzinfo is None:
+        since = since.replace(tzinfo=timezone.utc)
+    return last_modified.replace(microsecond=0) <= since
+
+
+class ReplyCache:
+    """Encoded replies by request key, bounded in bytes; the oldest entries go first.
+
+    Eviction is first-in first-out: a hit costs one dictionary lookup and no bookkeeping,
+    which is what the hot path needs; a popular reply evicted is rendered again once.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._entries: dict = {}
+        self.get = self._entries.get
+
+    def put(self, key, reply) -> None:
+        cost = len(reply.body) + 200
+        if cost > self.max_bytes:
+            return
+        entries = self._entries
+        while self.size + cost > self.max_bytes and entries:
+            oldest = next(iter(entries))
+            self.size -= len(entries.pop(oldest).body) + 200
+        if key in entries:
+            self.size -= len(entries[key].body) + 200
+        entries[key] = reply
+        self.size += cost
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,47 @@
+"""What a bad snapshot is reported as: problems that name the file and line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: How many problems a load collects before it stops looking for more.
+MAX_PROBLEMS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    file: str
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        return f"{where}: {self.message}"
+
+
+class SnapshotError(Exception):
+    """A snapshot that cannot be served, with every problem found in it."""
+
+    def __init__(self, path: str, problems: list[Problem]) -> None:
+        self.path = path
+        self.problems = problems
+        shown = "\n".join(f"  {p}" for p in problems)
+        more = " (and maybe more)" if len(problems) >= MAX_PROBLEMS else ""
+        super().__init__(f"snapshot {path} has {len(problems)} problem(s){more}:\n{shown}")
+
+
+class ProblemList(list[Problem]):
+    """Problems collected while loading; raises once it holds as many as are worth showing."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+
+    def add(self, file: str, line: int | None, message: str) -> None:
+        self.append(Problem(file, line, message))
+        if len(self) >= MAX_PROBLEMS:
+            raise SnapshotError(self.path, list(self))
+
+    def raise_if_any(self) -> None:
+        if self:
+            raise SnapshotError(self.path, list(self))

@@ -1,0 +1,151 @@
+"""The snapshot's schema: one msgspec Struct per kind of record.
+
+Decoding validates every record at the edge (types, enumerations, time zones); nothing
+inside docsrv checks a field's type again. The Structs are frozen and, where they hold no
+mutable containers, untracked by the garbage collector (``gc=False``): a large snapshot holds
+millions of them, and the collector would otherwise walk them all on every full pass.
+Sequences are tuples for the same reason.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+import msgspec
+
+FORMAT = "docsrv-snapshot"
+FORMAT_VERSION = 1
+
+#: A timezone-aware datetime; a naive one is refused when the snapshot is decoded.
+AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
+Id = Annotated[int, msgspec.Meta(ge=1)]
+Slug = Annotated[str, msgspec.Meta(min_length=1, max_length=255, pattern=r"^[^/\s?#]+$")]
+
+Privacy = Literal["public", "private"]
+BuildType = Literal["html", "pdf", "epub", "man"]
+BuildState = Literal["triggered", "building", "installing", "cloning", "finished"]
+VersionType = Literal["tag", "branch", "external", "unknown"]
+DownloadFormat = Literal["pdf", "htmlzip", "epub"]
+
+
+class Record(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=True):
+    """Base of every snapshot record: an id, unique within its kind."""
+
+    id: Id
+
+
+class User(Record, frozen=True, gc=False):
+    """A maintainer. Only ``id`` and ``username`` are ever served."""
+
+    username: Slug
+    email: str = ""
+    first_name: str = ""
+    last_name: str = ""
+
+
+class Project(Record, frozen=True, gc=False):
+    name: str
+    slug: Slug
+    description: str = ""
+    language: str = "en"
+    programming_language: str = "words"
+    repo: str = ""
+    repo_type: str = "git"
+    default_version: str = "latest"
+    default_branch: str = "main"
+    documentation_type: str = "generator"
+    users: tuple[Id, ...] = ()
+    privacy_level: Privacy = "public"
+    # Fields that only v1 shows.
+    analytics_code: str = ""
+    copyright: str = ""
+    crate_url: str = ""
+    framework_packages_url: str = ""
+    project_url: str = ""
+    requirements_file: str = ""
+    suffix: str = ".rst"
+    theme: str = "default"
+    use_virtualenv: bool = False
+    version: str = ""
+    pub_date: AwareDatetime | None = None
+    modified_date: AwareDatetime | None = None
+
+
+class Version(Record, frozen=True, gc=False):
+    project: Id
+    slug: Slug
+    verbose_name: str
+    identifier: str = ""
+    active: bool = True
+    built: bool = False
+    uploaded: bool = False
+    type: VersionType = "unknown"
+    privacy_level: Privacy = "public"
+    downloads: tuple[DownloadFormat, ...] = ()
+
+
+class Build(Record, frozen=True, gc=False):
+    project: Id
+    version: Id
+    date: AwareDatetime
+    length: Annotated[int, msgspec.Meta(ge=0)] = 0
+    type: BuildType = "html"
+    state: BuildState = "finished"
+    success: bool = True
+    error: str = ""
+    commit: str = ""
+    # Fields that only v1 shows.
+    output: str = ""
+    setup: str = ""
+    setup_error: str = ""
+
+
+class BuildCommand(Record, frozen=True, gc=False):
+    build: Id
+    command: str
+    start_time: AwareDatetime
+    end_time: AwareDatetime
+    description: str = ""
+    exit_code: int = 0
+    output: str = ""
+
+
+class Section(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """A section of a page: its anchor id and heading text, stored as ``[id, title]``."""
+
+    id: str
+    title: str
+
+
+class Page(Record, frozen=True, gc=False):
+    """A documentation page (v1 calls it a File) of one version of a project."""
+
+    project: Id
+    version: Id
+    path: Annotated[str, msgspec.Meta(min_length=1)]
+    title: str = ""
+    sections: tuple[Section, ...] = ()
+    text: str = ""
+
+
+class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    format: str
+    format_version: int
+    name: Annotated[str, msgspec.Meta(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")]
+    created_at: AwareDatetime
+    #: Base URL of the hosted documentation, e.g. ``https://docs.example.org``.
+    public_url: Annotated[str, msgspec.Meta(pattern=r"^https?://[^/\s]+$")]
+    counts: dict[str, Annotated[int, msgspec.Meta(ge=0)]]
+    description: str = ""
+
+
+#: Every kind of record, by the stem of its file in the snapshot directory, in load order.
+KINDS: dict[str, type[Record]] = {
+    "users": User,
+    "projects": Project,
+    "versions": Version,
+    "builds": Build,
+    "build_commands": BuildCommand,
+    "pages": Page,
+}

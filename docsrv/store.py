@@ -1,0 +1,127 @@
+"""The loaded snapshot as it is served: public records only, indexed once, never changed.
+
+Private projects and versions, and every build, command and page under them, are dropped
+here, so no handler can show them by mistake. Every ordering and filter an endpoint offers
+is a ready list: a request slices one, it never scans or sorts.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections import defaultdict
+from datetime import datetime
+from operator import attrgetter
+from pathlib import Path
+
+from .snapshot.load import read_snapshot
+from .snapshot.records import Build, BuildCommand, Manifest, Page, Project, User, Version
+from .snapshot.validate import check_snapshot
+
+
+class Store:
+    """One snapshot's public records, by id and by slug, in every served order."""
+
+    def __init__(self, manifest: Manifest, records: dict[str, list], *, path: Path | None = None, load_seconds: float = 0.0) -> None:
+        self.manifest = manifest
+        self.path = path
+        self.load_seconds = load_seconds
+        self.name: str = manifest.name
+        self.created_at: datetime = manifest.created_at
+        self.public_url: str = manifest.public_url.rstrip("/")
+
+        users: list[User] = sorted(records["users"], key=attrgetter("id"))
+        self.users: dict[int, User] = {u.id: u for u in users}
+        self.users_ordered = users
+        self.user_by_name: dict[str, User] = {u.username: u for u in users}
+
+        projects = sorted((p for p in records["projects"] if p.privacy_level == "public"), key=attrgetter("slug"))
+        self.projects: dict[int, Project] = {p.id: p for p in projects}
+        self.projects_ordered: list[Project] = projects
+        self.project_by_slug: dict[str, Project] = {p.slug: p for p in projects}
+        self.projects_of_user: dict[int, list[Project]] = group(projects, lambda p: p.users)
+
+        versions = [v for v in records["versions"] if v.privacy_level == "public" and v.project in self.projects]
+        versions.sort(key=attrgetter("id"))
+        versions.sort(key=attrgetter("verbose_name"), reverse=True)
+        self.versions: dict[int, Version] = {v.id: v for v in versions}
+        self.versions_ordered: list[Version] = versions
+        self.versions_of_project: dict[int, list[Version]] = group(versions, lambda v: (v.project,))
+        self.versions_by_active: dict[bool, list[Version]] = group(versions, lambda v: (v.active,))
+        self.versions_of_project_active: dict[tuple[int, bool], list[Version]] = group(
+            versions, lambda v: ((v.project, v.active),)
+        )
+        self.version_by_slug: dict[tuple[int, str], Version] = {(v.project, v.slug): v for v in versions}
+
+        builds = [b for b in records["builds"] if b.version in self.versions]
+        builds.sort(key=attrgetter("id"), reverse=True)
+        builds.sort(key=attrgetter("date"), reverse=True)
+        self.builds: dict[int, Build] = {b.id: b for b in builds}
+        self.builds_ordered: list[Build] = builds
+        self.builds_of_project: dict[int, list[Build]] = group(builds, lambda b: (b.project,))
+        self.builds_by_commit: dict[str, list[Build]] = group(builds, lambda b: (b.commit,))
+        self.builds_by_project_commit: dict[tuple[int, str], list[Build]] = group(builds, lambda b: ((b.project, b.commit),))
+
+        commands: dict[int, list[BuildCommand]] = defaultdict(list)
+        for command in records["build_commands"]:
+            if command.build in self.builds:
+                commands[command.build].append(command)
+        for listed in commands.values():
+            listed.sort(key=attrgetter("start_time"))
+        self.commands_of_build: dict[int, list[BuildCommand]] = dict(commands)
+
+        pages = sorted((p for p in records["pages"] if p.version in self.versions), key=attrgetter("id"))
+        self.pages: dict[int, Page] = {p.id: p for p in pages}
+        self.pages_ordered: list[Page] = pages
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """How many public records of each kind are served."""
+        return {
+            "users": len(self.users),
+            "projects": len(self.projects),
+            "versions": len(self.versions),
+            "builds": len(self.builds),
+            "build_commands": sum(map(len, self.commands_of_build.values())),
+            "pages": len(self.pages),
+        }
+
+    def version_url(self, project: Project, version_slug: str) -> str:
+        """Where the hosted documentation of one version of a project lives."""
+        return f"{self.public_url}/projects/{project.slug}/{project.language}/{version_slug}/"
+
+    def page_url(self, page: Page) -> str:
+        project = self.projects[page.project]
+        return self.version_url(project, self.versions[page.version].slug) + page.path
+
+
+def group(items, keys_of) -> dict:
+    """Index ``items`` by every key ``keys_of(item)`` yields, keeping the order of ``items``."""
+    index: dict = defaultdict(list)
+    for item in items:
+        for key in keys_of(item):
+            index[key].append(item)
+    return dict(index)
+
+
+def load_store(path: str | Path, *, progress: bool | None = None) -> Store:
+    """Read, check and index a snapshot directory; raise SnapshotError if it cannot be served.
+
+    The collector is paused while millions of objects are made, and what was loaded is then
+    frozen out of its reach: the store never changes, and forked workers keep sharing its pages.
+    """
+    started = time.perf_counter()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        raw = read_snapshot(path, progress=progress)
+        check_snapshot(raw)
+        store = Store(raw.manifest, raw.records, path=raw.path)
+        del raw
+    finally:
+        if enabled:
+            gc.enable()
+    gc.collect()
+    gc.freeze()
+    store.load_seconds = time.perf_counter() - started
+    return store

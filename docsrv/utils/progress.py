@@ -1,0 +1,45 @@
+"""Progress bars for long snapshot work: shown on a terminal, silent when output is not one."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import BinaryIO
+
+from tqdm import tqdm
+
+
+def wanted() -> bool:
+    """Whether to draw progress: only when a person is watching stderr."""
+    return sys.stderr.isatty()
+
+
+@contextmanager
+def progress_bar(total: int | None, desc: str, enabled: bool, *, unit: str = "B") -> Iterator[tqdm | None]:
+    if not enabled:
+        yield None
+        return
+    with tqdm(total=total, desc=desc, unit=unit, unit_scale=True, leave=False, file=sys.stderr) as bar:
+        yield bar
+
+
+class ReadProgress:
+    """A binary file whose reads advance a progress bar by the bytes read."""
+
+    def __init__(self, raw: BinaryIO, bar: tqdm) -> None:
+        self._raw = raw
+        self._bar = bar
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._raw.read(size)
+        self._bar.update(len(data))
+        return data
+
+    def readinto(self, buffer) -> int:
+        count = self._raw.readinto(buffer)
+        self._bar.update(count or 0)
+        return count
+
+    def __getattr__(self, name: str):
+        return getattr(self._raw, name)

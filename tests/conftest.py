@@ -1,0 +1,131 @@
+"""Fixtures that start the real docsrv server, as a separate process on a free loopback port."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "snapshots" / "demo"
+
+
+@dataclass
+class Response:
+    status: int
+    headers: http.client.HTTPMessage
+    body: bytes
+    _json: object = field(default=None, repr=False)
+
+    def json(self):
+        if self._json is None:
+            assert self.headers["Content-Type"] == "application/json", self.headers["Content-Type"]
+            self._json = json.loads(self.body)
+        return self._json
+
+
+class Server:
+    """A running ``docsrv serve`` process and a small HTTP client for it."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "docsrv", "serve", "--host", "127.0.0.1", "--port", str(self.port), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            cwd=ROOT,
+        )
+        self.log: list[str] = []
+        self.wait_for("serving snapshot")
+
+    def wait_for(self, text: str, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        assert self.process.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline().decode()
+            if not line:
+                raise AssertionError(f"server exited ({self.process.wait()}):\n" + "".join(self.log))
+            self.log.append(line)
+            if text in line:
+                return line
+        raise AssertionError(f"no {text!r} within {timeout} s:\n" + "".join(self.log))
+
+    def request(self, path: str, *, method: str = "GET", headers: dict[str, str] | None = None) -> Response:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            connection.request(method, path, headers=headers or {})
+            response = connection.getresponse()
+            return Response(response.status, response.headers, response.read())
+        finally:
+            connection.close()
+
+    def get(self, path: str, **kwargs) -> Response:
+        return self.request(path, **kwargs)
+
+    def json(self, path: str, status: int = 200):
+        response = self.get(path)
+        assert response.status == status, (path, response.status, response.body[:300])
+        return response.json()
+
+    def stop(self) -> int:
+        self.process.terminate()
+        try:
+            return self.process.wait(timeout=30)
+        finally:
+            if self.process.stdout:
+                self.process.stdout.close()
+
+
+@pytest.fixture(scope="session")
+def demo():
+    """The bundled demo snapshot, served with links built from each request's host."""
+    server = Server(["--snapshot", str(DEMO)])
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def start_server():
+    """Start servers with any arguments; every one is stopped after the test."""
+    started: list[Server] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> Server:
+        server = Server(list(args), env)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        if server.process.poll() is None:
+            server.stop()
+
+
+def records(kind: str, snapshot: Path = DEMO) -> list[dict]:
+    """The raw records of one kind, read with the json module: the tests' own view of a snapshot."""
+    with open(snapshot / f"{kind}.jsonl", encoding="utf-8") as lines:
+        return [json.loads(line) for line in lines]
+
+
+@pytest.fixture(scope="session")
+def raw():
+    """Every demo record, by kind and id."""
+    return {kind: {r["id"]: r for r in records(kind)} for kind in ("users", "projects", "versions", "builds", "build_commands", "pages")}
+
+
+@pytest.fixture(scope="session")
+def public(raw):
+    from expected import Public
+
+    return Public(raw)

@@ -1,0 +1,56 @@
+"""The synthetic generator: deterministic for a seed, valid, and skewed like real data."""
+
+import hashlib
+import subprocess
+import sys
+from collections import Counter
+
+from conftest import DEMO, ROOT, records
+
+
+def synth(out, *args):
+    result = subprocess.run(
+        [sys.executable, "-m", "docsrv", "snapshot", "synth", "--out", str(out), *args],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def digest(directory):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())}
+
+
+def test_small_scale_is_deterministic_valid_and_skewed(tmp_path):
+    synth(tmp_path / "a", "--scale", "small", "--seed", "3")
+    synth(tmp_path / "b", "--scale", "small", "--seed", "3")
+    assert digest(tmp_path / "a") == digest(tmp_path / "b")
+    validate = subprocess.run([sys.executable, "-m", "docsrv", "snapshot", "validate", str(tmp_path / "a")],
+                              capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert validate.returncode == 0, validate.stderr
+
+    snapshot = tmp_path / "a"
+    versions = records("versions", snapshot)
+    builds = records("builds", snapshot)
+    assert len(records("projects", snapshot)) == 1000 and len(versions) == 10_000
+    assert len(builds) == 50_000 and len(records("pages", snapshot)) == 20_000
+    per_build = Counter(c["build"] for c in records("build_commands", snapshot))
+    assert set(per_build.values()) <= {3, 4, 5, 6} and len(per_build) == 50_000
+    # A few projects own most versions and builds: the top 5 % own more than half.
+    for items in (versions, builds):
+        owners = Counter(item["project"] for item in items).most_common()
+        top = sum(n for _, n in owners[:50])
+        assert top > len(items) / 2
+    years = Counter(b["date"][:4] for b in builds)
+    assert len(years) >= 5 and years["2026"] > years["2019"]
+
+
+def test_another_seed_gives_another_snapshot(tmp_path):
+    synth(tmp_path / "a", "--scale", "small", "--seed", "1", "--compress", "zst")
+    synth(tmp_path / "b", "--scale", "small", "--seed", "2", "--compress", "zst")
+    assert digest(tmp_path / "a")["projects.jsonl.zst"] != digest(tmp_path / "b")["projects.jsonl.zst"]
+
+
+def test_demo_scale_is_the_bundled_snapshot(tmp_path):
+    synth(tmp_path / "demo", "--scale", "demo")
+    assert digest(tmp_path / "demo") == digest(DEMO)

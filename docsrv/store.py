@@ -52,6 +52,8 @@ class Store:
             versions, lambda v: ((v.project, v.active),)
         )
         self.version_by_slug: dict[tuple[int, str], Version] = {(v.project, v.slug): v for v in versions}
+        self.versions_by_slug: dict[str, list[Version]] = group(versions, lambda v: (v.slug,))
+        self.versions_by_slug_active: dict[tuple[str, bool], list[Version]] = group(versions, lambda v: ((v.slug, v.active),))
 
         builds = [b for b in records["builds"] if b.version in self.versions]
         builds.sort(key=attrgetter("id"), reverse=True)

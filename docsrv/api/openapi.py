@@ -17,6 +17,7 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
+from . import v1
 from .state import ApiState, Reply
 
 EXAMPLES_FILE = Path(__file__).with_name("openapi-examples.json")
@@ -123,6 +124,38 @@ SCHEMAS: dict[str, dict] = {
         }
     ),
 }
+V1_TYPES = {"string": STRING, "boolean": BOOLEAN, "datetime": DATETIME, "integer": INTEGER}
+for _resource in v1.RESOURCES.values():
+    _title = f"V1{_resource.name.title()}"
+    SCHEMAS[_title] = obj({f.name: f.openapi or V1_TYPES[f.type] for f in _resource.fields})
+    SCHEMAS[f"{_title}List"] = obj(
+        {
+            "meta": obj(
+                {
+                    "limit": INTEGER,
+                    "next": {"type": ["string", "null"]},
+                    "offset": INTEGER,
+                    "previous": {"type": ["string", "null"]},
+                    "total_count": INTEGER,
+                }
+            ),
+            "objects": {"type": "array", "items": ref(_title)},
+        }
+    )
+_ENDPOINT = obj({"list_endpoint": STRING, "schema": STRING})
+SCHEMAS["V1Root"] = obj({name: _ENDPOINT for name in v1.RESOURCES})
+SCHEMAS["V1Schema"] = obj(
+    {
+        "allowed_detail_http_methods": {"type": "array", "items": STRING},
+        "allowed_list_http_methods": {"type": "array", "items": STRING},
+        "default_format": STRING,
+        "default_limit": INTEGER,
+        "fields": {"type": "object", "additionalProperties": {"type": "object"}},
+        "filtering": {"type": "object", "additionalProperties": {"type": "array", "items": STRING}},
+    }
+)
+SCHEMAS["V1Error"] = obj({"error": STRING})
+
 for _name in ("Project", "Version", "Build"):
     SCHEMAS[f"{_name}List"] = obj(
         {"count": INTEGER, "next": NULLABLE_URI, "previous": NULLABLE_URI, "results": {"type": "array", "items": ref(_name)}}
@@ -164,6 +197,66 @@ def operation(summary: str, parameters: list[dict], ok: dict, *, tag: str, error
             "responses": {"200": ok, **(errors or {})},
         }
     }
+
+
+V1_NOT_FOUND = json_response("No public object is found there.", ref("V1Error"))
+V1_BAD_PARAMETER = json_response("A malformed parameter, a filter a field does not allow, or a format other than json.", ref("V1Error"))
+V1_FORMAT = query("format", "Only json is served.", {"type": "string", "enum": ["json"]})
+#: For each v1 resource: its filters (with an example for the list) and an example id or name for the detail.
+V1_EXAMPLES = {
+    "build": ({"project__slug": "celery"}, "130"),
+    "file": ({}, "5003"),
+    "project": ({"slug": "flask"}, "pip"),
+    "user": ({"username": "hynek"}, "davidism"),
+    "version": ({"project__slug": "attrs", "active": "true"}, "14"),
+}
+V1_FILTERS = {
+    "build": ["project__slug"],
+    "file": [],
+    "project": ["slug", "users"],
+    "user": ["username"],
+    "version": ["project", "project__slug", "slug", "active"],
+}
+
+
+def v1_paths() -> dict[str, dict]:
+    paths = {
+        "/api/v1/": operation(
+            "The v1 resources, with their list and schema endpoints.",
+            [V1_FORMAT],
+            json_response("The root.", ref("V1Root")),
+            tag="v1",
+            errors={"400": V1_BAD_PARAMETER},
+        )
+    }
+    for name in v1.RESOURCES:
+        title = f"V1{name.title()}"
+        filters, detail_example = V1_EXAMPLES[name]
+        limit = query("limit", "Page size: 1 to 1000; 0 means 1000; default 20.", {"type": "integer", "minimum": 0})
+        offset = query("offset", "Index of the first item, default 0.", {"type": "integer", "minimum": 0})
+        paths[f"/api/v1/{name}/"] = operation(
+            f"v1 {name}s (deprecated).",
+            [*(query(f, f"Exact {f}.", example=filters.get(f)) for f in V1_FILTERS[name]), V1_FORMAT, limit, offset],
+            json_response(f"A page of {name}s.", ref(f"{title}List")),
+            tag="v1",
+            errors={"400": V1_BAD_PARAMETER},
+        )
+        paths[f"/api/v1/{name}/schema/"] = operation(
+            f"The schema of v1 {name}s.", [V1_FORMAT], json_response("The schema.", ref("V1Schema")), tag="v1",
+            errors={"400": V1_BAD_PARAMETER},
+        )
+        by_name = {"project": "an id or a slug", "user": "an id or a username", "version": "an id (a project slug lists its versions)"}
+        detail = operation(
+            f"One v1 {name}, by {by_name.get(name, 'id')}.",
+            [{"name": "id", "in": "path", "required": True, "schema": STRING, "example": detail_example}, V1_FORMAT],
+            json_response(f"The {name}.", ref(title) if name != "version" else {"oneOf": [ref(title), ref(f"{title}List")]}),
+            tag="v1",
+            errors={"400": V1_BAD_PARAMETER, "404": V1_NOT_FOUND},
+        )
+        paths[f"/api/v1/{name}/{{id}}/"] = detail
+        if name in ("project", "version"):
+            paths[f"/api/v1/{name}/{{id}}"] = detail
+    return paths
 
 
 ACTIVE = {"type": "string", "enum": ["true", "false", "True", "False", "TRUE", "FALSE", "1", "0"]}
@@ -214,6 +307,7 @@ PATHS: dict[str, dict] = {
     "/api/v2/build/{id}/": operation(
         "One build, with its commands.", [path_id(101)], json_response("The build.", ref("Build")), tag="v2", errors={"404": NOT_FOUND}
     ),
+    **v1_paths(),
     "/healthz": operation("Liveness.", [], json_response("The process answers.", ref("Health")), tag="operations"),
     "/readyz": operation(
         "Readiness: the snapshot being served, and how reloads went.",

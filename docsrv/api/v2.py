@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import orjson
 from aiohttp import web
 
 from ..snapshot.records import Build, BuildCommand, Project, Version
+from ..http.purge import build_keys, project_keys, version_keys
 from ..store import Store
+from ..utils.timefmt import utc
 from .params import boolean, last, page_link, parse_page, positive_id
 from .state import ApiError, ApiState, Reply
 
@@ -22,10 +22,6 @@ def bad_param(name: str, message: str) -> ApiError:
 
 def not_found() -> ApiError:
     return ApiError(404, NOT_FOUND)
-
-
-def utc(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is timezone.utc else moment.astimezone(timezone.utc)
 
 
 class V2Shapes:
@@ -114,19 +110,6 @@ class V2Shapes:
             "exit_code": command.exit_code,
             "output": command.output,
         }
-
-
-def project_keys(project: Project) -> tuple[str, ...]:
-    return (f"project-{project.slug}",)
-
-
-def version_keys(store: Store, version: Version) -> tuple[str, ...]:
-    slug = store.projects[version.project].slug
-    return (f"project-{slug}", f"version-{slug}-{version.slug}")
-
-
-def build_keys(store: Store, build: Build) -> tuple[str, ...]:
-    return (*version_keys(store, store.versions[build.version]), f"build-{build.id}")
 
 
 def paginated(request: web.BaseRequest, state: ApiState, items: list, render, keys_of) -> Reply:

@@ -47,6 +47,8 @@ class User(Record, frozen=True, gc=False):
 class Project(Record, frozen=True, gc=False):
     name: str
     slug: Slug
+    pub_date: AwareDatetime
+    modified_date: AwareDatetime
     description: str = ""
     language: str = "en"
     programming_language: str = "words"
@@ -68,8 +70,6 @@ class Project(Record, frozen=True, gc=False):
     theme: str = "default"
     use_virtualenv: bool = False
     version: str = ""
-    pub_date: AwareDatetime | None = None
-    modified_date: AwareDatetime | None = None
 
 
 class Version(Record, frozen=True, gc=False):

@@ -1,0 +1,443 @@
+"""The deprecated v1 API (spec 4.2 and 2.7-2.8, DECISIONS.md section 4).
+
+Each resource is a table of Fields. The same table renders the objects and writes the
+``schema/`` document, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from ..http.purge import build_keys, page_keys, project_keys, version_keys
+from ..snapshot.records import Build, Page, Project, User, Version
+from ..store import Store
+from ..utils.timefmt import utc
+from .params import boolean, last, page_link, parse_page, positive_id, whole_number
+from .state import ApiError, ApiState, Reply
+
+NOT_FOUND = {"error": "Not found."}
+RESERVED = frozenset(("format", "limit", "offset"))
+#: v1 shows three build states: the v2 states in between fold into "building".
+V1_STATE = {"triggered": "triggered", "building": "building", "installing": "building", "cloning": "building", "finished": "finished"}
+
+
+def error(message: str, status: int = 400) -> ApiError:
+    return ApiError(status, {"error": message})
+
+
+def not_found() -> ApiError:
+    return ApiError(404, NOT_FOUND)
+
+
+def param_error(name: str, message: str) -> ApiError:
+    return error(f"Invalid '{name}': {message}")
+
+
+class V1Shapes:
+    """Renders v1 objects; the embedded v1 project is encoded once per project."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        scheme, host = store.public_url.split("://", 1)
+        self.subdomain = f"{scheme}://{{slug}}.{host}/"
+        self._projects: dict[int, orjson.Fragment] = {}
+
+    def project(self, project: Project) -> orjson.Fragment:
+        found = self._projects.get(project.id)
+        if found is None:
+            found = self._projects[project.id] = orjson.Fragment(
+                orjson.dumps(PROJECT.render(self, project), option=orjson.OPT_UTC_Z)
+            )
+        return found
+
+
+def uri(resource: str, ident: int) -> str:
+    return f"/api/v1/{resource}/{ident}/"
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str
+    type: str
+    help_text: str
+    value: Callable[[V1Shapes, Any], Any]
+    unique: bool = False
+    nullable: bool = False
+    related_type: str | None = None
+    #: The JSON schema of the value, for /openapi.json; None: the one of ``type``.
+    openapi: dict | None = None
+
+    def schema(self) -> dict:
+        described = {
+            "blank": False,
+            "default": "No default provided.",
+            "help_text": self.help_text,
+            "nullable": self.nullable,
+            "readonly": True,
+            "type": self.type,
+            "unique": self.unique,
+        }
+        if self.related_type:
+            described["related_type"] = self.related_type
+        return described
+
+
+def attr(name: str) -> Callable[[V1Shapes, Any], Any]:
+    return lambda shapes, item: getattr(item, name)
+
+
+def text(name: str, help_text: str, **kwargs) -> Field:
+    return Field(name, "string", help_text, attr(name), **kwargs)
+
+
+def flag(name: str, help_text: str) -> Field:
+    return Field(name, "boolean", help_text, attr(name))
+
+
+def moment(name: str, help_text: str) -> Field:
+    return Field(name, "datetime", help_text, lambda shapes, item: utc(getattr(item, name)))
+
+
+def ident(resource: str) -> Field:
+    return Field("id", "string", f"Id of the {resource}.", lambda shapes, item: str(item.id), unique=True)
+
+
+def resource_uri(resource: str) -> Field:
+    return Field("resource_uri", "string", f"URI of this {resource}.", lambda shapes, item: uri(resource, item.id), unique=True)
+
+
+@dataclass(frozen=True)
+class Resource:
+    name: str
+    fields: tuple[Field, ...]
+    #: Filterable fields and the lookups each allows.
+    filtering: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def render(self, shapes: V1Shapes, item) -> dict:
+        return {f.name: f.value(shapes, item) for f in self.fields}
+
+    def schema(self) -> dict:
+        return {
+            "allowed_detail_http_methods": ["get"],
+            "allowed_list_http_methods": ["get"],
+            "default_format": "application/json",
+            "default_limit": 20,
+            "fields": {f.name: f.schema() for f in self.fields},
+            "filtering": {name: list(lookups) for name, lookups in self.filtering.items()},
+        }
+
+    def filters(self, query) -> dict[str, str]:
+        """The filters a query asks for; a filter on a field that allows none is an error."""
+        names = {f.name for f in self.fields}
+        chosen = {}
+        for key in query.keys():
+            if key in RESERVED or key in chosen:
+                continue
+            head, _, lookup = key.partition("__")
+            if head in self.filtering and (lookup or "exact") in self.filtering[head]:
+                chosen[key] = last(query, key)
+            elif head in self.filtering:
+                raise error(f"'{lookup}' is not an allowed filter on the '{head}' field.")
+            elif head in names:
+                raise error(f"The '{head}' field does not allow filtering.")
+        return chosen
+
+
+PROJECT = Resource(
+    "project",
+    (
+        ident("project"),
+        text("name", "Name of the project."),
+        text("slug", "Slug of the project, used in URLs.", unique=True),
+        text("description", "Description of the project (reStructuredText)."),
+        Field("absolute_url", "string", "URI of the project page, not of the API object.",
+              lambda shapes, p: f"{shapes.store.public_url}/projects/{p.slug}/"),
+        text("analytics_code", "Analytics tracking code."),
+        text("copyright", "Copyright."),
+        text("crate_url", "URI of the project in a package registry."),
+        text("framework_packages_url", "URI of the project in a web-framework package directory."),
+        text("default_branch", "Default branch of the repository."),
+        text("default_version", "Default version of the documentation."),
+        text("documentation_type", "Kind of documentation build."),
+        moment("modified_date", "Last modified date."),
+        moment("pub_date", "Last published date."),
+        text("project_url", "Project homepage."),
+        text("repo", "URI of the repository."),
+        text("repo_type", "Type of repository."),
+        text("requirements_file", "Requirements file of packages needed to build the docs."),
+        resource_uri("project"),
+        Field("subdomain", "string", "Subdomain of the hosted docs.", lambda shapes, p: shapes.subdomain.format(slug=p.slug)),
+        text("suffix", "File suffix of doc files."),
+        text("theme", "Theme of the documentation generator."),
+        flag("use_virtualenv", "Whether the project is built in a virtualenv."),
+        Field("users", "related", "URIs of the administrators.", lambda shapes, p: [uri("user", u) for u in p.users],
+              related_type="to_many", openapi={"type": "array", "items": {"type": "string"}}),
+        text("version", "Deprecated."),
+    ),
+    {"slug": ("exact",), "users": ("exact",)},
+)
+
+VERSION = Resource(
+    "version",
+    (
+        ident("version"),
+        text("slug", "Uniquely identifies the version within its project."),
+        text("verbose_name", "Name of the version; usually the same as slug."),
+        text("identifier", "Version control identifier of the version."),
+        flag("active", "Whether docs continue to be built for it."),
+        flag("built", "Whether docs have been built."),
+        flag("uploaded", "Whether docs were uploaded instead of built."),
+        Field("project", "related", "The project of the version.",
+              lambda shapes, v: shapes.project(shapes.store.projects[v.project]), related_type="to_one",
+              openapi={"$ref": "#/components/schemas/V1Project"}),
+        resource_uri("version"),
+    ),
+    {"project": ("exact", "slug"), "slug": ("exact",), "active": ("exact",)},
+)
+
+BUILD = Resource(
+    "build",
+    (
+        ident("build"),
+        moment("date", "Date of the build."),
+        Field("state", "string", "triggered, building or finished.", lambda shapes, b: V1_STATE[b.state]),
+        flag("success", "Whether the build succeeded."),
+        text("type", "html, pdf, man or epub."),
+        text("error", "Error from the documentation build process."),
+        text("output", "Output of the build process."),
+        text("setup", "Setup output."),
+        text("setup_error", "Setup error."),
+        Field("project", "related", "URI of the project.", lambda shapes, b: uri("project", b.project), related_type="to_one",
+              openapi={"type": "string"}),
+        Field("version", "related", "URI of the version.", lambda shapes, b: uri("version", b.version), related_type="to_one",
+              openapi={"type": "string"}),
+        resource_uri("build"),
+    ),
+    {"project": ("slug",)},
+)
+
+FILE = Resource(
+    "file",
+    (
+        ident("file"),
+        Field("name", "string", "File name.", lambda shapes, page: posixpath.basename(page.path.rstrip("/")) or page.path),
+        text("path", "Path of the file."),
+        Field("absolute_url", "string", "URI of the actual file, not of the API object.",
+              lambda shapes, page: shapes.store.page_url(page)),
+        Field("project", "related", "The project of the file.",
+              lambda shapes, page: shapes.project(shapes.store.projects[page.project]), related_type="to_one",
+              openapi={"$ref": "#/components/schemas/V1Project"}),
+        resource_uri("file"),
+    ),
+)
+
+USER = Resource(
+    "user",
+    (
+        ident("user"),
+        text("username", "Username.", unique=True),
+        resource_uri("user"),
+    ),
+    {"username": ("exact",)},
+)
+
+RESOURCES = {r.name: r for r in (BUILD, FILE, PROJECT, USER, VERSION)}
+
+
+def check_format(request: web.BaseRequest) -> None:
+    wanted = last(request.query, "format")
+    if wanted is not None and wanted != "json":
+        raise error(f"The format '{wanted}' is not served; use format=json or leave it out.")
+
+
+def listing(request: web.BaseRequest, state: ApiState, resource: Resource, items: list, keys_of) -> Reply:
+    """One page of ``items`` in the v1 envelope; next/previous are paths."""
+    page = parse_page(request.query, default_limit=20, max_limit=1000, zero_limit_means_max=True, error=param_error)
+    shown = page.slice(items)
+    following = page.next_offset(len(items))
+    preceding = page.previous_offset()
+    shapes = state.shapes(V1Shapes)
+    body = {
+        "meta": {
+            "limit": page.limit,
+            "next": None if following is None else page_link(request, "", page.limit, following),
+            "offset": page.offset,
+            "previous": None if preceding is None else page_link(request, "", page.limit, preceding),
+            "total_count": len(items),
+        },
+        "objects": [resource.render(shapes, item) for item in shown],
+    }
+    return state.ok(body, ["v1", *(key for item in shown for key in keys_of(item))])
+
+
+def one(state: ApiState, resource: Resource, item, keys: tuple[str, ...]) -> Reply:
+    return state.ok(resource.render(state.shapes(V1Shapes), item), ["v1", *keys])
+
+
+def id_of(value: str, name: str) -> int:
+    number = positive_id(value)
+    if number is None:
+        raise param_error(name, f"{value!r} is not an id.")
+    return number
+
+
+# Selecting the objects of a list: every filter is a ready index of the store.
+
+
+def select_projects(store: Store, filters: dict[str, str]) -> list[Project]:
+    user = id_of(filters["users"], "users") if "users" in filters else None
+    if "slug" in filters:
+        found = store.project_by_slug.get(filters["slug"])
+        return [found] if found is not None and (user is None or user in found.users) else []
+    if user is not None:
+        return store.projects_of_user.get(user, [])
+    return store.projects_ordered
+
+
+def select_versions(store: Store, filters: dict[str, str], active: bool | None) -> list[Version]:
+    project = None
+    if "project" in filters:
+        project = store.projects.get(id_of(filters["project"], "project"))
+        if project is None:
+            return []
+    if "project__slug" in filters:
+        by_slug = store.project_by_slug.get(filters["project__slug"])
+        if by_slug is None or (project is not None and by_slug is not project):
+            return []
+        project = by_slug
+    slug = filters.get("slug")
+    if project is not None:
+        if slug is not None:
+            found = store.version_by_slug.get((project.id, slug))
+            return [found] if found is not None and active in (None, found.active) else []
+        if active is None:
+            return store.versions_of_project.get(project.id, [])
+        return store.versions_of_project_active.get((project.id, active), [])
+    if slug is not None:
+        if active is None:
+            return store.versions_by_slug.get(slug, [])
+        return store.versions_by_slug_active.get((slug, active), [])
+    return store.versions_ordered if active is None else store.versions_by_active.get(active, [])
+
+
+# Handlers.
+
+
+async def root(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    check_format(request)
+    body = {name: {"list_endpoint": f"/api/v1/{name}/", "schema": f"/api/v1/{name}/schema/"} for name in RESOURCES}
+    return state.ok(body, ["v1"])
+
+
+def schema_handler(resource: Resource):
+    async def schema(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+        check_format(request)
+        return state.ok(resource.schema(), ["v1"])
+
+    return schema
+
+
+async def project_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    check_format(request)
+    items = select_projects(state.store, PROJECT.filters(request.query))
+    return listing(request, state, PROJECT, items, project_keys)
+
+
+async def project_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    check_format(request)
+    store = state.store
+    key = params["id"]
+    number = whole_number(key)
+    project = store.projects.get(number) if number is not None else store.project_by_slug.get(key)
+    if project is None:
+        raise not_found()
+    return one(state, PROJECT, project, project_keys(project))
+
+
+async def version_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    check_format(request)
+    store = state.store
+    filters = VERSION.filters(request.query)
+    active = boolean(request.query, "active", lambda name, message: param_error(name, message))
+    items = select_versions(store, filters, active)
+    return listing(request, state, VERSION, items, lambda v: version_keys(store, v))
+
+
+async def version_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    """A version by id, or, for a segment that is not all digits, the versions of that project."""
+    check_format(request)
+    store = state.store
+    key = params["id"]
+    number = whole_number(key)
+    if number is None:
+        filters = {**VERSION.filters(request.query), "project__slug": key}
+        active = boolean(request.query, "active", lambda name, message: param_error(name, message))
+        items = select_versions(store, filters, active)
+        return listing(request, state, VERSION, items, lambda v: version_keys(store, v))
+    version = store.versions.get(number)
+    if version is None:
+        raise not_found()
+    return one(state, VERSION, version, version_keys(store, version))
+
+
+async def build_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    check_format(request)
+    store = state.store
+    filters = BUILD.filters(request.query)
+    items = store.builds_ordered
+    if "project__slug" in filters:
+        project = store.project_by_slug.get(filters["project__slug"])
+        items = [] if project is None else store.builds_of_project.get(project.id, [])
+    return listing(request, state, BUILD, items, lambda b: build_keys(store, b))
+
+
+async def build_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    check_format(request)
+    build: Build | None = state.store.builds.get(positive_id(params["id"]))
+    if build is None:
+        raise not_found()
+    return one(state, BUILD, build, build_keys(state.store, build))
+
+
+async def file_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    check_format(request)
+    store = state.store
+    FILE.filters(request.query)
+    return listing(request, state, FILE, store.pages_ordered, lambda page: page_keys(store, page))
+
+
+async def file_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    check_format(request)
+    page: Page | None = state.store.pages.get(positive_id(params["id"]))
+    if page is None:
+        raise not_found()
+    return one(state, FILE, page, page_keys(state.store, page))
+
+
+async def user_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    check_format(request)
+    store = state.store
+    filters = USER.filters(request.query)
+    items = store.users_ordered
+    if "username" in filters:
+        found = store.user_by_name.get(filters["username"])
+        items = [found] if found is not None else []
+    return listing(request, state, USER, items, lambda user: ())
+
+
+async def user_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    """A user by id, or by username for a segment that is not all digits."""
+    check_format(request)
+    store = state.store
+    key = params["id"]
+    number = whole_number(key)
+    user: User | None = store.users.get(number) if number is not None else store.user_by_name.get(key)
+    if user is None:
+        raise not_found()
+    return one(state, USER, user, ())

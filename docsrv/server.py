@@ -15,6 +15,7 @@ from aiohttp import web
 from .api.app import init_server
 from .api.state import ApiState, Health, Live
 from .config import Settings
+from .search import open_index
 from .store import Store, load_store
 
 log = logging.getLogger("docsrv")
@@ -32,7 +33,7 @@ SERVER_LIMITS = {
 
 
 def make_live(store: Store, settings: Settings) -> Live:
-    return Live(ApiState(store, settings, Health()))
+    return Live(ApiState(store, open_index(store), settings, Health()))
 
 
 async def start(live: Live, host: str, port: int, *, sock: socket.socket | None = None) -> web.ServerRunner:

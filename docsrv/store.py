@@ -14,6 +14,7 @@ from datetime import datetime
 from operator import attrgetter
 from pathlib import Path
 
+from .snapshot.commands import CommandFile
 from .snapshot.load import read_snapshot
 from .snapshot.records import Build, BuildCommand, Manifest, Page, Project, User, Version
 from .snapshot.validate import check_snapshot
@@ -22,7 +23,15 @@ from .snapshot.validate import check_snapshot
 class Store:
     """One snapshot's public records, by id and by slug, in every served order."""
 
-    def __init__(self, manifest: Manifest, records: dict[str, list], *, path: Path | None = None, load_seconds: float = 0.0) -> None:
+    def __init__(
+        self,
+        manifest: Manifest,
+        records: dict[str, list],
+        commands: CommandFile,
+        *,
+        path: Path | None = None,
+        load_seconds: float = 0.0,
+    ) -> None:
         self.manifest = manifest
         self.path = path
         self.load_seconds = load_seconds
@@ -64,29 +73,26 @@ class Store:
         self.builds_by_commit: dict[str, list[Build]] = group(builds, lambda b: (b.commit,))
         self.builds_by_project_commit: dict[tuple[int, str], list[Build]] = group(builds, lambda b: ((b.project, b.commit),))
 
-        commands: dict[int, list[BuildCommand]] = defaultdict(list)
-        for command in records["build_commands"]:
-            if command.build in self.builds:
-                commands[command.build].append(command)
-        for listed in commands.values():
-            listed.sort(key=attrgetter("start_time"))
-        self.commands_of_build: dict[int, list[BuildCommand]] = dict(commands)
+        self.commands = commands
+        public_commands = sum(commands.count_of(b) for b in self.builds)
 
         pages = sorted((p for p in records["pages"] if p.version in self.versions), key=attrgetter("id"))
         self.pages: dict[int, Page] = {p.id: p for p in pages}
         self.pages_ordered: list[Page] = pages
 
-    @property
-    def counts(self) -> dict[str, int]:
-        """How many public records of each kind are served."""
-        return {
+        #: How many public records of each kind are served.
+        self.counts = {
             "users": len(self.users),
             "projects": len(self.projects),
             "versions": len(self.versions),
             "builds": len(self.builds),
-            "build_commands": sum(map(len, self.commands_of_build.values())),
+            "build_commands": public_commands,
             "pages": len(self.pages),
         }
+
+    def commands_of(self, build: Build) -> list[BuildCommand]:
+        """The commands of a public build, by start time (read from disk)."""
+        return self.commands.of_build(build.id)
 
     def version_url(self, project: Project, version_slug: str) -> str:
         """Where the hosted documentation of one version of a project lives."""
@@ -118,7 +124,7 @@ def load_store(path: str | Path, *, progress: bool | None = None) -> Store:
     try:
         raw = read_snapshot(path, progress=progress)
         check_snapshot(raw)
-        store = Store(raw.manifest, raw.records, path=raw.path)
+        store = Store(raw.manifest, raw.records, raw.commands, path=raw.path)
         del raw
     finally:
         if enabled:

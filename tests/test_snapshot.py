@@ -77,6 +77,16 @@ BROKEN = {
     "missing user": (lambda s: edit_record(s / "projects.jsonl", 1, users=[2, 77]), "projects.jsonl:1: project 1 names user 77"),
     "build of another project's version": (lambda s: edit_record(s / "builds.jsonl", 1, project=2), "builds.jsonl:1: build 101 names project 2, but its version"),
     "command of a missing build": (lambda s: edit_record(s / "build_commands.jsonl", 10, build=1), "build_commands.jsonl:10: command"),
+    "commands of a build apart": (
+        lambda s: (s / "build_commands.jsonl").write_text(
+            "".join((lines := (s / "build_commands.jsonl").read_text().splitlines(keepends=True))[1:]) + lines[0]
+        ),
+        "build_commands.jsonl:687: command 1001 of build 101 is not next to the other commands of that build",
+    ),
+    "command ending before it starts": (
+        lambda s: edit_record(s / "build_commands.jsonl", 4, end_time="2000-01-01T00:00:00Z"),
+        "build_commands.jsonl:4: command 1004 ends before it starts",
+    ),
     "blank line": (lambda s: edit_line(s / "users.jsonl", 2, lambda line: line + "\n"), "users.jsonl:3: blank line"),
     "truncated file": (lambda s: (s / "builds.jsonl").write_bytes((s / "builds.jsonl").read_bytes()[:-300]), "builds.jsonl:"),
     "count mismatch": (lambda s: edit_line(s / "users.jsonl", 12, lambda line: ""), "users.jsonl: holds 11 records but manifest.json counts 12"),

@@ -14,7 +14,7 @@ from urllib.parse import quote
 from aiohttp import hdrs, web
 
 from ..http.caching import not_modified
-from . import openapi, ops, v1, v2
+from . import docsearch, openapi, ops, v1, v2
 from .routing import Route, Router
 from .state import ApiError, ApiState, Live, Reply
 
@@ -28,12 +28,15 @@ ROUTES = (
     Route("/api/v2/version/{id}/", v2.version_detail),
     Route("/api/v2/build/", v2.build_list),
     Route("/api/v2/build/{id}/", v2.build_detail),
+    Route("/api/v2/docsearch/", docsearch.docsearch),
     Route("/api/v1/", v1.root),
     Route("/api/v1/build/", v1.build_list),
     Route("/api/v1/build/schema/", v1.schema_handler(v1.BUILD)),
     Route("/api/v1/build/{id}/", v1.build_detail),
     Route("/api/v1/file/", v1.file_list),
     Route("/api/v1/file/schema/", v1.schema_handler(v1.FILE)),
+    Route("/api/v1/file/search/", docsearch.file_search),
+    Route("/api/v1/file/anchor/", docsearch.anchor_search),
     Route("/api/v1/file/{id}/", v1.file_detail),
     Route("/api/v1/project/", v1.project_list),
     Route("/api/v1/project/schema/", v1.schema_handler(v1.PROJECT)),

@@ -13,6 +13,7 @@ import asyncio
 import sys
 from functools import cache
 from pathlib import Path
+from urllib.parse import quote
 
 import orjson
 from aiohttp import web
@@ -155,6 +156,44 @@ SCHEMAS["V1Schema"] = obj(
     }
 )
 SCHEMAS["V1Error"] = obj({"error": STRING})
+SCHEMAS["V1FileSearch"] = obj(
+    {"objects": {"type": "array", "maxItems": 50, "items": {"allOf": [ref("V1File"), obj({"text": STRING}, extra=True)]}}}
+)
+SCHEMAS["V1AnchorSearch"] = obj({"objects": {"type": "array", "maxItems": 50, "items": {"type": "string", "format": "uri"}}})
+_LIST_OF_STRING = {"type": "array", "items": STRING}
+SCHEMAS["DocSearch"] = obj(
+    {
+        "results": obj(
+            {
+                "hits": obj(
+                    {
+                        "hits": {
+                            "type": "array",
+                            "maxItems": 50,
+                            "items": obj(
+                                {
+                                    "_score": {"type": "number"},
+                                    "fields": obj(
+                                        {
+                                            "link": {"type": "string", "format": "uri"},
+                                            "path": _LIST_OF_STRING,
+                                            "project": _LIST_OF_STRING,
+                                            "title": _LIST_OF_STRING,
+                                            "version": _LIST_OF_STRING,
+                                        }
+                                    ),
+                                    "highlight": obj({"content": {"type": "array", "maxItems": 3, "items": STRING}}),
+                                }
+                            ),
+                        },
+                        "max_score": {"type": "number"},
+                        "total": INTEGER,
+                    }
+                )
+            }
+        )
+    }
+)
 
 for _name in ("Project", "Version", "Build"):
     SCHEMAS[f"{_name}List"] = obj(
@@ -307,6 +346,32 @@ PATHS: dict[str, dict] = {
     "/api/v2/build/{id}/": operation(
         "One build, with its commands.", [path_id(101)], json_response("The build.", ref("Build")), tag="v2", errors={"404": NOT_FOUND}
     ),
+    "/api/v2/docsearch/": operation(
+        "Search the pages of one version of a project.",
+        [
+            {**query("project", "Project slug.", example="requests"), "required": True},
+            {**query("version", "Version slug.", example="latest"), "required": True},
+            {**query("q", 'Words and "quoted phrases"; pages holding every word rank first.', example="session pooling"), "required": True},
+            query("language", "Accepted and ignored."),
+        ],
+        json_response("At most 50 hits, best first.", ref("DocSearch")),
+        tag="search",
+        errors={"400": BAD_PARAMETER, "404": NOT_FOUND},
+    ),
+    "/api/v1/file/search/": operation(
+        "Search every public page (v1).",
+        [{**query("q", "The search term.", example="timeouts"), "required": True}],
+        json_response("At most 50 files, best first, each with a highlighted text snippet.", ref("V1FileSearch")),
+        tag="search",
+        errors={"400": V1_BAD_PARAMETER},
+    ),
+    "/api/v1/file/anchor/": operation(
+        "Sections whose heading or anchor id contains the term (v1).",
+        [{**query("q", "The search term.", example="config"), "required": True}],
+        json_response("At most 50 page URLs with their anchors, best first.", ref("V1AnchorSearch")),
+        tag="search",
+        errors={"400": V1_BAD_PARAMETER},
+    ),
     **v1_paths(),
     "/healthz": operation("Liveness.", [], json_response("The process answers.", ref("Health")), tag="operations"),
     "/readyz": operation(
@@ -334,7 +399,7 @@ def example_request(template: str) -> str:
         if parameter["in"] == "path":
             path = path.replace("{" + parameter["name"] + "}", str(parameter["example"]))
         else:
-            pairs.append(f"{parameter['name']}={parameter['example']}")
+            pairs.append(f"{parameter['name']}={quote(str(parameter['example']))}")
     return path + ("?" + "&".join(pairs) if pairs else "")
 
 

@@ -13,6 +13,7 @@ import orjson
 
 from ..config import Settings
 from ..http.caching import ReplyCache, http_date, strong_etag
+from ..search import SearchIndex
 from ..store import Store
 
 T = TypeVar("T")
@@ -44,8 +45,9 @@ class Reply:
 
 
 class ApiState:
-    def __init__(self, store: Store, settings: Settings, health: Health) -> None:
+    def __init__(self, store: Store, search: SearchIndex, settings: Settings, health: Health) -> None:
         self.store = store
+        self.search = search
         self.settings = settings
         self.health = health
         self.cache = ReplyCache(settings.response_cache_bytes)

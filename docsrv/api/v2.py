@@ -94,7 +94,7 @@ class V2Shapes:
             "error": build.error,
             "commit": build.commit,
             "docs_url": self.store.version_url(project, version.slug),
-            "commands": [self.command(c) for c in self.store.commands_of_build.get(build.id, ())],
+            "commands": [self.command(c) for c in self.store.commands_of(build)],
         }
 
     @staticmethod

@@ -7,24 +7,19 @@ line by line, so that every problem is reported with its file and line.
 
 from __future__ import annotations
 
-import gzip
 import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from contextlib import contextmanager
-from typing import BinaryIO
 
 import msgspec
-import zstandard
 
-from ..utils.progress import ReadProgress, progress_bar, wanted
+from ..utils.progress import wanted
+from .commands import CommandFile, index_commands
 from .errors import ProblemList, SnapshotError
-from .records import FORMAT, FORMAT_VERSION, KINDS, Manifest, Record
+from .lines import decoded_blocks, describe
+from .records import FORMAT, FORMAT_VERSION, KINDS, BuildCommand, Manifest, Record
 
-#: The longest line (one record) a snapshot file may hold, and the size of a decoded block.
-MAX_LINE_BYTES = 4 << 20
 #: Endings a record file may have, by how it is compressed.
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 
@@ -38,6 +33,7 @@ class RawSnapshot:
     path: Path
     manifest: Manifest
     records: dict[str, list]
+    commands: CommandFile
     files: dict[str, str]
     seconds: float
 
@@ -59,7 +55,9 @@ def read_snapshot(path: str | Path, *, progress: bool | None = None) -> RawSnaps
     if progress is None:
         progress = wanted()
     records: dict[str, list] = {}
+    counts: dict[str, int] = {}
     files: dict[str, str] = {}
+    commands: CommandFile | None = None
     for kind, cls in KINDS.items():
         found = record_file(directory, kind)
         if not found:
@@ -69,12 +67,19 @@ def read_snapshot(path: str | Path, *, progress: bool | None = None) -> RawSnaps
             problems.add(found[0].name, None, f"ambiguous: also {', '.join(p.name for p in found[1:])}")
             continue
         files[kind] = found[0].name
-        records[kind] = read_records(found[0], cls, problems, progress=progress)
+        if cls is BuildCommand:
+            # With bad builds, every command would name a missing one: leave references unchecked.
+            builds = {b.id: i for i, b in enumerate(records.get("builds", ()))} if not problems else None
+            commands = index_commands(found[0], builds, problems, progress=progress)
+            counts[kind] = commands.total if commands is not None else 0
+        else:
+            records[kind] = read_records(found[0], cls, problems, progress=progress)
+            counts[kind] = len(records[kind])
     if manifest is not None:
-        check_counts(manifest, records, files, problems)
+        check_counts(manifest, counts, files, problems)
     problems.raise_if_any()
-    assert manifest is not None
-    return RawSnapshot(directory, manifest, records, files, time.perf_counter() - started)
+    assert manifest is not None and commands is not None
+    return RawSnapshot(directory, manifest, records, commands, files, time.perf_counter() - started)
 
 
 def read_manifest(directory: Path, problems: ProblemList) -> Manifest | None:
@@ -100,101 +105,24 @@ def read_manifest(directory: Path, problems: ProblemList) -> Manifest | None:
     return manifest
 
 
-def check_counts(manifest: Manifest, records: dict[str, list], files: dict[str, str], problems: ProblemList) -> None:
+def check_counts(manifest: Manifest, counts: dict[str, int], files: dict[str, str], problems: ProblemList) -> None:
     for kind in manifest.counts.keys() - KINDS.keys():
         problems.add("manifest.json", None, f"counts names an unknown kind of record {kind!r}")
-    for kind, items in records.items():
+    for kind, found in counts.items():
         expected = manifest.counts.get(kind)
         if expected is None:
             problems.add("manifest.json", None, f"counts has no entry for {kind!r}")
-        elif expected != len(items):
-            problems.add(
-                files[kind],
-                None,
-                f"holds {len(items)} records but manifest.json counts {expected} (truncated or edited?)",
-            )
+        elif expected != found:
+            problems.add(files[kind], None, f"holds {found} records but manifest.json counts {expected} (truncated or edited?)")
 
 
 def read_records(path: Path, cls: type[Record], problems: ProblemList, *, progress: bool = False) -> list:
     """Decode one JSON Lines file of ``cls`` records; record ``i`` stands on line ``i + 1``."""
-    many = msgspec.json.Decoder(list[cls])
-    one = msgspec.json.Decoder(cls)
     records: list = []
-    first_line = 1
     before = len(problems)
-    try:
-        with open_records(path, progress) as stream:
-            for block in line_blocks(stream, path.name, problems):
-                body = block[:-1] if block.endswith(b"\n") else block
-                lines = body.count(b"\n") + 1
-                try:
-                    decoded = many.decode(b"[" + body.replace(b"\n", b",") + b"]")
-                except msgspec.DecodeError:
-                    decoded = None
-                if decoded is not None and len(decoded) == lines:
-                    records.extend(decoded)
-                else:
-                    decode_lines(body, first_line, one, path.name, problems, records)
-                first_line += lines
-    except (OSError, EOFError, zstandard.ZstdError) as exc:
-        problems.add(path.name, None, f"cannot be read to the end: {exc}")
-    if len(problems) > before:
-        return []
-    return records
-
-
-def decode_lines(body: bytes, first_line: int, decoder, name: str, problems: ProblemList, into: list) -> None:
-    for number, line in enumerate(body.split(b"\n"), start=first_line):
-        if not line.strip():
-            problems.add(name, number, "blank line: every line holds one record")
-            continue
-        try:
-            into.append(decoder.decode(line))
-        except msgspec.DecodeError as exc:
-            problems.add(name, number, describe(exc))
-
-
-def line_blocks(stream: BinaryIO, name: str, problems: ProblemList) -> Iterator[bytes]:
-    """Blocks of whole lines, each at most MAX_LINE_BYTES long; a longer line is a problem."""
-    carry = b""
-    line = 1
-    while True:
-        data = stream.read(MAX_LINE_BYTES)
-        if not data:
-            break
-        end = data.rfind(b"\n")
-        first = data.find(b"\n")
-        if (first if first >= 0 else len(data)) + len(carry) > MAX_LINE_BYTES:
-            problems.add(name, line, f"line is longer than {MAX_LINE_BYTES >> 20} MiB; a record must be shorter")
-            return
-        if end < 0:
-            carry += data
-            continue
-        block = carry + data[: end + 1]
-        carry = data[end + 1 :]
-        line += block.count(b"\n")
-        yield block
-    if carry.strip():
-        yield carry
-
-
-@contextmanager
-def open_records(path: Path, progress: bool) -> Iterator[BinaryIO]:
-    """The decompressed bytes of a record file, with a progress bar over the file when asked."""
-    with open(path, "rb") as raw, progress_bar(path.stat().st_size, f"read {path.name}", progress) as bar:
-        source = ReadProgress(raw, bar) if bar is not None else raw
-        if path.name.endswith(".gz"):
-            yield gzip.GzipFile(fileobj=source, mode="rb")
-        elif path.name.endswith(".zst"):
-            yield zstandard.ZstdDecompressor().stream_reader(source)
-        else:
-            yield source
-
-
-def describe(exc: msgspec.DecodeError) -> str:
-    if isinstance(exc, msgspec.ValidationError):
-        return str(exc)
-    return f"invalid JSON: {exc}"
+    for _block, _line, decoded in decoded_blocks(path, cls, problems, progress=progress):
+        records.extend(decoded)
+    return [] if len(problems) > before else records
 
 
 def line_of_error(data: bytes, exc: msgspec.DecodeError) -> int | None:

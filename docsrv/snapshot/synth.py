@@ -72,7 +72,7 @@ def write_synthetic(out: str | Path, *, scale: str, seed: int = 1, compress: str
     """Write a snapshot of ``scale`` to ``out`` (which must not exist yet); return its counts."""
     out = Path(out)
     if scale == "demo":
-        shutil.copytree(DEMO, out)
+        shutil.copytree(DEMO, out, ignore=shutil.ignore_patterns("index"))
         return msgspec.json.decode((out / "manifest.json").read_bytes(), type=Manifest).counts
     if progress is None:
         progress = wanted()

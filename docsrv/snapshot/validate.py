@@ -2,6 +2,7 @@
 
 Each record's own fields were checked when it was decoded; what is left is what no single
 line can show. Record ``i`` of a file stands on line ``i + 1`` (read_records guarantees it).
+Build commands are checked as they are indexed (see commands.py).
 """
 
 from __future__ import annotations
@@ -54,13 +55,6 @@ def check_snapshot(raw: RawSnapshot) -> None:
         "page path within its version",
         problems,
     )
-
-    build_lines = lines["builds"]
-    for i, command in enumerate(records["build_commands"]):
-        if command.build not in build_lines:
-            problems.add(files["build_commands"], i + 1, f"command {command.id} names build {command.build}, which does not exist")
-        if command.end_time < command.start_time:
-            problems.add(files["build_commands"], i + 1, f"command {command.id} ends before it starts")
 
     if not records["projects"]:
         problems.add(files["projects"], None, "holds no projects: an empty snapshot has nothing to serve")

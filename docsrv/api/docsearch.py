@@ -1,0 +1,116 @@
+"""The search endpoints: v2 doc search (spec 2.6) and v1 file and anchor search (DECISIONS 3, 4).
+
+A search runs in a worker thread, so that a slow query does not hold up the event loop: the
+tantivy parts release the GIL, and the highlighting that follows is short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from ..http.purge import page_keys
+from ..search import Found, fragments, opening
+from .params import last
+from .state import ApiError, ApiState, Reply
+from .v1 import FILE, V1Shapes
+from .v1 import error as v1_error
+from .v2 import NOT_FOUND
+
+HIGHLIGHT_FRAGMENTS = 3
+HIGHLIGHT_WIDTH = 100
+V1_SNIPPET_WIDTH = 200
+
+
+async def in_thread(function, *args):
+    return await asyncio.get_running_loop().run_in_executor(None, function, *args)
+
+
+async def docsearch(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    query = request.query
+    values = {name: (last(query, name) or "").strip() for name in ("project", "version", "q")}
+    missing = {name: ["This query param is required"] for name, value in values.items() if not value}
+    if missing:
+        raise ApiError(400, missing)
+    store = state.store
+    project = store.project_by_slug.get(values["project"])
+    if project is None or (project.id, values["version"]) not in store.version_by_slug:
+        raise ApiError(404, NOT_FOUND)
+    index = state.search
+    found = await in_thread(lambda: index.search_pages(values["q"], project=project.slug, version=values["version"]))
+    hits = []
+    for hit in found.hits:
+        page = store.pages[hit.page_id]
+        marked = fragments(
+            page.text, found, count=HIGHLIGHT_FRAGMENTS, width=HIGHLIGHT_WIDTH, open_tag="<em>", close_tag="</em>", ellipsis=False
+        )
+        hits.append(
+            {
+                "_score": hit.score,
+                "fields": {
+                    "link": store.page_url(page),
+                    "path": [page.path],
+                    "project": [project.slug],
+                    "title": [page.title],
+                    "version": [values["version"]],
+                },
+                "highlight": {"content": marked or [opening(page.text, HIGHLIGHT_WIDTH)]},
+            }
+        )
+    body = {
+        "results": {
+            "hits": {
+                "hits": hits,
+                "max_score": max((hit.score for hit in found.hits), default=0.0),
+                "total": found.total,
+            }
+        }
+    }
+    keys = ["search", "v2", f"project-{project.slug}", f"version-{project.slug}-{values['version']}"]
+    return state.ok(body, keys)
+
+
+def v1_query(request: web.BaseRequest) -> str:
+    q = (last(request.query, "q") or "").strip()
+    if not q:
+        raise v1_error("The 'q' parameter is required.")
+    return q
+
+
+async def file_search(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    q = v1_query(request)
+    store = state.store
+    index = state.search
+    found: Found = await in_thread(index.search_pages, q)
+    shapes = state.shapes(V1Shapes)
+    objects = []
+    keys = ["search", "v1"]
+    for hit in found.hits:
+        page = store.pages[hit.page_id]
+        snippet = fragments(
+            page.text,
+            found,
+            count=1,
+            width=V1_SNIPPET_WIDTH,
+            open_tag='<span class="highlighted">',
+            close_tag="</span>",
+            ellipsis=True,
+        )
+        objects.append({**FILE.render(shapes, page), "text": snippet[0] if snippet else opening(page.text, V1_SNIPPET_WIDTH)})
+        keys.extend(page_keys(store, page))
+    return state.ok({"objects": objects}, keys)
+
+
+async def anchor_search(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    q = v1_query(request)
+    store = state.store
+    index = state.search
+    found = await in_thread(index.search_anchors, q)
+    keys = ["search", "v1"]
+    urls = []
+    for page_id, anchor in found:
+        page = store.pages[page_id]
+        urls.append(f"{store.page_url(page)}#{anchor}")
+        keys.extend(page_keys(store, page))
+    return state.ok({"objects": urls}, keys)

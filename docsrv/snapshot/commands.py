@@ -1,0 +1,106 @@
+"""Build commands stay on disk: the loader checks them and notes where each build's lines are.
+
+Commands are most of a snapshot (three to six a build, each with its output) and are shown
+only inside a build, so holding them as objects would cost more memory than everything else
+together. The loader decodes every line once, to check it, and keeps for each build the byte
+range of its lines; a build's commands are read and decoded when it is rendered. The format
+requires a build's commands to stand on consecutive lines, which is how they are written.
+
+A compressed file is decompressed once into an unnamed temporary file, so reads are plain
+``pread`` calls that forked workers can share.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from operator import attrgetter
+from pathlib import Path
+
+import msgspec
+
+from .errors import ProblemList
+from .lines import decoded_blocks
+from .records import BuildCommand
+
+
+class CommandFile:
+    """The build commands of a snapshot, by build, read from disk on demand."""
+
+    def __init__(self, fd: int, ranges: dict[int, tuple[int, int, int]], total: int) -> None:
+        self._fd = fd
+        #: build id -> (offset, end, how many commands) in the decompressed file.
+        self.ranges = ranges
+        self.total = total
+        self._decoder = msgspec.json.Decoder(list[BuildCommand])
+
+    def of_build(self, build_id: int) -> list[BuildCommand]:
+        """The commands of a build, by start time."""
+        found = self.ranges.get(build_id)
+        if found is None:
+            return []
+        offset, end, _count = found
+        data = os.pread(self._fd, end - offset, offset)
+        commands = self._decoder.decode(b"[" + data.rstrip(b"\n").replace(b"\n", b",") + b"]")
+        commands.sort(key=attrgetter("start_time"))
+        return commands
+
+    def count_of(self, build_id: int) -> int:
+        found = self.ranges.get(build_id)
+        return 0 if found is None else found[2]
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def index_commands(
+    path: Path, builds: dict[int, int] | None, problems: ProblemList, *, progress: bool = False
+) -> CommandFile | None:
+    """Check every command in ``path`` and note the byte range of each build's lines.
+
+    ``builds`` (id -> line) are the builds commands may name; None leaves that unchecked.
+    """
+    name = path.name
+    copy = None if name.endswith(".jsonl") else tempfile.TemporaryFile(prefix="docsrv-commands-")
+    ranges: dict[int, tuple[int, int, int]] = {}
+    before = len(problems)
+    offset = 0  # where the next block starts in the decompressed file
+    current: int | None = None
+    current_start = current_count = total = 0
+    for block, first_line, commands in decoded_blocks(path, BuildCommand, problems, progress=progress):
+        if copy is not None:
+            copy.write(block)
+        position = offset
+        for line, command in enumerate(commands, start=first_line):
+            if command.build != current:
+                if current is not None:
+                    ranges[current] = (current_start, position, current_count)
+                if command.build in ranges:
+                    problems.add(name, line, f"command {command.id} of build {command.build} is not next to the other commands of that build")
+                elif builds is not None and command.build not in builds:
+                    problems.add(name, line, f"command {command.id} names build {command.build}, which does not exist")
+                current, current_start, current_count = command.build, position, 0
+            if command.end_time < command.start_time:
+                problems.add(name, line, f"command {command.id} ends before it starts")
+            current_count += 1
+            newline = block.find(b"\n", position - offset)
+            position = offset + newline + 1 if newline >= 0 else offset + len(block)
+        total = first_line + len(commands) - 1
+        offset += len(block)
+    if current is not None:
+        ranges[current] = (current_start, offset, current_count)
+    if len(problems) > before:
+        if copy is not None:
+            copy.close()
+        return None
+    if copy is None:
+        return CommandFile(os.open(path, os.O_RDONLY), ranges, total)
+    copy.flush()
+    fd = os.dup(copy.fileno())
+    copy.close()
+    return CommandFile(fd, ranges, total)

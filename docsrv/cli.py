@@ -41,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(run=run_serve)
 
+    index = commands.add_parser("index", help="build the search index of a snapshot")
+    index.add_argument("path", type=Path)
+    index.set_defaults(run=run_index)
+
     snapshot = commands.add_parser("snapshot", help="make, check and describe snapshots").add_subparsers(
         dest="snapshot_command", required=True
     )
@@ -54,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     validate = snapshot.add_parser("validate", help="check a snapshot; exit 1 naming every problem")
     validate.add_argument("path", type=Path)
     validate.set_defaults(run=run_validate)
+
+    sphinx = snapshot.add_parser("import-sphinx", help="replace a version's pages by those of a Sphinx HTML build")
+    sphinx.add_argument("html_dir", type=Path, help="the build's output directory (html or dirhtml)")
+    sphinx.add_argument("--into", type=Path, required=True, help="the snapshot to change")
+    sphinx.add_argument("--project", required=True, help="project slug")
+    sphinx.add_argument("--version", required=True, help="version slug")
+    sphinx.add_argument("--layout", choices=["auto", "html", "dirhtml"], default="auto")
+    sphinx.set_defaults(run=run_import_sphinx)
 
     info = snapshot.add_parser("info", help="print a snapshot's manifest and counts")
     info.add_argument("path", type=Path)
@@ -89,6 +101,32 @@ def run_validate(args: argparse.Namespace) -> int:
     store = load_store(args.path)
     counts = ", ".join(f"{n} {kind}" for kind, n in store.counts.items())
     print(f"{args.path}: snapshot {store.name} is good ({counts} public; checked in {store.load_seconds:.2f} s)")
+    return 0
+
+
+def run_import_sphinx(args: argparse.Namespace) -> int:
+    from .snapshot.import_sphinx import import_sphinx
+
+    report = import_sphinx(args.html_dir, args.into, args.project, args.version, layout=args.layout)
+    for path, reason in report.skipped:
+        print(f"skipped {path}: {reason}", file=sys.stderr)
+    print(
+        f"imported {report.pages} pages ({report.layout} layout) into {args.project}/{args.version}, "
+        f"replacing {report.replaced}; skipped {len(report.skipped)}"
+    )
+    return 0
+
+
+def run_index(args: argparse.Namespace) -> int:
+    from .search import build_index, fingerprint, index_directory, write_marker
+    from .store import load_store
+
+    store = load_store(args.path)
+    directory = index_directory(store)
+    seconds = build_index(store, directory)
+    write_marker(directory, fingerprint(store), store)
+    size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+    print(f"indexed {len(store.pages)} pages of {store.name} in {seconds:.1f} s ({size / 2**20:.1f} MiB at {directory})")
     return 0
 
 

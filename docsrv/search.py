@@ -116,6 +116,12 @@ def build_index(store: Store, directory: Path, print_progress: bool | None = Non
     return time.perf_counter() - started
 
 
+def write_marker(directory: Path, digest: str, store: Store) -> None:
+    """Record what the index in ``directory`` was built from."""
+    marker = {"fingerprint": digest, "schema_version": SCHEMA_VERSION, "snapshot": store.name, "pages": len(store.pages)}
+    (directory / FINGERPRINT_FILE).write_text(json.dumps(marker))
+
+
 def index_directory(store: Store) -> Path:
     assert store.path is not None
     return store.path / "index"
@@ -135,7 +141,7 @@ def open_index(store: Store, *, build: bool = True) -> SearchIndex:
             if not build:
                 continue
             seconds = build_index(store, directory)
-            marker.write_text(json.dumps({"fingerprint": want, "schema_version": SCHEMA_VERSION, "pages": len(store.pages)}))
+            write_marker(directory, want, store)
             log.info("built the search index of %s pages in %.1f s at %s", len(store.pages), seconds, directory)
             return SearchIndex(store, tantivy.Index.open(str(directory)))
         except OSError as error:

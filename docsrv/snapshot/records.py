@@ -123,7 +123,8 @@ class Page(Record, frozen=True, gc=False):
 
     project: Id
     version: Id
-    path: Annotated[str, msgspec.Meta(min_length=1)]
+    #: Relative to the version's URL; empty for the root page of a dirhtml build.
+    path: str
     title: str = ""
     sections: tuple[Section, ...] = ()
     text: str = ""

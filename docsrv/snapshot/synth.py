@@ -18,7 +18,7 @@ import msgspec
 
 from ..utils.progress import progress_bar, wanted
 from .records import FORMAT, FORMAT_VERSION, KINDS, Build, BuildCommand, Manifest, Page, Project, Section, User, Version
-from .write import RecordWriter
+from .write import RecordWriter, write_manifest
 
 DEMO = Path(__file__).resolve().parent.parent.parent / "snapshots" / "demo"
 
@@ -96,7 +96,7 @@ def write_synthetic(out: str | Path, *, scale: str, seed: int = 1, compress: str
         counts=counts,
         description=f"Synthetic snapshot, scale {scale}, seed {seed}.",
     )
-    (out / "manifest.json").write_bytes(msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n")
+    write_manifest(out, manifest)
     return counts
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
@@ -10,17 +11,24 @@ from typing import BinaryIO
 import msgspec
 import zstandard
 
+from .records import Manifest
+
 SUFFIX = {"none": ".jsonl", "gz": ".jsonl.gz", "zst": ".jsonl.zst"}
 
 
 class RecordWriter:
-    """Appends records of one kind to ``<kind>.jsonl[.gz|.zst]`` in a snapshot directory."""
+    """Writes records of one kind to ``<kind>.jsonl[.gz|.zst]`` in a snapshot directory.
+
+    The records go to a ``.partial`` file that takes the real name only when the writer is
+    closed without an error, so a reader never sees half a file.
+    """
 
     def __init__(self, directory: Path, kind: str, compress: str = "none") -> None:
         self.path = directory / f"{kind}{SUFFIX[compress]}"
+        self._partial = self.path.with_name(self.path.name + ".partial")
         self.count = 0
         self._encoder = msgspec.json.Encoder()
-        self._raw = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+        self._raw = open(self._partial, "wb")  # noqa: SIM115 - closed in close()
         self._stream: BinaryIO
         if compress == "gz":
             self._stream = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6, mtime=0)
@@ -35,13 +43,24 @@ class RecordWriter:
             self._stream.write(self._encoder.encode_lines(batch))
             self.count += len(batch)
 
-    def close(self) -> None:
+    def close(self, *, keep: bool = True) -> None:
         if self._stream is not self._raw:
             self._stream.close()
         self._raw.close()
+        if keep:
+            os.replace(self._partial, self.path)
+        else:
+            self._partial.unlink(missing_ok=True)
 
     def __enter__(self) -> RecordWriter:
         return self
 
-    def __exit__(self, *exc_info) -> None:
-        self.close()
+    def __exit__(self, kind, value, traceback) -> None:
+        self.close(keep=kind is None)
+
+
+def write_manifest(directory: Path, manifest: Manifest) -> None:
+    """Write ``manifest.json`` in one step (a new file renamed over the old)."""
+    partial = directory / "manifest.json.partial"
+    partial.write_bytes(msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n")
+    os.replace(partial, directory / "manifest.json")

@@ -1,0 +1,174 @@
+"""Pages from a real Sphinx HTML build, in either layout, into one version of a snapshot.
+
+``html`` maps ``install.rst`` to ``install.html``; ``dirhtml`` maps it to ``install/index.html``,
+served at ``install/``. Of each page only the main content is kept: navigation, sidebars,
+tables of contents, scripts, styles and the pilcrows of header links are dropped, and the
+headings are kept apart from the body text (as title and section headings). Parsing uses selectolax (the
+lexbor engine), which reads a large documentation build in seconds.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import msgspec
+from selectolax.lexbor import LexborHTMLParser
+
+from ..utils.progress import progress_bar, wanted
+from .errors import ProblemList
+from .load import read_manifest, read_records, record_file
+from .records import Page, Project, Section, Version
+from .write import SUFFIX, RecordWriter, write_manifest
+
+#: Directories of a Sphinx build that hold no pages.
+SKIP_DIRS = {"_static", "_sources", "_images", "_downloads", "_modules", ".doctrees"}
+#: Generated pages with no text of their own.
+SKIP_PAGES = {"genindex", "search", "py-modindex", "np-modindex", "404"}
+MAIN_CONTENT = ('[role="main"]', "main", "div.body", "article", "div.document")
+NOISE = (
+    "script, style, noscript, template, nav, header, footer, form, a.headerlink, div.sphinxsidebar, "
+    "div.related, div.rst-footer-buttons, div.prev-next-area, div.toc-drawer, div.sidebar-drawer, button, "
+    "div.toctree-wrapper"
+)
+_SPACE = re.compile(r"\s+")
+
+
+class UnreadablePage(Exception):
+    """A page with no main content to take."""
+
+
+@dataclass
+class ImportReport:
+    layout: str
+    pages: int = 0
+    replaced: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def detect_layout(root: Path) -> str:
+    """``dirhtml`` when every content page is an ``index.html`` of its own directory."""
+    names = [p for p in content_files(root) if p.parent != root]
+    if names and all(p.name == "index.html" for p in names):
+        return "dirhtml"
+    return "html"
+
+
+def content_files(root: Path) -> list[Path]:
+    found = []
+    for path in sorted(root.rglob("*.html")):
+        relative = path.relative_to(root)
+        if SKIP_DIRS & set(relative.parts[:-1]):
+            continue
+        stem = relative.parent.name if relative.name == "index.html" and relative.parent.parts else relative.stem
+        if stem in SKIP_PAGES and len(relative.parts) <= 2:
+            continue
+        found.append(path)
+    return found
+
+
+def page_path(relative: PurePosixPath, layout: str) -> str:
+    """The page's path under its version's URL."""
+    if layout == "dirhtml" and relative.name == "index.html":
+        parent = str(relative.parent)
+        return "" if parent == "." else parent + "/"
+    return str(relative)
+
+
+def clean(text: str) -> str:
+    return _SPACE.sub(" ", text).strip()
+
+
+def read_page(html: bytes) -> tuple[str, tuple[Section, ...], str]:
+    """(title, sections, body text) of a Sphinx page."""
+    tree = LexborHTMLParser(html.decode("utf-8"))
+    main = next((node for selector in MAIN_CONTENT if (node := tree.css_first(selector)) is not None), None)
+    if main is None:
+        raise UnreadablePage("no main content (no role=main, main, div.body, article or div.document)")
+    for node in main.css(NOISE):
+        node.decompose()
+    heading = main.css_first("h1")
+    title = clean(heading.text()) if heading is not None else ""
+    if not title:
+        head_title = tree.css_first("title")
+        title = clean(head_title.text()).split(" — ")[0].split(" - ")[0] if head_title is not None else ""
+    sections = []
+    for node in main.css("section[id], div.section[id]"):
+        section_heading = node.css_first("h1, h2, h3, h4, h5, h6")
+        if section_heading is not None:
+            sections.append(Section(id=node.attributes["id"] or "", title=clean(section_heading.text())))
+    # Headings are indexed as the title and section headings, with their own weights.
+    for node in main.css("h1, h2, h3, h4, h5, h6"):
+        node.decompose()
+    return title, tuple(sections), clean(main.text(separator=" "))
+
+
+def import_sphinx(
+    html_dir: str | Path,
+    snapshot: str | Path,
+    project_slug: str,
+    version_slug: str,
+    *,
+    layout: str = "auto",
+    progress: bool | None = None,
+) -> ImportReport:
+    """Replace the pages of one version of ``snapshot`` by the pages of a Sphinx build."""
+    root = Path(html_dir)
+    directory = Path(snapshot)
+    problems = ProblemList(str(directory))
+    if not root.is_dir():
+        problems.add(str(root), None, "not a directory of HTML")
+        problems.raise_if_any()
+    manifest = read_manifest(directory, problems)
+    projects = read_kind(directory, "projects", Project, problems)
+    versions = read_kind(directory, "versions", Version, problems)
+    (pages_file,) = record_file(directory, "pages") or [directory / "pages.jsonl"]
+    pages = read_records(pages_file, Page, problems) if pages_file.exists() else []
+    problems.raise_if_any()
+    assert manifest is not None
+    project = next((p for p in projects if p.slug == project_slug), None)
+    if project is None:
+        problems.add("projects.jsonl", None, f"no project {project_slug!r}")
+        problems.raise_if_any()
+    version = next((v for v in versions if v.project == project.id and v.slug == version_slug), None)
+    if version is None:
+        problems.add("versions.jsonl", None, f"project {project_slug!r} has no version {version_slug!r}")
+        problems.raise_if_any()
+
+    report = ImportReport(detect_layout(root) if layout == "auto" else layout)
+    kept = [p for p in pages if p.version != version.id]
+    report.replaced = len(pages) - len(kept)
+    next_id = max((p.id for p in pages), default=0) + 1
+    files = content_files(root)
+    imported: list[Page] = []
+    with progress_bar(len(files), f"import {root.name}", wanted() if progress is None else progress, unit="page") as bar:
+        for path in files:
+            relative = PurePosixPath(path.relative_to(root).as_posix())
+            try:
+                title, sections, text = read_page(path.read_bytes())
+            except (UnreadablePage, UnicodeDecodeError, OSError) as error:
+                report.skipped.append((str(relative), str(error)))
+            else:
+                imported.append(
+                    Page(id=next_id, project=project.id, version=version.id, path=page_path(relative, report.layout),
+                         title=title, sections=sections, text=text)
+                )
+                next_id += 1
+            if bar is not None:
+                bar.update(1)
+    report.pages = len(imported)
+    compress = next(kind for kind, suffix in SUFFIX.items() if pages_file.name.endswith(suffix))
+    with RecordWriter(directory, "pages", compress) as writer:
+        writer.write(kept)
+        writer.write(imported)
+    write_manifest(directory, msgspec.structs.replace(manifest, counts={**manifest.counts, "pages": len(kept) + len(imported)}))
+    return report
+
+
+def read_kind(directory: Path, kind: str, cls, problems: ProblemList) -> list:
+    found = record_file(directory, kind)
+    if len(found) != 1:
+        problems.add(f"{kind}.jsonl", None, "missing or ambiguous")
+        return []
+    return read_records(found[0], cls, problems)

@@ -1,0 +1,5 @@
+project = "Widgetry"
+author = "The Widgetry authors"
+extensions = []
+html_theme = "alabaster"
+language = "en"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -39,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--response-cache-mb", type=int, default=DEFAULTS.response_cache_bytes >> 20, help="encoded replies kept per worker"
     )
+    serve.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (default: the number of cores)")
+    serve.add_argument("--watch", action="store_true", help="reload when a new snapshot appears at --snapshot")
+    serve.add_argument("--watch-interval", type=float, default=2.0, help="seconds between looks for a new snapshot")
+    serve.add_argument("--access-log", action="store_true", help="write one JSON line per request to standard output")
     serve.set_defaults(run=run_serve)
 
     index = commands.add_parser("index", help="build the search index of a snapshot")
@@ -74,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from .server import DEMO_SNAPSHOT, serve
+    from .server import DEMO_SNAPSHOT
+    from .supervisor import serve
 
     settings = Settings(
         public_url=args.public_url,
@@ -83,8 +89,15 @@ def run_serve(args: argparse.Namespace) -> int:
         stale_if_error=args.stale_if_error,
         response_cache_bytes=args.response_cache_mb << 20,
     )
-    serve(args.snapshot or DEMO_SNAPSHOT, settings, args.host, args.port)
-    return 0
+    return serve(
+        args.snapshot or DEMO_SNAPSHOT,
+        settings,
+        args.host,
+        args.port,
+        workers=args.workers,
+        watch=args.watch_interval if args.watch else None,
+        access_log=args.access_log,
+    )
 
 
 def run_synth(args: argparse.Namespace) -> int:

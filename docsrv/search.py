@@ -127,8 +127,8 @@ def index_directory(store: Store) -> Path:
     return store.path / "index"
 
 
-def open_index(store: Store, *, build: bool = True) -> SearchIndex:
-    """The search index of ``store``: opened when it matches the content, else built first.
+def ensure_index(store: Store) -> Path:
+    """The directory of an index that matches ``store``'s content, built first when there is none.
 
     A snapshot directory that cannot be written to gets its index in a temporary directory.
     """
@@ -137,16 +137,19 @@ def open_index(store: Store, *, build: bool = True) -> SearchIndex:
         marker = directory / FINGERPRINT_FILE
         try:
             if marker.exists() and json.loads(marker.read_text()).get("fingerprint") == want:
-                return SearchIndex(store, tantivy.Index.open(str(directory)))
-            if not build:
-                continue
+                return directory
             seconds = build_index(store, directory)
             write_marker(directory, want, store)
             log.info("built the search index of %s pages in %.1f s at %s", len(store.pages), seconds, directory)
-            return SearchIndex(store, tantivy.Index.open(str(directory)))
-        except OSError as error:
+            return directory
+        except (OSError, ValueError) as error:
             log.warning("cannot use %s for the search index: %s", directory, error)
     raise RuntimeError("no usable directory for the search index")
+
+
+def open_index(store: Store, directory: Path | None = None) -> SearchIndex:
+    """Open the index of ``store`` (found or built by ensure_index when no directory is given)."""
+    return SearchIndex(store, tantivy.Index.open(str(directory or ensure_index(store))))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,17 @@
-"""Running docsrv: load a snapshot, listen, answer until told to stop."""
+"""One serving process: the aiohttp server over a loaded snapshot, until told to stop.
+
+``serve_worker`` is what each worker forked by the supervisor runs; ``running_server`` starts
+the same server inside the calling process, for tools and tests.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,8 +19,9 @@ from pathlib import Path
 from aiohttp import web
 
 from .api.app import init_server
-from .api.state import ApiState, Health, Live
+from .api.state import ApiState, Live
 from .config import Settings
+from .runtime import Runtime
 from .search import open_index
 from .store import Store, load_store
 
@@ -22,7 +29,8 @@ log = logging.getLogger("docsrv")
 
 DEMO_SNAPSHOT = Path(__file__).resolve().parent.parent / "snapshots" / "demo"
 
-#: Limits for hostile clients: the longest request line and header the parser accepts.
+#: Limits for hostile clients: the longest request line and header the parser takes, how
+#: many headers, and how long an idle keep-alive connection is kept.
 SERVER_LIMITS = {
     "max_line_size": 8190,
     "max_field_size": 8190,
@@ -30,57 +38,72 @@ SERVER_LIMITS = {
     "keepalive_timeout": 15.0,
     "access_log": None,
 }
+#: How long a stopping worker lets requests in flight finish.
+DRAIN_SECONDS = 20.0
 
 
-def make_live(store: Store, settings: Settings) -> Live:
-    return Live(ApiState(store, open_index(store), settings, Health()))
-
-
-async def start(live: Live, host: str, port: int, *, sock: socket.socket | None = None) -> web.ServerRunner:
+async def start(live: Live, sock: socket.socket) -> web.ServerRunner:
     server = init_server(live, **SERVER_LIMITS)
-    runner = web.ServerRunner(server, handle_signals=False)
+    runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=DRAIN_SECONDS)
     await runner.setup()
-    site = web.SockSite(runner, sock) if sock is not None else web.TCPSite(runner, host, port, reuse_port=True)
-    await site.start()
+    await web.SockSite(runner, sock).start()
     return runner
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket with SO_REUSEPORT, so a second docsrv can take the port over."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if hasattr(socket, "SO_REUSEPORT"):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
 
 
 @asynccontextmanager
 async def running_server(snapshot: str | Path, settings: Settings | None = None) -> AsyncIterator[str]:
     """A real server on a free loopback port for the duration of the block; yields its base URL."""
-    live = make_live(load_store(snapshot, progress=False), settings or Settings())
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    runner = await start(live, "127.0.0.1", port, sock=sock)
+    store = load_store(snapshot, progress=False)
+    live = Live(ApiState(store, open_index(store), settings or Settings(), Runtime()))
+    sock = listening_socket("127.0.0.1", 0)
+    runner = await start(live, sock)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         await runner.cleanup()
 
 
-async def serve_forever(store: Store, settings: Settings, host: str, port: int) -> None:
-    live = make_live(store, settings)
-    runner = await start(live, host, port)
-    counts = ", ".join(f"{n} {kind}" for kind, n in store.counts.items())
-    log.info(
-        "serving snapshot %s on http://%s:%d (%s; loaded in %.2f s)", store.name, host, port, counts, store.load_seconds
-    )
+async def serve_worker(store: Store, index_dir: Path, settings: Settings, sock: socket.socket, runtime: Runtime, ready_fd: int) -> None:
+    """Serve ``store`` on ``sock`` until SIGTERM or SIGINT; then drain and return."""
+    live = Live(ApiState(store, open_index(store, index_dir), settings, runtime))
+    runner = await start(live, sock)
+    os.write(ready_fd, b"R")
+    os.close(ready_fd)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    flusher = asyncio.create_task(flush_every_second(runtime))
     await stop.wait()
-    log.info("stopping: finishing requests in flight")
-    await runner.cleanup()
+    flusher.cancel()
+    await runner.cleanup()  # stops accepting, lets requests in flight finish, closes idle connections
+    runtime.metrics.flush()
+    sys.stdout.flush()
 
 
-def serve(snapshot: str | Path, settings: Settings, host: str, port: int) -> None:
-    store = load_store(snapshot)
-    run(serve_forever(store, settings, host, port))
+async def flush_every_second(runtime: Runtime) -> None:
+    while True:
+        await asyncio.sleep(1.0)
+        runtime.metrics.flush()
+        if runtime.access_log:
+            sys.stdout.flush()
 
 
 def run(main) -> None:
+    """Run a coroutine on uvloop where it is installed."""
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency where it builds

@@ -20,15 +20,15 @@ def test_document_is_openapi_3_1_and_names_every_route(document):
 
 def test_every_operation_has_an_example_unless_it_is_live(document):
     for template, item in document["paths"].items():
-        content = item["get"]["responses"]["200"]["content"]["application/json"]
-        assert ("example" in content) is (template not in LIVE), template
+        content = item["get"]["responses"]["200"]["content"]
+        assert ("example" in content.get("application/json", {})) is (template not in LIVE), template
 
 
 def test_every_example_is_the_real_response(document, start_server):
     server = start_server("--public-url", EXAMPLES_PUBLIC_URL)
     checked = 0
     for template, item in document["paths"].items():
-        content = item["get"]["responses"]["200"]["content"]["application/json"]
+        content = item["get"]["responses"]["200"]["content"].get("application/json", {})
         if "example" not in content:
             continue
         assert server.json(example_request(template)) == content["example"], (
@@ -65,6 +65,6 @@ def test_examples_follow_their_schemas(document):
                 check(item, schema["items"], f"{where}[{index}]")
 
     for template, item in document["paths"].items():
-        content = item["get"]["responses"]["200"]["content"]["application/json"]
+        content = item["get"]["responses"]["200"]["content"].get("application/json", {})
         if "example" in content:
             check(content["example"], content["schema"], template)

@@ -9,14 +9,16 @@ for a ready reply under its path and query; only a miss reaches a handler.
 from __future__ import annotations
 
 import logging
+from time import perf_counter
 from urllib.parse import quote
 
 from aiohttp import hdrs, web
 
 from ..http.caching import not_modified
+from ..http.compression import choose
 from . import docsearch, openapi, ops, v1, v2
 from .routing import Route, Router
-from .state import ApiError, ApiState, Live, Reply
+from .state import ALLOW, ApiError, ApiState, Live, Reply
 
 log = logging.getLogger("docsrv")
 
@@ -51,18 +53,12 @@ ROUTES = (
     Route("/api/v1/version/{id}", v1.version_detail),
     Route("/healthz", ops.healthz),
     Route("/readyz", ops.readyz),
+    Route("/metrics", ops.metrics),
     Route("/openapi.json", openapi.document),
 )
 
 ROUTER = Router(ROUTES)
 
-ALLOW = "GET, HEAD, OPTIONS"
-PREFLIGHT = {
-    "Access-Control-Allow-Methods": ALLOW,
-    "Access-Control-Allow-Headers": "*",
-    "Access-Control-Max-Age": "86400",
-    "Allow": ALLOW,
-}
 
 
 class Dispatcher:
@@ -72,8 +68,10 @@ class Dispatcher:
         self.live = live
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
+        started = perf_counter()
         state = self.live.state
         method = request.method
+        status = None
         if method == "GET" or method == "HEAD":
             raw = request.raw_path
             key = raw if state.fixed_base else (request.scheme, request.host, raw)
@@ -82,23 +80,37 @@ class Dispatcher:
                 reply = await self.answer(request, state)
                 if reply.etag is not None:
                     state.cache.put(key, reply)
-            if reply.etag is not None:
-                headers = request.headers
-                if (hdrs.IF_NONE_MATCH in headers or hdrs.IF_MODIFIED_SINCE in headers) and not_modified(
-                    headers, reply.etag, state.last_modified
-                ):
-                    return web.Response(status=304, headers=reply.headers_304)
+            headers = request.headers
+            if reply.compressible:
+                coding = choose(headers.get(hdrs.ACCEPT_ENCODING, ""))
+                if coding is not None:
+                    reply = reply.variant(coding)
+            if reply.etag is not None and (hdrs.IF_NONE_MATCH in headers or hdrs.IF_MODIFIED_SINCE in headers):
+                if not_modified(headers, reply.etag, state.last_modified):
+                    status = 304
+                    response = web.Response(status=304, headers=reply.headers_304)
         elif method == "OPTIONS":
-            reply = state.empty(204, PREFLIGHT)
+            reply = state.preflight
         else:
             reply = state.uncached(405, {"detail": f'Method "{method}" not allowed.'}, {"Allow": ALLOW})
-        return web.Response(body=reply.body, status=reply.status, headers=reply.headers)
+            reply.route = "method not allowed"
+        if status is None:
+            status = reply.status
+            response = web.Response(body=reply.body, status=status, headers=reply.headers)
+        runtime = state.runtime
+        elapsed = perf_counter() - started
+        runtime.metrics.observe(reply.route, status, elapsed)
+        if runtime.access_log:
+            runtime.log_access(request, status, len(reply.body) if status != 304 else 0, elapsed, reply.route, state.store.name)
+        return response
 
     async def answer(self, request: web.BaseRequest, state: ApiState) -> Reply:
         path = request.path
         found = ROUTER.match(path)
         if found is None:
-            return self.unrouted(request, state)
+            reply = self.unrouted(request, state)
+            reply.route = "unmatched"
+            return reply
         route, params = found
         try:
             reply = await route.handler(request, state, params)
@@ -120,7 +132,6 @@ class Dispatcher:
                 location += "?" + request.rel_url.raw_query_string
             return state.uncached(301, {"detail": "Moved permanently.", "location": location}, {"Location": location})
         return state.uncached(404, v2.NOT_FOUND)
-
 
 def init_server(live: Live, **kwargs) -> web.Server:
     """The low-level aiohttp server answering every route above from ``live``."""

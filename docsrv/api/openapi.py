@@ -119,6 +119,8 @@ SCHEMAS: dict[str, dict] = {
             "age_seconds": INTEGER,
             "load_seconds": {"type": "number"},
             "counts": {"type": "object", "additionalProperties": INTEGER},
+            "worker": INTEGER,
+            "workers": INTEGER,
             "reloads": INTEGER,
             "reload_failures": INTEGER,
             "last_reload_error": {"type": ["string", "null"]},
@@ -380,13 +382,21 @@ PATHS: dict[str, dict] = {
         json_response("A snapshot is loaded.", ref("Ready")),
         tag="operations",
     ),
+    "/metrics": {
+        "get": {
+            "summary": "Prometheus metrics of every worker: requests, latency, snapshot, reloads.",
+            "tags": ["operations"],
+            "parameters": [],
+            "responses": {"200": {"description": "Prometheus text format 0.0.4.", "content": {"text/plain": {"schema": STRING}}}},
+        }
+    },
     "/openapi.json": operation(
         "This document.", [], json_response("The OpenAPI document.", {"type": "object"}), tag="operations"
     ),
 }
 
 #: Operations whose responses change from moment to moment, so they have no example.
-LIVE = {"/healthz", "/readyz", "/openapi.json"}
+LIVE = {"/healthz", "/readyz", "/metrics", "/openapi.json"}
 
 
 def example_request(template: str) -> str:

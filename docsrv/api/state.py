@@ -13,6 +13,8 @@ import orjson
 
 from ..config import Settings
 from ..http.caching import ReplyCache, http_date, strong_etag
+from ..http.compression import MIN_SIZE, compress
+from ..runtime import Runtime
 from ..search import SearchIndex
 from ..store import Store
 
@@ -32,7 +34,7 @@ class ApiError(Exception):
 class Reply:
     """A response ready to send: status, encoded body, and every header that goes with it."""
 
-    __slots__ = ("status", "body", "etag", "headers", "headers_304", "route")
+    __slots__ = ("status", "body", "etag", "headers", "headers_304", "route", "compressible", "_variants")
 
     def __init__(self, status: int, body: bytes, headers: dict[str, str], *, etag: str | None = None) -> None:
         self.status = status
@@ -42,14 +44,40 @@ class Reply:
         #: The route template that answered, set by the dispatcher (a label for metrics).
         self.route = ""
         self.headers_304 = {k: v for k, v in headers.items() if k != "Content-Type"} if etag else headers
+        self.compressible = etag is not None and len(body) > MIN_SIZE
+        self._variants: dict[str, Reply] | None = None
+
+    def variant(self, coding: str) -> Reply:
+        """This reply compressed with ``coding``, made on first use and kept."""
+        variants = self._variants
+        if variants is None:
+            variants = self._variants = {}
+        found = variants.get(coding)
+        if found is None:
+            assert self.etag is not None
+            etag = f'{self.etag[:-1]}-{coding}"'
+            headers = {**self.headers, "Content-Encoding": coding, "ETag": etag}
+            found = variants[coding] = Reply(self.status, compress(self.body, coding), headers, etag=etag)
+            found.route = self.route
+        return found
+
+
+ALLOW = "GET, HEAD, OPTIONS"
+#: The answer to a CORS preflight: any origin may read, with any request header.
+PREFLIGHT = {
+    "Access-Control-Allow-Methods": ALLOW,
+    "Access-Control-Allow-Headers": "*",
+    "Access-Control-Max-Age": "86400",
+    "Allow": ALLOW,
+}
 
 
 class ApiState:
-    def __init__(self, store: Store, search: SearchIndex, settings: Settings, health: Health) -> None:
+    def __init__(self, store: Store, search: SearchIndex, settings: Settings, runtime: Runtime) -> None:
         self.store = store
         self.search = search
         self.settings = settings
-        self.health = health
+        self.runtime = runtime
         self.cache = ReplyCache(settings.response_cache_bytes)
         self.last_modified = store.created_at
         self.fixed_base = settings.public_url.rstrip("/") if settings.public_url else None
@@ -66,6 +94,8 @@ class ApiState:
         }
         self._error = {**self._common, "Cache-Control": "no-cache"}
         self._shapes: dict[type, object] = {}
+        self.preflight = self.empty(204, PREFLIGHT)
+        self.preflight.route = "preflight"
 
     def shapes(self, cls: type[T]) -> T:
         """The renderer ``cls(store)`` of this snapshot, made once."""
@@ -86,20 +116,15 @@ class ApiState:
         """A reply no cache should keep: errors, and live facts such as health."""
         return Reply(status, orjson.dumps(data, option=orjson.OPT_UTC_Z), {**self._error, **(headers or {})})
 
+    def text(self, status: int, body: bytes, content_type: str) -> Reply:
+        """A reply in another format than JSON (the Prometheus metrics), never cached."""
+        return Reply(status, body, {**self._error, "Content-Type": content_type})
+
     def empty(self, status: int, headers: dict[str, str]) -> Reply:
         """A reply with no body (a CORS preflight)."""
         reply = Reply(status, b"", {**self._common, **headers})
         del reply.headers["Content-Type"]
         return reply
-
-
-class Health:
-    """How the replica has fared since it started; shared by every state it serves in turn."""
-
-    def __init__(self) -> None:
-        self.reloads = 0
-        self.reload_failures = 0
-        self.last_reload_error: str | None = None
 
 
 class Live:

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,18 +49,26 @@ class Server:
             cwd=ROOT,
         )
         self.log: list[str] = []
+        self._reader = threading.Thread(target=self._read_output, daemon=True)
+        self._reader.start()
         self.wait_for("serving snapshot")
 
-    def wait_for(self, text: str, timeout: float = 60.0) -> str:
-        deadline = time.monotonic() + timeout
+    def _read_output(self) -> None:
+        """Keep reading the server's output, so that it never blocks on a full pipe."""
         assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.log.append(line.decode(errors="replace"))
+
+    def wait_for(self, text: str, timeout: float = 60.0, start: int = 0) -> str:
+        """The first line of output from line ``start`` on that holds ``text``."""
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            line = self.process.stdout.readline().decode()
-            if not line:
-                raise AssertionError(f"server exited ({self.process.wait()}):\n" + "".join(self.log))
-            self.log.append(line)
-            if text in line:
-                return line
+            for line in self.log[start:]:
+                if text in line:
+                    return line
+            if self.process.poll() is not None and not self._reader.is_alive():
+                raise AssertionError(f"server exited ({self.process.returncode}):\n" + "".join(self.log))
+            time.sleep(0.02)
         raise AssertionError(f"no {text!r} within {timeout} s:\n" + "".join(self.log))
 
     def request(self, path: str, *, method: str = "GET", headers: dict[str, str] | None = None) -> Response:
@@ -81,11 +90,9 @@ class Server:
 
     def stop(self) -> int:
         self.process.terminate()
-        try:
-            return self.process.wait(timeout=30)
-        finally:
-            if self.process.stdout:
-                self.process.stdout.close()
+        code = self.process.wait(timeout=60)
+        self._reader.join(timeout=5)
+        return code
 
 
 @pytest.fixture(scope="session")

@@ -67,6 +67,7 @@ def read_snapshot(path: str | Path, *, progress: bool | None = None) -> RawSnaps
             problems.add(found[0].name, None, f"ambiguous: also {', '.join(p.name for p in found[1:])}")
             continue
         files[kind] = found[0].name
+        before = len(problems)
         if cls is BuildCommand:
             # With bad builds, every command would name a missing one: leave references unchecked.
             builds = {b.id: i for i, b in enumerate(records.get("builds", ()))} if not problems else None
@@ -75,6 +76,8 @@ def read_snapshot(path: str | Path, *, progress: bool | None = None) -> RawSnaps
         else:
             records[kind] = read_records(found[0], cls, problems, progress=progress)
             counts[kind] = len(records[kind])
+        if len(problems) > before:
+            del counts[kind]  # a file with bad lines has no count worth comparing
     if manifest is not None:
         check_counts(manifest, counts, files, problems)
     problems.raise_if_any()

@@ -40,6 +40,9 @@ SERVER_LIMITS = {
 }
 #: How long a stopping worker lets requests in flight finish.
 DRAIN_SECONDS = 20.0
+#: How long a stopping worker waits, once it no longer accepts, for requests on connections it
+#: has just accepted.
+ACCEPTED_GRACE_SECONDS = 0.5
 
 
 async def start(live: Live, sock: socket.socket) -> web.ServerRunner:
@@ -89,7 +92,13 @@ async def serve_worker(store: Store, index_dir: Path, settings: Settings, sock: 
     flusher = asyncio.create_task(flush_every_second(runtime))
     await stop.wait()
     flusher.cancel()
-    await runner.cleanup()  # stops accepting, lets requests in flight finish, closes idle connections
+    # Stop accepting first, then give connections just accepted a moment to send their request:
+    # cleanup closes every connection that is idle, and one that was accepted a moment ago and
+    # has not sent its request yet looks idle.
+    for site in list(runner.sites):
+        await site.stop()
+    await asyncio.sleep(ACCEPTED_GRACE_SECONDS)
+    await runner.cleanup()  # lets requests in flight finish, closes idle keep-alive connections
     runtime.metrics.flush()
     sys.stdout.flush()
 

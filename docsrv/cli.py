@@ -72,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     sphinx.add_argument("--layout", choices=["auto", "html", "dirhtml"], default="auto")
     sphinx.set_defaults(run=run_import_sphinx)
 
+    dump = snapshot.add_parser("import-dump", help="write a snapshot from Django dumpdata files of the hosting service")
+    dump.add_argument("dumps", type=Path, nargs="+", help="dumpdata output: a JSON list, or JSON Lines")
+    dump.add_argument("--out", type=Path, required=True, help="the snapshot directory to create")
+    dump.add_argument("--name", default=None, help="the snapshot's name (default: the first dump's file name)")
+    dump.add_argument("--public-url", default="https://docs.example.org", help="base URL of the hosted documentation")
+    dump.set_defaults(run=run_import_dump)
+
     info = snapshot.add_parser("info", help="print a snapshot's manifest and counts")
     info.add_argument("path", type=Path)
     info.set_defaults(run=run_info)
@@ -127,6 +134,17 @@ def run_import_sphinx(args: argparse.Namespace) -> int:
         f"imported {report.pages} pages ({report.layout} layout) into {args.project}/{args.version}, "
         f"replacing {report.replaced}; skipped {len(report.skipped)}"
     )
+    return 0
+
+
+def run_import_dump(args: argparse.Namespace) -> int:
+    from .snapshot.import_dump import import_dump
+
+    report = import_dump(args.dumps, args.out, name=args.name, public_url=args.public_url)
+    print(f"wrote {args.out}: " + ", ".join(f"{n} {kind}" for kind, n in report.counts.items()))
+    if report.skipped:
+        skipped = ", ".join(f"{model} ({n})" for model, n in report.skipped.most_common())
+        print(f"skipped {sum(report.skipped.values())} records of models docsrv does not know: {skipped}")
     return 0
 
 

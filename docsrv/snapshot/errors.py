@@ -22,12 +22,12 @@ class Problem:
 class SnapshotError(Exception):
     """A snapshot that cannot be served, with every problem found in it."""
 
-    def __init__(self, path: str, problems: list[Problem]) -> None:
+    def __init__(self, path: str, problems: list[Problem], *, what: str = "snapshot") -> None:
         self.path = path
         self.problems = problems
         shown = "\n".join(f"  {p}" for p in problems)
         more = " (and maybe more)" if len(problems) >= MAX_PROBLEMS else ""
-        super().__init__(f"snapshot {path} has {len(problems)} problem(s){more}:\n{shown}")
+        super().__init__(f"{what} {path} has {len(problems)} problem(s){more}:\n{shown}")
 
 
 class ProblemList(list[Problem]):

@@ -7,7 +7,7 @@ SNAPSHOT ?= snapshots/demo
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: serve test install clean
+.PHONY: serve test install clean bench bench-full
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,14 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# Quick (under 10 minutes): every system and endpoint class on the small snapshot.
+bench: $(STAMP)
+	$(BIN)/python bench/run.py --scale small --duration 3 --runs 3 --memory
+
+# The full comparison on the medium snapshot, longer runs.
+bench-full: $(STAMP)
+	$(BIN)/python bench/run.py --scale medium --duration 10 --runs 3 --warmup 3 --memory
 
 clean:
 	rm -rf $(VENV) build *.egg-info

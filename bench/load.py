@@ -45,9 +45,13 @@ def main() -> None:
     parser.add_argument("--scale", default="large", choices=["demo", "small", "medium", "large"])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--path", type=Path, default=None, help="measure this snapshot instead of a synthetic one")
     args = parser.parse_args()
-    path = HERE.parent / "snapshots" / "demo" if args.scale == "demo" else snapshot_for(args.scale, args.seed)
-    size = sum(p.stat().st_size for p in path.iterdir())
+    if args.path is not None:
+        path = args.path
+    else:
+        path = HERE.parent / "snapshots" / "demo" if args.scale == "demo" else snapshot_for(args.scale, args.seed)
+    size = sum(p.stat().st_size for p in path.iterdir() if p.is_file())
     for run in range(args.runs):
         out = subprocess.run([sys.executable, "-c", MEASURE, str(path)], check=True, capture_output=True, text=True)
         result = json.loads(out.stdout)

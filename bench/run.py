@@ -1,0 +1,513 @@
+"""docsrv against the systems people use instead, side by side, in one run.
+
+    python bench/run.py [--scale small] [--duration 3] [--runs 3] [--systems ...] [--endpoints ...]
+
+Every system serves the same data from the same snapshot, pinned to one core while wrk runs
+on the other, through a Lua script that rotates through real URLs of each endpoint class with
+a realistic skew (most requests go to the popular projects). After a warm-up, each cell is
+measured several times; the median and the spread are reported, with the ratio of docsrv to
+each peer. The run installs what it needs (wrk and nginx from Debian's packages, the peers in
+their own virtual environment under bench/work/) and stops everything it starts.
+
+Results: bench/results/<date>-<scale>.md and .json, and a PNG chart of requests per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+WORK = HERE / "work"
+RESULTS = HERE / "results"
+PEERS_VENV = WORK / "venv-peers"
+PEER_PACKAGES = ["datasette", "django", "djangorestframework", "django-filter", "gunicorn", "matplotlib"]
+
+CLASSES = {
+    "project_detail": "v2 project detail",
+    "version_list": "v2 filtered version list page",
+    "deep_offset": "v2 deep offset page",
+    "active_versions": "active_versions",
+    "build_detail": "build detail with commands",
+    "v1_project": "v1 project by slug",
+    "v1_list": "v1 list",
+    "docsearch": "docsearch",
+    "revalidate": "304 revalidation",
+}
+SYSTEMS = ("docsrv", "nginx", "ceiling", "datasette", "drf")
+SYSTEM_NAMES = {
+    "docsrv": "docsrv (1 worker)",
+    "nginx": "nginx, static files (1 worker)",
+    "ceiling": "minimal aiohttp, pre-encoded bodies",
+    "datasette": "Datasette, SQLite immutable",
+    "drf": "Django REST framework, gunicorn, SQLite",
+}
+URLS_PER_CLASS = 200
+
+
+# Set-up: tools, peers, data.
+
+
+def ensure_tools() -> None:
+    missing = [name for name, package in (("wrk", "wrk"), ("nginx", "nginx-light")) if shutil.which(name) is None]
+    if missing:
+        packages = {"wrk": "wrk", "nginx": "nginx-light"}
+        run(["apt-get", "update", "-qq"])
+        run(["apt-get", "install", "-y", "-qq", *(packages[m] for m in missing)], env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+
+
+def ensure_peers() -> None:
+    if not (PEERS_VENV / "bin" / "gunicorn").exists() or not (PEERS_VENV / "bin" / "datasette").exists():
+        WORK.mkdir(exist_ok=True)
+        run([sys.executable, "-m", "venv", str(PEERS_VENV)])
+        run([str(PEERS_VENV / "bin" / "pip"), "install", "-q", *PEER_PACKAGES])
+
+
+def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(command, check=True, **kwargs)
+
+
+def snapshot_path(scale: str, seed: int) -> Path:
+    if scale == "demo":
+        return ROOT / "snapshots" / "demo"
+    path = WORK / f"synth-{scale}-{seed}"
+    if not (path / "manifest.json").exists():
+        WORK.mkdir(exist_ok=True)
+        run([sys.executable, "-m", "docsrv", "snapshot", "synth", "--out", str(path), "--scale", scale, "--seed", str(seed)])
+    return path
+
+
+def sqlite_path(snapshot: Path) -> Path:
+    path = WORK / f"{snapshot.name}" / "snapshot.sqlite"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        run([sys.executable, str(HERE / "peers" / "export_sqlite.py"), str(snapshot), str(path)])
+    return path
+
+
+# The URLs of each endpoint class, with the skew of real traffic.
+
+
+@dataclass
+class Workload:
+    """For each class, the items requested (in skewed order), and each system's URL for an item."""
+
+    items: dict[str, list[tuple]] = field(default_factory=dict)
+
+    @staticmethod
+    def sample(snapshot: Path, seed: int) -> Workload:
+        from docsrv.store import load_store
+
+        store = load_store(snapshot, progress=False)
+        rng = random.Random(seed)
+        projects = store.projects_ordered
+        weights = [len(store.builds_of_project.get(p.id, ())) + 1 for p in projects]
+        popular = rng.choices(projects, weights=weights, k=URLS_PER_CLASS)
+        builds = store.builds_ordered
+        with_versions = [p for p in popular if store.versions_of_project.get(p.id)]
+        items = {
+            "project_detail": [(p.id,) for p in popular],
+            "version_list": [(p.slug, rng.choice((0, 10, 20))) for p in with_versions],
+            "deep_offset": [(rng.randrange(len(builds) // 2, max(len(builds) - 10, len(builds) // 2 + 1)),) for _ in popular],
+            "active_versions": [(p.id,) for p in popular],
+            "build_detail": [(rng.choice(store.builds_of_project[p.id]).id,) for p in popular if store.builds_of_project.get(p.id)],
+            "v1_project": [(p.slug,) for p in popular],
+            "v1_list": [(rng.randrange(0, max(len(store.versions_ordered) // 20, 1)) * 20,) for _ in popular],
+            "revalidate": [(p.id,) for p in popular],
+        }
+        pages = [page for page in (rng.choice(store.pages_ordered) for _ in range(URLS_PER_CLASS))] if store.pages_ordered else []
+        items["docsearch"] = [
+            (store.projects[pg.project].slug, store.versions[pg.version].slug, " ".join(pg.title.split()[:2]).lower() or "docs")
+            for pg in pages
+        ]
+        return Workload(items)
+
+    def url(self, system: str, kind: str, item: tuple, index: int) -> str | None:
+        if system in ("nginx", "ceiling"):
+            return None if (system == "ceiling" and kind == "revalidate") else f"/r/{kind}/{index}.json"
+        if system == "datasette":
+            return datasette_url(kind, item)
+        if system == "drf" and kind == "docsearch":
+            return None
+        return docsrv_url(kind, item)
+
+
+def docsrv_url(kind: str, item: tuple) -> str:
+    return {
+        "project_detail": lambda i: f"/api/v2/project/{i[0]}/",
+        "version_list": lambda i: f"/api/v2/version/?project__slug={i[0]}&limit=10&offset={i[1]}",
+        "deep_offset": lambda i: f"/api/v2/build/?limit=10&offset={i[0]}",
+        "active_versions": lambda i: f"/api/v2/project/{i[0]}/active_versions/",
+        "build_detail": lambda i: f"/api/v2/build/{i[0]}/",
+        "v1_project": lambda i: f"/api/v1/project/{i[0]}/",
+        "v1_list": lambda i: f"/api/v1/version/?limit=20&offset={i[0]}",
+        "docsearch": lambda i: f"/api/v2/docsearch/?project={i[0]}&version={quote(i[1])}&q={quote(i[2])}",
+        "revalidate": lambda i: f"/api/v2/project/{i[0]}/",
+    }[kind](item)
+
+
+def datasette_url(kind: str, item: tuple) -> str | None:
+    """The nearest Datasette URL: table and row views, and canned queries where a view has none."""
+    return {
+        "project_detail": lambda i: f"/snapshot/projects/{i[0]}.json?_shape=object",
+        "version_list": lambda i: f"/snapshot/version_page.json?slug={i[0]}&limit=10&offset={i[1]}&_shape=objects",
+        "deep_offset": lambda i: f"/snapshot/build_page.json?limit=10&offset={i[0]}&_shape=objects",
+        "active_versions": lambda i: f"/snapshot/active_versions.json?project={i[0]}&_shape=objects",
+        "build_detail": lambda i: f"/snapshot/build_detail.json?id={i[0]}&_shape=objects",
+        "v1_project": lambda i: f"/snapshot/projects.json?slug={i[0]}&_shape=objects",
+        "v1_list": lambda i: "/snapshot/versions.json?_size=20&_shape=objects",
+        "docsearch": lambda i: None,
+        "revalidate": lambda i: None,
+    }[kind](item)
+
+
+# Running systems.
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def pinned(command: list[str], core: int) -> list[str]:
+    return ["taskset", "-c", str(core), *command] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else command
+
+
+class System:
+    """A peer or docsrv, started for real on a free port, and stopped with its whole process group."""
+
+    def __init__(self, name: str, command: list[str], port: int, *, env: dict | None = None, cwd: Path | None = None) -> None:
+        self.name = name
+        self.port = port
+        self.process = subprocess.Popen(
+            pinned(command, 1), env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=open(WORK / f"{name}.log", "wb"),  # noqa: SIM115
+        )
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{name} exited at start; see {WORK / (name + '.log')}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"{name} did not start listening within 180 s")
+
+    def get(self, path: str, headers: dict | None = None) -> tuple[int, dict, bytes]:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", headers=headers or {})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, dict(response.headers), response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, dict(error.headers), error.read()
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+
+def start(name: str, snapshot: Path, database: Path, bodies: Path) -> System:
+    port = free_port()
+    if name == "docsrv":
+        return System(name, [sys.executable, "-m", "docsrv", "serve", "--snapshot", str(snapshot), "--port", str(port), "--workers", "1",
+                             "--response-cache-mb", "1024"], port)
+    if name == "ceiling":
+        return System(name, [sys.executable, str(HERE / "peers" / "ceiling.py"), str(port), str(bodies)], port)
+    if name == "nginx":
+        prefix = WORK / "nginx"
+        prefix.mkdir(exist_ok=True)
+        (prefix / "nginx.conf").write_text(
+            f"user root;\nworker_processes 1;\ndaemon off;\npid {prefix}/nginx.pid;\nerror_log stderr;\n"
+            "events { worker_connections 4096; }\n"
+            "http {\n  access_log off;\n  default_type application/json;\n"
+            f"  client_body_temp_path {prefix}/tmp;\n  proxy_temp_path {prefix}/tmp;\n  fastcgi_temp_path {prefix}/tmp;\n"
+            f"  uwsgi_temp_path {prefix}/tmp;\n  scgi_temp_path {prefix}/tmp;\n"
+            f"  server {{ listen 127.0.0.1:{port}; root {bodies}; location / {{ try_files $uri =404; }} }}\n}}\n"
+        )
+        (prefix / "tmp").mkdir(exist_ok=True)
+        return System(name, ["nginx", "-p", str(prefix), "-c", str(prefix / "nginx.conf")], port)
+    if name == "datasette":
+        return System(name, [str(PEERS_VENV / "bin" / "datasette"), "serve", "--immutable", str(database), "--port", str(port),
+                             "--metadata", str(HERE / "peers" / "datasette-metadata.json")], port)
+    if name == "drf":
+        return System(name, [str(PEERS_VENV / "bin" / "gunicorn"), "-w", "1", "-b", f"127.0.0.1:{port}", "drfsite.wsgi"], port,
+                      env={"BENCH_SQLITE": str(database)}, cwd=HERE / "peers")
+    raise ValueError(name)
+
+
+# Load with wrk.
+
+
+def wrk(system: System, paths_file: Path, seconds: float, connections: int) -> dict:
+    command = pinned(["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency", "-s", str(HERE / "wrk-rotate.lua"),
+                      f"http://127.0.0.1:{system.port}"], 0)
+    out = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "BENCH_PATHS": str(paths_file)}, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    latency = {p: to_ms(v, u) for p, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)$", out, re.M)}
+    errors = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
+    errors += sum(int(n) for n in re.findall(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)[0]) if "Socket errors" in out else 0
+    return {"rps": rps, "p50_ms": latency.get("50"), "p99_ms": latency.get("99"), "errors": errors}
+
+
+def to_ms(value: str, unit: str) -> float:
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+def measure(system: System, paths_file: Path, args) -> dict:
+    wrk(system, paths_file, args.warmup, args.connections)
+    runs = [wrk(system, paths_file, args.duration, args.connections) for _ in range(args.runs)]
+    rps = [r["rps"] for r in runs]
+    middle = sorted(runs, key=lambda r: r["rps"])[len(runs) // 2]
+    return {
+        "rps": statistics.median(rps),
+        "rps_min": min(rps),
+        "rps_max": max(rps),
+        "p50_ms": middle["p50_ms"],
+        "p99_ms": middle["p99_ms"],
+        "errors": sum(r["errors"] for r in runs),
+        "runs": runs,
+    }
+
+
+# Memory and start-up.
+
+
+def pss_kb(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        total += int(re.search(r"^Pss:\s+(\d+) kB", text, re.M).group(1))
+    return total
+
+
+def tree(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [pid, *(p for child in children for p in tree(int(child)))]
+
+
+def memory(snapshot: Path, workload: Workload) -> dict:
+    """Load time and peak RSS of a load, and the PSS that each extra worker adds."""
+    load = json.loads(subprocess.run([sys.executable, str(HERE / "load.py"), "--path", str(snapshot)], capture_output=True,
+                                     text=True, check=True).stdout.splitlines()[-1])
+    totals = {}
+    for workers in (1, 3):
+        port = free_port()
+        system = System(f"docsrv-{workers}w", [sys.executable, "-m", "docsrv", "serve", "--snapshot", str(snapshot), "--port",
+                                              str(port), "--workers", str(workers)], port)
+        try:
+            time.sleep(1.0)
+            for kind, items in workload.items.items():
+                for item in items[:50]:
+                    system.get(docsrv_url(kind, item))
+            totals[workers] = pss_kb(tree(system.process.pid))
+        finally:
+            system.stop()
+    return {
+        "load_seconds": round(load["load_seconds"], 2),
+        "peak_rss_mb": round(load["peak_rss_mb"]),
+        "pss_1_worker_mb": round(totals[1] / 1024),
+        "pss_3_workers_mb": round(totals[3] / 1024),
+        "pss_per_extra_worker_mb": round((totals[3] - totals[1]) / 2 / 1024),
+    }
+
+
+# Reports.
+
+
+def report(results: dict, path: Path) -> None:
+    cells = results["cells"]
+    lines = [
+        f"# docsrv benchmark, {results['date']}, scale {results['scale']}",
+        "",
+        f"Snapshot `{results['snapshot']}` ({results['counts']}). Server pinned to one core, "
+        f"`wrk -t1 -c{results['connections']}` on the other; {results['runs']} runs of {results['duration']} s after a "
+        f"{results['warmup']} s warm-up; median requests per second (min-max), and p50/p99 latency of the median run.",
+        "",
+        "| endpoint class | " + " | ".join(SYSTEM_NAMES[s] for s in results["systems"]) + " |",
+        "|---|" + "---|" * len(results["systems"]),
+    ]
+    for kind in results["classes"]:
+        row = [CLASSES[kind]]
+        for system in results["systems"]:
+            cell = cells.get(system, {}).get(kind)
+            row.append("-" if cell is None else f"{cell['rps']:,.0f} ({cell['rps_min']:,.0f}-{cell['rps_max']:,.0f}); "
+                       f"{cell['p50_ms']:.2f}/{cell['p99_ms']:.2f} ms" + (f"; {cell['errors']} errors" if cell["errors"] else ""))
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "## docsrv as a ratio of each peer (requests per second, same run)", "",
+              "| endpoint class | " + " | ".join(SYSTEM_NAMES[s] for s in results["systems"] if s != "docsrv") + " |",
+              "|---|" + "---|" * (len(results["systems"]) - 1)]
+    for kind in results["classes"]:
+        mine = cells.get("docsrv", {}).get(kind)
+        row = [CLASSES[kind]]
+        for system in results["systems"]:
+            if system == "docsrv":
+                continue
+            theirs = cells.get(system, {}).get(kind)
+            row.append("-" if not (mine and theirs) else f"{mine['rps'] / theirs['rps']:.2f}")
+        lines.append("| " + " | ".join(row) + " |")
+    if results.get("memory"):
+        m = results["memory"]
+        lines += ["", "## Memory and start-up", "",
+                  f"Load {m['load_seconds']} s, peak RSS {m['peak_rss_mb']} MB; PSS with 1 worker {m['pss_1_worker_mb']} MB, "
+                  f"with 3 workers {m['pss_3_workers_mb']} MB: **{m['pss_per_extra_worker_mb']} MB per extra worker**."]
+    lines += ["", "## Targets", ""] + [f"- {line}" for line in targets(results)]
+    path.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    path.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+
+
+def targets(results: dict) -> list[str]:
+    cells = results["cells"]
+    mine = cells.get("docsrv", {})
+    out = []
+
+    def ratio(kind: str, peer: str) -> float | None:
+        theirs = cells.get(peer, {}).get(kind)
+        return mine[kind]["rps"] / theirs["rps"] if kind in mine and theirs else None
+
+    for kind, goal in (("project_detail", 0.20), ("version_list", 0.18), ("deep_offset", 0.18)):
+        r = ratio(kind, "nginx")
+        if r is not None:
+            out.append(f"{CLASSES[kind]} at {r:.2f} of nginx (target {goal:.2f}): {'met' if r >= goal else 'missed'}")
+    for peer, goal in (("datasette", 20), ("drf", 40)):
+        shared = [k for k in results["classes"] if ratio(k, peer) is not None]
+        if shared:
+            worst = min(shared, key=lambda k: ratio(k, peer))
+            out.append(f"at least {goal}x {SYSTEM_NAMES[peer]} on every shared class: lowest {ratio(worst, peer):.1f}x "
+                       f"({CLASSES[worst]}): {'met' if ratio(worst, peer) >= goal else 'missed'}")
+    slow = [k for k in mine if k != "docsearch" and (mine[k]["p99_ms"] or 0) >= 5]
+    out.append("p99 under 5 ms for every non-search class: " + ("met" if not slow else "missed on " + ", ".join(CLASSES[k] for k in slow)))
+    return out
+
+
+def chart(results: dict, path: Path) -> None:
+    python = PEERS_VENV / "bin" / "python"
+    script = f"""
+import json, matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+results = json.load(open({str(path.with_suffix('.json'))!r}))
+classes, systems = results["classes"], results["systems"]
+width = 0.8 / len(systems)
+fig, ax = plt.subplots(figsize=(13, 6))
+for n, system in enumerate(systems):
+    values = [results["cells"].get(system, {{}}).get(k, {{}}).get("rps", 0) for k in classes]
+    ax.bar([i + n * width for i in range(len(classes))], values, width, label=system)
+ax.set_yscale("log")
+ax.set_ylabel("requests per second (log)")
+ax.set_xticks([i + width * (len(systems) - 1) / 2 for i in range(len(classes))], classes, rotation=25, ha="right")
+ax.set_title("docsrv and its peers, " + results["date"] + ", scale " + results["scale"])
+ax.legend()
+fig.tight_layout()
+fig.savefig({str(path.with_suffix('.png'))!r}, dpi=110)
+"""
+    run([str(python), "-c", script])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", default="small", choices=["demo", "small", "medium", "large"])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds of each measured run")
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
+    parser.add_argument("--endpoints", nargs="+", default=list(CLASSES), choices=list(CLASSES))
+    parser.add_argument("--memory", action="store_true", help="also measure load time, peak RSS and PSS per worker")
+    parser.add_argument("--out", type=Path, default=None, help="results path without suffix")
+    args = parser.parse_args()
+
+    ensure_tools()
+    if {"datasette", "drf"} & set(args.systems):
+        ensure_peers()
+    snapshot = snapshot_path(args.scale, args.seed)
+    database = sqlite_path(snapshot) if {"datasette", "drf"} & set(args.systems) else snapshot
+    workload = Workload.sample(snapshot, args.seed)
+    bodies = WORK / f"{snapshot.name}" / "bodies"
+    date = dt.date.today().isoformat()
+    out = args.out or RESULTS / f"{date}-{args.scale}"
+    RESULTS.mkdir(exist_ok=True)
+
+    docsrv = start("docsrv", snapshot, database, bodies)
+    etags: dict[str, dict[int, str]] = {"docsrv": {}, "nginx": {}, "drf": {}}
+    try:
+        shutil.rmtree(bodies, ignore_errors=True)
+        for kind, items in workload.items.items():
+            (bodies / "r" / kind).mkdir(parents=True, exist_ok=True)
+            for index, item in enumerate(items):
+                status, headers, body = docsrv.get(docsrv_url(kind, item))
+                (bodies / "r" / kind / f"{index}.json").write_bytes(body)
+                if kind == "revalidate":
+                    etags["docsrv"][index] = headers.get("ETag", "")
+        counts = docsrv.get("/readyz")[2].decode()
+    finally:
+        docsrv.stop()
+
+    cells: dict[str, dict[str, dict]] = {}
+    for name in args.systems:
+        system = start(name, snapshot, database, bodies)
+        try:
+            for kind in args.endpoints:
+                paths = []
+                for index, item in enumerate(workload.items[kind]):
+                    url = workload.url(name, kind, item, index)
+                    if url is None:
+                        break
+                    tag = ""
+                    if kind == "revalidate":
+                        tag = etags.get(name, {}).get(index) or system.get(url)[1].get("ETag", "")
+                        if not tag:
+                            break
+                        etags.setdefault(name, {})[index] = tag
+                    paths.append(f"{url}\t{tag}" if tag else url)
+                else:
+                    if not paths:
+                        continue
+                    paths_file = WORK / f"paths-{name}-{kind}.txt"
+                    paths_file.write_text("\n".join(paths) + "\n")
+                    status = system.get(paths[0].split("\t")[0])[0]
+                    if status not in (200, 304):
+                        print(f"{name} {kind}: {paths[0]} answers {status}; skipped", file=sys.stderr)
+                        continue
+                    cells.setdefault(name, {})[kind] = measure(system, paths_file, args)
+                    print(f"{name:10} {kind:16} {cells[name][kind]['rps']:>10,.0f} req/s  p99 {cells[name][kind]['p99_ms']:.2f} ms", flush=True)
+        finally:
+            system.stop()
+
+    results = {
+        "date": date, "scale": args.scale, "snapshot": snapshot.name, "counts": json.loads(counts)["counts"],
+        "duration": args.duration, "warmup": args.warmup, "runs": args.runs, "connections": args.connections,
+        "systems": args.systems, "classes": args.endpoints, "cells": cells,
+        "memory": memory(snapshot, workload) if args.memory else None,
+    }
+    report(results, out)
+    chart(results, out)
+    print(f"wrote {out}.md, .json and .png")
+
+
+if __name__ == "__main__":
+    main()

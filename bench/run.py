@@ -170,8 +170,8 @@ def datasette_url(kind: str, item: tuple) -> str | None:
         "deep_offset": lambda i: f"/snapshot/build_page.json?limit=10&offset={i[0]}&_shape=objects",
         "active_versions": lambda i: f"/snapshot/active_versions.json?project={i[0]}&_shape=objects",
         "build_detail": lambda i: f"/snapshot/build_detail.json?id={i[0]}&_shape=objects",
-        "v1_project": lambda i: f"/snapshot/projects.json?slug={i[0]}&_shape=objects",
-        "v1_list": lambda i: "/snapshot/versions.json?_size=20&_shape=objects",
+        "v1_project": lambda i: f"/snapshot/projects.json?slug={i[0]}&_shape=objects&_nocount=1&_nofacet=1",
+        "v1_list": lambda i: "/snapshot/versions.json?_size=20&_shape=objects&_nocount=1&_nofacet=1",
         "docsearch": lambda i: None,
         "revalidate": lambda i: None,
     }[kind](item)
@@ -249,7 +249,7 @@ def start(name: str, snapshot: Path, database: Path, bodies: Path) -> System:
         return System(name, ["nginx", "-p", str(prefix), "-c", str(prefix / "nginx.conf")], port)
     if name == "datasette":
         return System(name, [str(PEERS_VENV / "bin" / "datasette"), "serve", "--immutable", str(database), "--port", str(port),
-                             "--metadata", str(HERE / "peers" / "datasette-metadata.json")], port)
+                             "--metadata", str(HERE / "peers" / "datasette-metadata.json"), "--setting", "suggest_facets", "off"], port)
     if name == "drf":
         return System(name, [str(PEERS_VENV / "bin" / "gunicorn"), "-w", "1", "-b", f"127.0.0.1:{port}", "drfsite.wsgi"], port,
                       env={"BENCH_SQLITE": str(database)}, cwd=HERE / "peers")
@@ -260,7 +260,7 @@ def start(name: str, snapshot: Path, database: Path, bodies: Path) -> System:
 
 
 def wrk(system: System, paths_file: Path, seconds: float, connections: int) -> dict:
-    command = pinned(["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency", "-s", str(HERE / "wrk-rotate.lua"),
+    command = pinned(["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s", "--latency", "-s", str(HERE / "wrk-rotate.lua"),
                       f"http://127.0.0.1:{system.port}"], 0)
     out = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "BENCH_PATHS": str(paths_file)}, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
@@ -268,6 +268,10 @@ def wrk(system: System, paths_file: Path, seconds: float, connections: int) -> d
     errors = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
     errors += sum(int(n) for n in re.findall(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)[0]) if "Socket errors" in out else 0
     return {"rps": rps, "p50_ms": latency.get("50"), "p99_ms": latency.get("99"), "errors": errors}
+
+
+def ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} ms"
 
 
 def to_ms(value: str, unit: str) -> float:
@@ -355,7 +359,7 @@ def report(results: dict, path: Path) -> None:
         for system in results["systems"]:
             cell = cells.get(system, {}).get(kind)
             row.append("-" if cell is None else f"{cell['rps']:,.0f} ({cell['rps_min']:,.0f}-{cell['rps_max']:,.0f}); "
-                       f"{cell['p50_ms']:.2f}/{cell['p99_ms']:.2f} ms" + (f"; {cell['errors']} errors" if cell["errors"] else ""))
+                       f"{ms(cell['p50_ms'])}/{ms(cell['p99_ms'])}" + (f"; {cell['errors']} errors" if cell["errors"] else ""))
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "## docsrv as a ratio of each peer (requests per second, same run)", "",
               "| endpoint class | " + " | ".join(SYSTEM_NAMES[s] for s in results["systems"] if s != "docsrv") + " |",
@@ -367,7 +371,7 @@ def report(results: dict, path: Path) -> None:
             if system == "docsrv":
                 continue
             theirs = cells.get(system, {}).get(kind)
-            row.append("-" if not (mine and theirs) else f"{mine['rps'] / theirs['rps']:.2f}")
+            row.append("-" if not (mine and theirs and theirs["rps"]) else f"{mine['rps'] / theirs['rps']:.2f}")
         lines.append("| " + " | ".join(row) + " |")
     if results.get("memory"):
         m = results["memory"]
@@ -386,7 +390,7 @@ def targets(results: dict) -> list[str]:
 
     def ratio(kind: str, peer: str) -> float | None:
         theirs = cells.get(peer, {}).get(kind)
-        return mine[kind]["rps"] / theirs["rps"] if kind in mine and theirs else None
+        return mine[kind]["rps"] / theirs["rps"] if kind in mine and theirs and theirs["rps"] else None
 
     for kind, goal in (("project_detail", 0.20), ("version_list", 0.18), ("deep_offset", 0.18)):
         r = ratio(kind, "nginx")
@@ -494,7 +498,7 @@ def main() -> None:
                         print(f"{name} {kind}: {paths[0]} answers {status}; skipped", file=sys.stderr)
                         continue
                     cells.setdefault(name, {})[kind] = measure(system, paths_file, args)
-                    print(f"{name:10} {kind:16} {cells[name][kind]['rps']:>10,.0f} req/s  p99 {cells[name][kind]['p99_ms']:.2f} ms", flush=True)
+                    print(f"{name:10} {kind:16} {cells[name][kind]['rps']:>10,.0f} req/s  p99 {ms(cells[name][kind]['p99_ms'])}", flush=True)
         finally:
             system.stop()
 

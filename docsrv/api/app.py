@@ -16,6 +16,7 @@ from aiohttp import hdrs, web
 
 from ..http.caching import not_modified
 from ..http.compression import choose
+from ..http.protocol import JsonErrorServer
 from . import docsearch, openapi, ops, v1, v2
 from .routing import Route, Router
 from .state import ALLOW, ApiError, ApiState, Live, Reply
@@ -135,4 +136,4 @@ class Dispatcher:
 
 def init_server(live: Live, **kwargs) -> web.Server:
     """The low-level aiohttp server answering every route above from ``live``."""
-    return web.Server(Dispatcher(live), **kwargs)
+    return JsonErrorServer(Dispatcher(live), **kwargs)

@@ -158,9 +158,8 @@ SCHEMAS["V1Schema"] = obj(
     }
 )
 SCHEMAS["V1Error"] = obj({"error": STRING})
-SCHEMAS["V1FileSearch"] = obj(
-    {"objects": {"type": "array", "maxItems": 50, "items": {"allOf": [ref("V1File"), obj({"text": STRING}, extra=True)]}}}
-)
+SCHEMAS["V1FileSearchItem"] = obj({**SCHEMAS["V1File"]["properties"], "text": STRING})
+SCHEMAS["V1FileSearch"] = obj({"objects": {"type": "array", "maxItems": 50, "items": ref("V1FileSearchItem")}})
 SCHEMAS["V1AnchorSearch"] = obj({"objects": {"type": "array", "maxItems": 50, "items": {"type": "string", "format": "uri"}}})
 _LIST_OF_STRING = {"type": "array", "items": STRING}
 SCHEMAS["DocSearch"] = obj(

@@ -1,0 +1,123 @@
+"""Search on real documentation: the Python 3.11 docs (Debian's python3.11-doc), and a synthetic snapshot.
+
+    python bench/search.py [--scale medium] [--duration 10]
+
+For each corpus: import time (Python docs), index time and size, docsearch latency p50/p99
+and requests per second under load (wrk, 50 connections, one worker pinned to one core),
+and whether searches stall the event loop: the p99 of cheap detail requests measured alone,
+and again while a second load runs the slowest searches beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import WORK, System, free_port, pinned, snapshot_path, wrk  # noqa: E402
+
+PYTHON_DOCS = Path("/usr/share/doc/python3.11/html")
+QUERIES = ["asyncio", "dictionary comprehension", "context manager", "os.path", "subprocess run timeout", '"keyword argument"',
+           "generator expression", "unicode", "f-string format", "import system", "threading lock", "exception", "socket",
+           "json decode", "dataclass field", "typing protocol", "regular expression", "pathlib glob", "list sort key", "decorator"]
+
+
+def python_docs_snapshot() -> Path:
+    """A snapshot holding one project, python/3.11, with the pages of the Python documentation."""
+    if not PYTHON_DOCS.is_dir():
+        subprocess.run(["apt-get", "install", "-y", "-qq", "python3.11-doc"], check=True)
+    path = WORK / "python-docs"
+    if (path / "manifest.json").exists():
+        return path
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    records = {
+        "users": [{"id": 1, "username": "docs"}],
+        "projects": [{"id": 1, "name": "Python", "slug": "python", "pub_date": "2023-01-01T00:00:00Z",
+                      "modified_date": "2023-06-01T00:00:00Z", "users": [1], "default_version": "3.11"}],
+        "versions": [{"id": 1, "project": 1, "slug": "3.11", "verbose_name": "3.11", "active": True, "built": True}],
+        "builds": [], "build_commands": [], "pages": [],
+    }
+    for kind, items in records.items():
+        (path / f"{kind}.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items))
+    (path / "manifest.json").write_text(json.dumps({
+        "format": "docsrv-snapshot", "format_version": 1, "name": "python-docs", "created_at": "2023-06-01T00:00:00Z",
+        "public_url": "https://docs.python.org", "counts": {k: len(v) for k, v in records.items()}}))
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "docsrv", "snapshot", "import-sphinx", str(PYTHON_DOCS), "--into", str(path),
+                    "--project", "python", "--version", "3.11"], check=True)
+    print(f"import of the Python docs: {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return path
+
+
+def index(snapshot: Path) -> dict:
+    shutil.rmtree(snapshot / "index", ignore_errors=True)
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "docsrv", "index", str(snapshot)], check=True, capture_output=True, text=True).stdout
+    seconds = time.perf_counter() - started
+    size = sum(p.stat().st_size for p in (snapshot / "index").rglob("*") if p.is_file())
+    return {"index_seconds": round(seconds, 1), "index_mb": round(size / 2**20, 1), "output": out.strip()}
+
+
+def search_paths(snapshot: Path, rng: random.Random) -> list[str]:
+    from docsrv.store import load_store
+
+    store = load_store(snapshot, progress=False)
+    if store.name == "python-docs":
+        return [f"/api/v2/docsearch/?project=python&version=3.11&q={quote(q)}" for q in QUERIES]
+    paths = []
+    for page in rng.sample(store.pages_ordered, 200):
+        project, version = store.projects[page.project].slug, store.versions[page.version].slug
+        words = page.text.split()[:40]
+        query = " ".join(rng.sample(words, min(2, len(words)))).strip(".,").lower() or "api"
+        paths.append(f"/api/v2/docsearch/?project={project}&version={quote(version)}&q={quote(query)}")
+    return paths
+
+
+def measure(snapshot: Path, args) -> dict:
+    rng = random.Random(1)
+    result = index(snapshot)
+    port = free_port()
+    system = System("docsrv-search", [sys.executable, "-m", "docsrv", "serve", "--snapshot", str(snapshot), "--port", str(port),
+                                      "--workers", "1", "--response-cache-mb", "0"], port)
+    try:
+        searches = WORK / "paths-search.txt"
+        searches.write_text("\n".join(search_paths(snapshot, rng)) + "\n")
+        details = WORK / "paths-detail.txt"
+        details.write_text("/healthz\n")
+        wrk(system, searches, 2, args.connections)
+        load = wrk(system, searches, args.duration, args.connections)
+        alone = wrk(system, details, args.duration, 10)
+        # The same cheap requests while searches keep the worker busy.
+        beside = subprocess.Popen(pinned(["wrk", "-t1", "-c20", f"-d{int(args.duration) + 2}s", "-s",
+                                          str(Path(__file__).with_name("wrk-rotate.lua")), f"http://127.0.0.1:{port}"], 0),
+                                  env={"BENCH_PATHS": str(searches), "PATH": "/usr/bin:/bin"}, stdout=subprocess.DEVNULL)
+        time.sleep(1)
+        during = wrk(system, details, args.duration, 10)
+        beside.wait()
+    finally:
+        system.stop()
+    return {**result, "search_rps": load["rps"], "search_p50_ms": load["p50_ms"], "search_p99_ms": load["p99_ms"],
+            "errors": load["errors"], "cheap_p99_alone_ms": alone["p99_ms"], "cheap_p99_beside_searches_ms": during["p99_ms"],
+            "cheap_rps_beside_searches": during["rps"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", default="medium", choices=["small", "medium", "large"])
+    parser.add_argument("--duration", type=float, default=10)
+    parser.add_argument("--connections", type=int, default=50)
+    args = parser.parse_args()
+    results = {"python-docs": measure(python_docs_snapshot(), args), f"synth-{args.scale}": measure(snapshot_path(args.scale, 1), args)}
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -259,8 +259,8 @@ def start(name: str, snapshot: Path, database: Path, bodies: Path) -> System:
 # Load with wrk.
 
 
-def wrk(system: System, paths_file: Path, seconds: float, connections: int) -> dict:
-    command = pinned(["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s", "--latency", "-s", str(HERE / "wrk-rotate.lua"),
+def wrk(system: System, paths_file: Path, seconds: float, connections: int, *, threads: int = 1) -> dict:
+    command = pinned(["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s", "--latency", "-s", str(HERE / "wrk-rotate.lua"),
                       f"http://127.0.0.1:{system.port}"], 0)
     out = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "BENCH_PATHS": str(paths_file)}, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))

@@ -19,7 +19,7 @@ from pathlib import Path
 from aiohttp import web
 
 from .api.app import init_server
-from .api.state import ApiState, Live
+from .api.state import ApiState
 from .config import Settings
 from .runtime import Runtime
 from .search import open_index
@@ -45,8 +45,8 @@ DRAIN_SECONDS = 20.0
 ACCEPTED_GRACE_SECONDS = 0.5
 
 
-async def start(live: Live, sock: socket.socket) -> web.ServerRunner:
-    server = init_server(live, **SERVER_LIMITS)
+async def start(state: ApiState, sock: socket.socket) -> web.ServerRunner:
+    server = init_server(state, **SERVER_LIMITS)
     runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=DRAIN_SECONDS)
     await runner.setup()
     await web.SockSite(runner, sock).start()
@@ -70,9 +70,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
 async def running_server(snapshot: str | Path, settings: Settings | None = None) -> AsyncIterator[str]:
     """A real server on a free loopback port for the duration of the block; yields its base URL."""
     store = load_store(snapshot, progress=False)
-    live = Live(ApiState(store, open_index(store), settings or Settings(), Runtime()))
+    state = ApiState(store, open_index(store), settings or Settings(), Runtime())
     sock = listening_socket("127.0.0.1", 0)
-    runner = await start(live, sock)
+    runner = await start(state, sock)
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
@@ -81,8 +81,8 @@ async def running_server(snapshot: str | Path, settings: Settings | None = None)
 
 async def serve_worker(store: Store, index_dir: Path, settings: Settings, sock: socket.socket, runtime: Runtime, ready_fd: int) -> None:
     """Serve ``store`` on ``sock`` until SIGTERM or SIGINT; then drain and return."""
-    live = Live(ApiState(store, open_index(store, index_dir), settings, runtime))
-    runner = await start(live, sock)
+    state = ApiState(store, open_index(store, index_dir), settings, runtime)
+    runner = await start(state, sock)
     os.write(ready_fd, b"R")
     os.close(ready_fd)
     stop = asyncio.Event()

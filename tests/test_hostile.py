@@ -119,3 +119,31 @@ def test_oversized_request_line_and_headers_are_refused_in_json(demo):
     many = b"".join(b"X-%d: 1\r\n" % i for i in range(200))
     status, headers, body = raw_request(demo.port, b"GET / HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
     assert status in (400, 431) and headers["content-type"] == "application/json"
+
+
+def test_a_slowloris_connection_is_closed_and_holds_no_worker(start_server):
+    import time
+
+    from docsrv.http.protocol import FIRST_REQUEST_SECONDS
+
+    server = start_server("--workers", "1")
+    slow = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    slow.sendall(b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: x\r\n")
+    started = time.monotonic()
+    closed_after = None
+    while time.monotonic() - started < FIRST_REQUEST_SECONDS + 5:
+        # The one worker keeps answering others while the slow client dribbles its headers.
+        assert server.get("/api/v2/project/2/").status == 200
+        try:
+            slow.sendall(b"X")
+            slow.settimeout(0.5)
+            if slow.recv(1) == b"":
+                closed_after = time.monotonic() - started
+                break
+        except TimeoutError:
+            continue
+        except OSError:
+            closed_after = time.monotonic() - started
+            break
+    slow.close()
+    assert closed_after is not None and FIRST_REQUEST_SECONDS - 1 <= closed_after <= FIRST_REQUEST_SECONDS + 5

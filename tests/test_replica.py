@@ -186,6 +186,22 @@ def test_a_corrupt_snapshot_on_reload_leaves_the_old_one_serving(tmp_path, start
     assert "docsrv_reload_failures_total{} 1" in server.get("/metrics").body.decode()
 
 
+@pytest.mark.parametrize("case", ["truncated file", "duplicate slug", "wrong format version", "missing file", "missing project"])
+def test_each_kind_of_broken_snapshot_on_reload_leaves_the_old_one_serving(tmp_path, start_server, case):
+    from test_snapshot import BROKEN
+
+    snapshot = make_snapshot(tmp_path / "a", "snap-a", "pip (a)")
+    server = start_server("--snapshot", str(snapshot), "--workers", "1")
+    spoil, message = BROKEN[case]
+    spoil(snapshot)
+    os.kill(server.process.pid, signal.SIGHUP)
+    server.wait_for("reload failed; still serving snapshot snap-a", timeout=60)
+    ready = server.json("/readyz")
+    assert ready["snapshot"] == "snap-a" and ready["reload_failures"] == 1
+    assert message in ready["last_reload_error"]
+    assert server.json("/api/v2/project/1/")["name"] == "pip (a)"
+
+
 def worker_pids(port, tries=40):
     return {json.loads(fresh_get(port, "/readyz")[2])["worker"] for _ in range(tries)}
 

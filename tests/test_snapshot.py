@@ -97,7 +97,7 @@ BROKEN = {
         lambda s: (s / "manifest.json").write_text((s / "manifest.json").read_text().replace('"format_version": 1', '"format_version": 7')),
         "manifest.json: format_version 7 is not supported (this docsrv reads 1)",
     ),
-    "long line": (lambda s: edit_record(s / "pages.jsonl", 2, text="x" * (5 << 20)), "pages.jsonl:2: line is longer than 4 MiB"),
+    "10 MB line": (lambda s: edit_record(s / "pages.jsonl", 2, text="x" * (10 << 20)), "pages.jsonl:2: line is longer than 4 MiB"),
 }
 
 
@@ -127,3 +127,19 @@ def test_serve_refuses_a_broken_snapshot_and_exits_non_zero(snapshot):
     result = docsrv("serve", "--snapshot", str(snapshot), "--port", "0")
     assert result.returncode == 1
     assert "versions.jsonl:3: version 3 names project 404" in result.stderr
+
+
+def test_an_index_built_from_other_content_is_rebuilt(snapshot, start_server):
+    server = start_server("--snapshot", str(snapshot), "--workers", "1")
+    query = "/api/v2/docsearch/?project=pip&version=latest&q=zanzibar"
+    assert server.json(query)["results"]["hits"]["total"] == 0
+    server.stop()
+    marker = json.loads((snapshot / "index" / "docsrv-index.json").read_text())
+    edit_record(snapshot / "pages.jsonl", 1, text="Zanzibar is where the new text lives.")
+    again = start_server("--snapshot", str(snapshot), "--workers", "1")
+    assert any("built the search index" in line for line in again.log)
+    assert json.loads((snapshot / "index" / "docsrv-index.json").read_text())["fingerprint"] != marker["fingerprint"]
+    hits = again.json(query)["results"]["hits"]
+    assert hits["total"] == 1 and hits["hits"][0]["fields"]["path"] == ["index.html"]
+    third = start_server("--snapshot", str(snapshot), "--workers", "1")
+    assert not any("built the search index" in line for line in third.log)  # the index now matches: opened as it is

@@ -19,7 +19,7 @@ from ..http.compression import choose
 from ..http.protocol import JsonErrorServer
 from . import docsearch, openapi, ops, v1, v2
 from .routing import Route, Router
-from .state import ALLOW, ApiError, ApiState, Live, Reply
+from .state import ALLOW, ApiError, ApiState, Reply
 
 log = logging.getLogger("docsrv")
 
@@ -65,12 +65,12 @@ ROUTER = Router(ROUTES)
 class Dispatcher:
     """The request handler of the low-level server."""
 
-    def __init__(self, live: Live) -> None:
-        self.live = live
+    def __init__(self, state: ApiState) -> None:
+        self.state = state
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
         started = perf_counter()
-        state = self.live.state
+        state = self.state
         method = request.method
         status = None
         if method == "GET" or method == "HEAD":
@@ -134,6 +134,6 @@ class Dispatcher:
             return state.uncached(301, {"detail": "Moved permanently.", "location": location}, {"Location": location})
         return state.uncached(404, v2.NOT_FOUND)
 
-def init_server(live: Live, **kwargs) -> web.Server:
-    """The low-level aiohttp server answering every route above from ``live``."""
-    return JsonErrorServer(Dispatcher(live), **kwargs)
+def init_server(state: ApiState, **kwargs) -> web.Server:
+    """The low-level aiohttp server answering every route above from ``state``."""
+    return JsonErrorServer(Dispatcher(state), **kwargs)

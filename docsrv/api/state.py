@@ -1,7 +1,6 @@
-"""What one loaded snapshot serves with: the store, the reply cache, and rendered shapes.
-
-A reload builds a new ApiState beside the old and swaps one reference; a request holds the
-state it started with, so it is answered wholly from one snapshot.
+"""What one loaded snapshot serves with: the store, its search index, the reply cache, and
+rendered shapes. A worker serves one ApiState all its life: a reload starts new workers on
+the new snapshot (see supervisor.py), so every response comes wholly from one snapshot.
 """
 
 from __future__ import annotations
@@ -125,10 +124,3 @@ class ApiState:
         reply = Reply(status, b"", {**self._common, **headers})
         del reply.headers["Content-Type"]
         return reply
-
-
-class Live:
-    """The state being served now. A reload replaces ``state`` in one assignment."""
-
-    def __init__(self, state: ApiState) -> None:
-        self.state = state

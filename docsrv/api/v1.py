@@ -6,6 +6,7 @@ Each resource is a table of Fields. The same table renders the objects and write
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -256,6 +257,24 @@ def check_format(request: web.BaseRequest) -> None:
         raise error(f"The format '{wanted}' is not served; use format=json or leave it out.")
 
 
+def endpoint(handler):
+    """A v1 handler: every v1 endpoint takes ``format=json`` and refuses any other format."""
+
+    @functools.wraps(handler)
+    async def checked(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+        check_format(request)
+        return await handler(request, state, params)
+
+    return checked
+
+
+def by_id(items: dict, params: dict[str, str]):
+    found = items.get(positive_id(params["id"]))
+    if found is None:
+        raise not_found()
+    return found
+
+
 def listing(request: web.BaseRequest, state: ApiState, resource: Resource, items: list, keys_of) -> Reply:
     """One page of ``items`` in the v1 envelope; next/previous are paths."""
     page = parse_page(request.query, default_limit=20, max_limit=1000, zero_limit_means_max=True, error=param_error)
@@ -329,28 +348,28 @@ def select_versions(store: Store, filters: dict[str, str], active: bool | None) 
 # Handlers.
 
 
+@endpoint
 async def root(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    check_format(request)
     body = {name: {"list_endpoint": f"/api/v1/{name}/", "schema": f"/api/v1/{name}/schema/"} for name in RESOURCES}
     return state.ok(body, ["v1"])
 
 
 def schema_handler(resource: Resource):
+    @endpoint
     async def schema(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-        check_format(request)
         return state.ok(resource.schema(), ["v1"])
 
     return schema
 
 
+@endpoint
 async def project_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    check_format(request)
     items = select_projects(state.store, PROJECT.filters(request.query))
     return listing(request, state, PROJECT, items, project_keys)
 
 
+@endpoint
 async def project_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    check_format(request)
     store = state.store
     key = params["id"]
     number = whole_number(key)
@@ -360,8 +379,8 @@ async def project_detail(request: web.BaseRequest, state: ApiState, params: dict
     return one(state, PROJECT, project, project_keys(project))
 
 
+@endpoint
 async def version_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    check_format(request)
     store = state.store
     filters = VERSION.filters(request.query)
     active = boolean(request.query, "active", lambda name, message: param_error(name, message))
@@ -369,9 +388,9 @@ async def version_list(request: web.BaseRequest, state: ApiState, params: dict[s
     return listing(request, state, VERSION, items, lambda v: version_keys(store, v))
 
 
+@endpoint
 async def version_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     """A version by id, or, for a segment that is not all digits, the versions of that project."""
-    check_format(request)
     store = state.store
     key = params["id"]
     number = whole_number(key)
@@ -386,8 +405,8 @@ async def version_detail(request: web.BaseRequest, state: ApiState, params: dict
     return one(state, VERSION, version, version_keys(store, version))
 
 
+@endpoint
 async def build_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    check_format(request)
     store = state.store
     filters = BUILD.filters(request.query)
     items = store.builds_ordered
@@ -397,31 +416,27 @@ async def build_list(request: web.BaseRequest, state: ApiState, params: dict[str
     return listing(request, state, BUILD, items, lambda b: build_keys(store, b))
 
 
+@endpoint
 async def build_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    check_format(request)
-    build: Build | None = state.store.builds.get(positive_id(params["id"]))
-    if build is None:
-        raise not_found()
+    build: Build = by_id(state.store.builds, params)
     return one(state, BUILD, build, build_keys(state.store, build))
 
 
+@endpoint
 async def file_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    check_format(request)
     store = state.store
     FILE.filters(request.query)
     return listing(request, state, FILE, store.pages_ordered, lambda page: page_keys(store, page))
 
 
+@endpoint
 async def file_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    check_format(request)
-    page: Page | None = state.store.pages.get(positive_id(params["id"]))
-    if page is None:
-        raise not_found()
+    page: Page = by_id(state.store.pages, params)
     return one(state, FILE, page, page_keys(state.store, page))
 
 
+@endpoint
 async def user_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    check_format(request)
     store = state.store
     filters = USER.filters(request.query)
     items = store.users_ordered
@@ -431,9 +446,9 @@ async def user_list(request: web.BaseRequest, state: ApiState, params: dict[str,
     return listing(request, state, USER, items, lambda user: ())
 
 
+@endpoint
 async def user_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     """A user by id, or by username for a segment that is not all digits."""
-    check_format(request)
     store = state.store
     key = params["id"]
     number = whole_number(key)

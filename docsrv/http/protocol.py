@@ -1,4 +1,5 @@
-"""aiohttp's low-level server, with JSON bodies for the errors its HTTP parser answers.
+"""aiohttp's low-level server, with JSON bodies for the errors its HTTP parser answers, and
+a deadline for the first request of a connection.
 
 A request that cannot be parsed (a bad request line, an oversized header, invalid bytes)
 never reaches a handler: aiohttp answers it itself, in plain text. docsrv answers every
@@ -14,7 +15,21 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 
+#: A connection must complete its first request this soon, or it is closed: a client that
+#: sends its headers a byte at a time (slowloris) cannot keep connections open for ever.
+#: Later requests on a kept-alive connection are bounded by the keep-alive timeout.
+FIRST_REQUEST_SECONDS = 10.0
+
+
 class JsonErrorRequestHandler(RequestHandler):
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._loop.call_later(FIRST_REQUEST_SECONDS, self._close_if_silent)
+
+    def _close_if_silent(self) -> None:
+        if self._request_count == 0 and self.transport is not None:
+            self.transport.close()
+
     def handle_error(self, request, status: int = 500, exc: BaseException | None = None, message: str | None = None):
         if status >= 500:
             self.log_exception("Error handling request from %s", request.remote, exc_info=exc)

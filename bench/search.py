@@ -92,9 +92,10 @@ def measure(snapshot: Path, args) -> dict:
         searches.write_text("\n".join(search_paths(snapshot, rng)) + "\n")
         details = WORK / "paths-detail.txt"
         details.write_text("/healthz\n")
+        alone = wrk(system, details, args.duration, 10)
         wrk(system, searches, 2, args.connections)
         load = wrk(system, searches, args.duration, args.connections)
-        alone = wrk(system, details, args.duration, 10)
+        time.sleep(3)  # let searches still queued when wrk stopped finish
         # The same cheap requests while searches keep the worker busy.
         beside = subprocess.Popen(pinned(["wrk", "-t1", "-c20", f"-d{int(args.duration) + 2}s", "-s",
                                           str(Path(__file__).with_name("wrk-rotate.lua")), f"http://127.0.0.1:{port}"], 0),

@@ -36,6 +36,11 @@ FINGERPRINT_FILE = "docsrv-index.json"
 #: Weights of DECISIONS.md section 3: a word in the title counts ten times one in the body.
 BOOSTS = {"title": 10.0, "headings": 5.0, "body": 1.0}
 MAX_HITS = 50
+#: How much of a page's text highlighting looks at for matches (like Elasticsearch's max_analyzed_offset):
+#: the first matches of a long page are found in it, and a huge page costs no more than a long one.
+HIGHLIGHT_SCAN_CHARS = 50_000
+#: How many places a word is looked at inside other words ("os" in "those") before giving up.
+FIND_TRIES = 64
 #: How many section matches the anchor search ranks before it keeps the best 50.
 ANCHOR_CANDIDATES = 2000
 #: Characters the query language gives a meaning to; a person's query has them read as spaces.
@@ -162,8 +167,52 @@ class Hit:
 class Found:
     hits: list[Hit]
     total: int
-    words: list[str]
-    phrases: list[list[str]]
+    #: Finds the words of the query (a phrase's words too) in page text, for highlighting.
+    matcher: WordMatcher | None
+
+
+class WordMatcher:
+    """The words of a query in page text, as whole words, in any case.
+
+    Finding where the first matches are is most of a highlighter's work on long pages, and
+    Python's regular expressions (and lower-casing a long text) are slow at it; ``str.find``
+    is many times faster. The regular expression then marks the words inside each window only.
+    """
+
+    def __init__(self, terms: set[str]) -> None:
+        self.terms = sorted(terms, key=len, reverse=True)
+        self.variants = list(dict.fromkeys(v for t in self.terms for v in (t, t.capitalize(), t.upper())))
+        self.pattern = re.compile(r"\b(?:" + "|".join(re.escape(t) for t in self.terms) + r")\b", re.IGNORECASE)
+
+    def first_positions(self, text: str, limit: int) -> list[int]:
+        """Where whole-word matches start in the first HIGHLIGHT_SCAN_CHARS of ``text``, in order.
+
+        Looks for each word as written in the query, capitalised and in capitals: the cases
+        that text holds; a match in another mix of cases still gets marked inside a window.
+        """
+        stop = min(len(text), HIGHLIGHT_SCAN_CHARS)
+        positions = []
+        for variant in self.variants:
+            found = tries = 0
+            at = text.find(variant, 0, stop)
+            while at >= 0 and found < limit and tries < FIND_TRIES:
+                tries += 1
+                end = at + len(variant)
+                if (at == 0 or not is_word(text[at - 1])) and (end == len(text) or not is_word(text[end])):
+                    positions.append(at)
+                    found += 1
+                at = text.find(variant, end, stop)
+        positions.sort()
+        return positions
+
+
+def is_word(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+def word_matcher(words: list[str], phrases: list[list[str]]) -> WordMatcher | None:
+    terms = set(words) | {w for phrase in phrases for w in phrase}
+    return WordMatcher(terms) if terms else None
 
 
 def read_query(text: str) -> tuple[list[str], list[list[str]]]:
@@ -209,7 +258,7 @@ class SearchIndex:
         """Pages matching any word of ``q``; pages holding every word and phrase rank first."""
         words, phrases = read_query(q)
         if not words and not phrases:
-            return Found([], 0, words, phrases)
+            return Found([], 0, None)
         filters = [(tantivy.Occur.Must, self._term("kind", "page"))]
         if project is not None:
             filters.append((tantivy.Occur.Must, self._term("project", project)))
@@ -222,12 +271,14 @@ class SearchIndex:
         rest = searcher.search(some, MAX_HITS, count=True)
         hits: list[Hit] = []
         seen: set[int] = set()
-        for score, address in (*first.hits, *rest.hits):
-            page_id = searcher.doc(address)["page"][0]
-            if page_id not in seen and len(hits) < MAX_HITS:
-                seen.add(page_id)
-                hits.append(Hit(page_id, score))
-        return Found(hits, max(rest.count or 0, len(hits)), words, phrases)
+        for result in (first, rest):
+            pages = searcher.fast_field_values("page", [address for _score, address in result.hits])
+            # Equal scores come back in no set order across index segments: the page id decides.
+            for score, page_id in sorted(zip((score for score, _ in result.hits), pages), key=lambda hit: (-hit[0], hit[1])):
+                if page_id not in seen and len(hits) < MAX_HITS:
+                    seen.add(page_id)
+                    hits.append(Hit(page_id, score))
+        return Found(hits, max(rest.count or 0, len(hits)), word_matcher(words, phrases))
 
     def search_anchors(self, q: str) -> list[tuple[int, str]]:
         """(page id, anchor id) of sections whose heading or anchor id contains ``q``, best first."""
@@ -252,7 +303,7 @@ class SearchIndex:
         searcher = self.searcher
         found = []
         for _score, address in searcher.search(query, ANCHOR_CANDIDATES, count=False).hits:
-            doc = searcher.doc(address)
+            doc = searcher.doc(address)  # the anchor is a stored text field: a fast field holds numbers only
             page_id = doc["page"][0]
             anchor = doc["anchor"][0]
             page = self.store.pages[page_id]
@@ -269,37 +320,34 @@ def anchor_rank(needle: str, heading: str, anchor: str) -> tuple:
     return (not exact, not prefix, len(heading), heading)
 
 
-def fragments(text: str, found: Found, *, count: int, width: int, open_tag: str, close_tag: str, ellipsis: bool) -> list[str]:
-    """Up to ``count`` windows of about ``width`` characters around the matches in ``text``.
+def fragments(text: str, matcher: WordMatcher | None, *, count: int, width: int, open_tag: str, close_tag: str, ellipsis: bool) -> list[str]:
+    """Up to ``count`` windows of about ``width`` characters around the first matches in ``text``.
 
     The text is HTML-escaped piece by piece and only our own tags are added, so nothing in a
-    page can inject markup. Works on Python strings: offsets are characters, not bytes.
+    page can inject markup. Works on Python strings: offsets are characters, not bytes. Only
+    the first HIGHLIGHT_SCAN_CHARS characters are looked at, so a huge page costs no more
+    than a large one.
     """
-    terms = set(found.words) | {w for phrase in found.phrases for w in phrase}
-    if not terms or not text:
-        return []
-    matcher = re.compile(r"\b(?:" + "|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True)) + r")\b", re.IGNORECASE)
-    matches = list(matcher.finditer(text))
-    if not matches:
+    if matcher is None or not text:
         return []
     windows: list[tuple[int, int]] = []
-    for match in matches:
+    for position in matcher.first_positions(text, count * 4):
+        if windows and position < windows[-1][1]:
+            continue
         if len(windows) == count:
             break
-        if windows and match.start() < windows[-1][1]:
-            continue
-        start = max(0, match.start() - width // 3)
+        start = max(0, position - width // 3)
         space = text.rfind(" ", 0, start + 1)
-        start = space + 1 if start > 0 and space >= 0 and match.start() - space < width else start
+        start = space + 1 if start > 0 and space >= 0 and position - space < width else start
         end = min(len(text), start + width)
-        space = text.find(" ", end)
-        end = space if 0 <= space < end + 20 else end
+        space = text.find(" ", end, end + 20)
+        end = space if space >= 0 else end
         windows.append((start, end))
     out = []
     for start, end in windows:
         pieces = []
         cursor = start
-        for match in matcher.finditer(text, start, end):
+        for match in matcher.pattern.finditer(text, start, end):
             pieces.append(html.escape(text[cursor : match.start()]))
             pieces.append(open_tag + html.escape(match.group()) + close_tag)
             cursor = match.end()

@@ -1,17 +1,18 @@
 """The search endpoints: v2 doc search (spec 2.6) and v1 file and anchor search (DECISIONS 3, 4).
 
-A search runs in a worker thread, so that a slow query does not hold up the event loop: the
-tantivy parts release the GIL, and the highlighting that follows is short.
+A search and its highlighting run in a thread of their own, so that a slow query does not
+hold up the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
 from ..http.purge import page_keys
-from ..search import Found, fragments, opening
+from ..search import fragments, opening
 from .params import last
 from .state import ApiError, ApiState, Reply
 from .v1 import FILE, V1Shapes
@@ -23,8 +24,14 @@ HIGHLIGHT_WIDTH = 100
 V1_SNIPPET_WIDTH = 200
 
 
+#: One thread runs the searches of a worker, in turn. tantivy lets go of the GIL while it
+#: searches, but highlighting holds it: with one search thread, the event loop competes with
+#: one thread for the GIL, not with a pool of them, and cheap requests keep being answered.
+SEARCH_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="docsrv-search")
+
+
 async def in_thread(function, *args):
-    return await asyncio.get_running_loop().run_in_executor(None, function, *args)
+    return await asyncio.get_running_loop().run_in_executor(SEARCH_THREAD, function, *args)
 
 
 async def docsearch(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
@@ -37,13 +44,20 @@ async def docsearch(request: web.BaseRequest, state: ApiState, params: dict[str,
     project = store.project_by_slug.get(values["project"])
     if project is None or (project.id, values["version"]) not in store.version_by_slug:
         raise ApiError(404, NOT_FOUND)
-    index = state.search
-    found = await in_thread(lambda: index.search_pages(values["q"], project=project.slug, version=values["version"]))
+    body = await in_thread(docsearch_body, state, project.slug, values["version"], values["q"])
+    keys = ["search", "v2", f"project-{project.slug}", f"version-{project.slug}-{values['version']}"]
+    return state.ok(body, keys)
+
+
+def docsearch_body(state: ApiState, project: str, version: str, q: str) -> dict:
+    """The search and its highlighting, done together off the event loop."""
+    store = state.store
+    found = state.search.search_pages(q, project=project, version=version)
     hits = []
     for hit in found.hits:
         page = store.pages[hit.page_id]
         marked = fragments(
-            page.text, found, count=HIGHLIGHT_FRAGMENTS, width=HIGHLIGHT_WIDTH, open_tag="<em>", close_tag="</em>", ellipsis=False
+            page.text, found.matcher, count=HIGHLIGHT_FRAGMENTS, width=HIGHLIGHT_WIDTH, open_tag="<em>", close_tag="</em>", ellipsis=False
         )
         hits.append(
             {
@@ -51,24 +65,15 @@ async def docsearch(request: web.BaseRequest, state: ApiState, params: dict[str,
                 "fields": {
                     "link": store.page_url(page),
                     "path": [page.path],
-                    "project": [project.slug],
+                    "project": [project],
                     "title": [page.title],
-                    "version": [values["version"]],
+                    "version": [version],
                 },
                 "highlight": {"content": marked or [opening(page.text, HIGHLIGHT_WIDTH)]},
             }
         )
-    body = {
-        "results": {
-            "hits": {
-                "hits": hits,
-                "max_score": max((hit.score for hit in found.hits), default=0.0),
-                "total": found.total,
-            }
-        }
-    }
-    keys = ["search", "v2", f"project-{project.slug}", f"version-{project.slug}-{values['version']}"]
-    return state.ok(body, keys)
+    max_score = max((hit.score for hit in found.hits), default=0.0)
+    return {"results": {"hits": {"hits": hits, "max_score": max_score, "total": found.total}}}
 
 
 def v1_query(request: web.BaseRequest) -> str:
@@ -79,34 +84,30 @@ def v1_query(request: web.BaseRequest) -> str:
 
 
 async def file_search(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    q = v1_query(request)
+    objects, keys = await in_thread(file_search_body, state, v1_query(request))
+    return state.ok({"objects": objects}, ["search", "v1", *keys])
+
+
+def file_search_body(state: ApiState, q: str) -> tuple[list[dict], list[str]]:
     store = state.store
-    index = state.search
-    found: Found = await in_thread(index.search_pages, q)
+    found = state.search.search_pages(q)
     shapes = state.shapes(V1Shapes)
-    objects = []
-    keys = ["search", "v1"]
+    objects, keys = [], []
     for hit in found.hits:
         page = store.pages[hit.page_id]
         snippet = fragments(
-            page.text,
-            found,
-            count=1,
-            width=V1_SNIPPET_WIDTH,
-            open_tag='<span class="highlighted">',
-            close_tag="</span>",
+            page.text, found.matcher, count=1, width=V1_SNIPPET_WIDTH, open_tag='<span class="highlighted">', close_tag="</span>",
             ellipsis=True,
         )
         objects.append({**FILE.render(shapes, page), "text": snippet[0] if snippet else opening(page.text, V1_SNIPPET_WIDTH)})
         keys.extend(page_keys(store, page))
-    return state.ok({"objects": objects}, keys)
+    return objects, keys
 
 
 async def anchor_search(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     q = v1_query(request)
     store = state.store
-    index = state.search
-    found = await in_thread(index.search_anchors, q)
+    found = await in_thread(state.search.search_anchors, q)
     keys = ["search", "v1"]
     urls = []
     for page_id, anchor in found:

@@ -264,10 +264,12 @@ def wrk(system: System, paths_file: Path, seconds: float, connections: int, *, t
                       f"http://127.0.0.1:{system.port}"], 0)
     out = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "BENCH_PATHS": str(paths_file)}, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    latency = {p: to_ms(v, u) for p, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)$", out, re.M)}
-    errors = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
-    errors += sum(int(n) for n in re.findall(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)[0]) if "Socket errors" in out else 0
-    return {"rps": rps, "p50_ms": latency.get("50"), "p99_ms": latency.get("99"), "errors": errors}
+    latency = {p: to_ms(v, u) for p, v, u in re.findall(r"^\s*(50|99)(?:\.0+)?%\s+([\d.]+)(us|ms|s|m)\s*$", out, re.M)}
+    non_2xx = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
+    sockets = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    socket_errors = dict(zip(("connect", "read", "write", "timeout"), map(int, sockets.groups()))) if sockets else {}
+    return {"rps": rps, "p50_ms": latency.get("50"), "p99_ms": latency.get("99"), "errors": non_2xx + sum(socket_errors.values()),
+            "non_2xx": non_2xx, "socket_errors": socket_errors}
 
 
 def ms(value: float | None) -> str:
@@ -275,7 +277,7 @@ def ms(value: float | None) -> str:
 
 
 def to_ms(value: str, unit: str) -> float:
-    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
 
 
 def measure(system: System, paths_file: Path, args) -> dict:

@@ -113,7 +113,8 @@ def soak(args) -> dict:
 
 
 def main() -> None:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (65536, 65536))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(65536, hard), hard))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("test", choices=["connections", "slowloris", "soak"])
     parser.add_argument("--scale", default="small", choices=["demo", "small", "medium"])

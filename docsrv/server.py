@@ -38,6 +38,9 @@ SERVER_LIMITS = {
     "keepalive_timeout": 15.0,
     "access_log": None,
 }
+#: Connections the kernel may queue before a worker accepts them (capped by net.core.somaxconn):
+#: thousands of clients connecting at once must not be refused.
+LISTEN_BACKLOG = 4096
 #: How long a stopping worker lets requests in flight finish.
 DRAIN_SECONDS = 20.0
 #: How long a stopping worker waits, once it no longer accepts, for requests on connections it
@@ -61,7 +64,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
     if hasattr(socket, "SO_REUSEPORT"):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
-    sock.listen(1024)
+    sock.listen(LISTEN_BACKLOG)
     sock.setblocking(False)
     return sock
 

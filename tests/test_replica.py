@@ -232,3 +232,22 @@ def test_sigterm_drains_and_exits_zero(start_server):
     assert server.stop() == 0
     assert any("stopping: workers finish the requests in flight" in line for line in server.log)
     keep_alive.close()
+
+
+def test_purge_keys_of_long_lists_stay_under_the_header_limit():
+    from docsrv.http.purge import MAX_BYTES, purge_keys
+
+    few = ["v2", "project-a", "version-a-1", "build-7"]
+    assert purge_keys(few + few) == few
+    many_versions = ["v2"] + [k for n in range(600) for k in (f"project-p{n % 5}", f"version-p{n % 5}-{n}.0.0")]
+    coarse = purge_keys(many_versions)
+    assert coarse == ["v2", "project-p0", "project-p1", "project-p2", "project-p3", "project-p4"]
+    many_projects = ["v2"] + [k for n in range(1000) for k in (f"project-some-long-project-name-{n}", f"version-x-{n}")]
+    assert purge_keys(many_projects) == ["v2"]
+    assert all(sum(len(k) + 1 for k in purge_keys(keys)) <= MAX_BYTES for keys in (few, many_versions, many_projects))
+
+
+def test_a_long_list_answers_with_a_header_a_cache_takes(demo):
+    response = demo.get("/api/v2/build/?limit=1000")
+    assert len(response.headers["Surrogate-Key"]) <= 8000
+    assert "project-pip" in response.headers["Surrogate-Key"].split()

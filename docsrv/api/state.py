@@ -13,6 +13,7 @@ import orjson
 from ..config import Settings
 from ..http.caching import ReplyCache, http_date, strong_etag
 from ..http.compression import MIN_SIZE, compress
+from ..http.purge import purge_keys
 from ..runtime import Runtime
 from ..search import SearchIndex
 from ..store import Store
@@ -107,8 +108,8 @@ class ApiState:
         """A 200 whose body is ``data`` as JSON, with validators and the purge keys ``keys``."""
         body = data if isinstance(data, bytes) else orjson.dumps(data, option=orjson.OPT_UTC_Z)
         etag = strong_etag(body)
-        unique = list(dict.fromkeys(keys))
-        headers = {**self._ok, "ETag": etag, "Surrogate-Key": " ".join(unique), "Cache-Tag": ",".join(unique)}
+        named = purge_keys(keys)
+        headers = {**self._ok, "ETag": etag, "Surrogate-Key": " ".join(named), "Cache-Tag": ",".join(named)}
         return Reply(200, body, headers, etag=etag)
 
     def uncached(self, status: int, data: dict, headers: dict[str, str] | None = None) -> Reply:

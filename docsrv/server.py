@@ -52,7 +52,7 @@ async def start(state: ApiState, sock: socket.socket) -> web.ServerRunner:
     server = init_server(state, **SERVER_LIMITS)
     runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=DRAIN_SECONDS)
     await runner.setup()
-    await web.SockSite(runner, sock).start()
+    await web.SockSite(runner, sock, backlog=LISTEN_BACKLOG).start()
     return runner
 
 

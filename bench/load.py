@@ -1,6 +1,6 @@
 """Load time and peak memory of a snapshot at a scale: `python bench/load.py --scale large`.
 
-Writes the synthetic snapshot under bench/work/ when it is missing (once; it is reused), then
+Writes the synthetic snapshot under bench/scratch/ when it is missing (once; it is reused), then
 loads it in a fresh process, as `docsrv serve` does, and reports wall time and peak RSS.
 """
 
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-WORK = HERE / "work"
+WORK = HERE / "scratch"
 
 MEASURE = """
 import json, resource, sys, time

@@ -7,7 +7,7 @@ on the other, through a Lua script that rotates through real URLs of each endpoi
 a realistic skew (most requests go to the popular projects). After a warm-up, each cell is
 measured several times; the median and the spread are reported, with the ratio of docsrv to
 each peer. The run installs what it needs (wrk and nginx from Debian's packages, the peers in
-their own virtual environment under bench/work/) and stops everything it starts.
+their own virtual environment under bench/scratch/) and stops everything it starts.
 
 Results: bench/results/<date>-<scale>.md and .json, and a PNG chart of requests per second.
 """
@@ -34,7 +34,7 @@ from urllib.parse import quote
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-WORK = HERE / "work"
+WORK = HERE / "scratch"
 RESULTS = HERE / "results"
 PEERS_VENV = WORK / "venv-peers"
 PEER_PACKAGES = ["datasette", "django", "djangorestframework", "django-filter", "gunicorn", "matplotlib"]

@@ -60,10 +60,10 @@ def python_docs_snapshot() -> Path:
 def index(snapshot: Path) -> dict:
     shutil.rmtree(snapshot / "index", ignore_errors=True)
     started = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "docsrv", "index", str(snapshot)], check=True, capture_output=True, text=True).stdout
+    subprocess.run([sys.executable, "-m", "docsrv", "index", str(snapshot)], check=True, capture_output=True)
     seconds = time.perf_counter() - started
     size = sum(p.stat().st_size for p in (snapshot / "index").rglob("*") if p.is_file())
-    return {"index_seconds": round(seconds, 1), "index_mb": round(size / 2**20, 1), "output": out.strip()}
+    return {"index_seconds": round(seconds, 1), "index_mb": round(size / 2**20, 1)}
 
 
 def search_paths(snapshot: Path, rng: random.Random) -> list[str]:

@@ -1,6 +1,6 @@
 """A profile of docsrv's hot path under load: py-spy records the worker while wrk drives it.
 
-    python bench/profile.py [--scale small] [--endpoint project_detail] [--seconds 15]
+    python bench/profile_hot_path.py [--scale small] [--endpoint project_detail] [--seconds 15]
 
 Writes results/<date>-<scale>-profile-<endpoint>.svg (a flame graph) and .txt (the functions
 that take the most time, by their own time and with what they call).

@@ -21,6 +21,7 @@ from aiohttp import web
 from .api.app import init_server
 from .api.state import ApiState
 from .config import Settings
+from .http.accept import Acceptor
 from .runtime import Runtime
 from .search import open_index
 from .store import Store, load_store
@@ -48,12 +49,29 @@ DRAIN_SECONDS = 20.0
 ACCEPTED_GRACE_SECONDS = 0.5
 
 
-async def start(state: ApiState, sock: socket.socket) -> web.ServerRunner:
+class Listening:
+    """A server answering on a socket: stop() accepts no more, close() drains and ends it."""
+
+    def __init__(self, runner: web.ServerRunner, acceptor: Acceptor) -> None:
+        self.runner = runner
+        self.acceptor = acceptor
+
+    def stop(self) -> None:
+        self.acceptor.stop()
+
+    async def close(self) -> None:
+        """Stop accepting, let requests in flight finish, close idle keep-alive connections."""
+        self.acceptor.stop()
+        await self.runner.cleanup()
+
+
+async def start(state: ApiState, sock: socket.socket) -> Listening:
     server = init_server(state, **SERVER_LIMITS)
     runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=DRAIN_SECONDS)
     await runner.setup()
-    await web.SockSite(runner, sock, backlog=LISTEN_BACKLOG).start()
-    return runner
+    acceptor = Acceptor(sock, server, LISTEN_BACKLOG)
+    acceptor.start()
+    return Listening(runner, acceptor)
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -75,17 +93,18 @@ async def running_server(snapshot: str | Path, settings: Settings | None = None)
     store = load_store(snapshot, progress=False)
     state = ApiState(store, open_index(store), settings or Settings(), Runtime())
     sock = listening_socket("127.0.0.1", 0)
-    runner = await start(state, sock)
+    listening = await start(state, sock)
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
-        await runner.cleanup()
+        await listening.close()
+        sock.close()
 
 
 async def serve_worker(store: Store, index_dir: Path, settings: Settings, sock: socket.socket, runtime: Runtime, ready_fd: int) -> None:
     """Serve ``store`` on ``sock`` until SIGTERM or SIGINT; then drain and return."""
     state = ApiState(store, open_index(store, index_dir), settings, runtime)
-    runner = await start(state, sock)
+    listening = await start(state, sock)
     os.write(ready_fd, b"R")
     os.close(ready_fd)
     stop = asyncio.Event()
@@ -96,12 +115,11 @@ async def serve_worker(store: Store, index_dir: Path, settings: Settings, sock: 
     await stop.wait()
     flusher.cancel()
     # Stop accepting first, then give connections just accepted a moment to send their request:
-    # cleanup closes every connection that is idle, and one that was accepted a moment ago and
+    # closing drops every connection that is idle, and one that was accepted a moment ago and
     # has not sent its request yet looks idle.
-    for site in list(runner.sites):
-        await site.stop()
+    listening.stop()
     await asyncio.sleep(ACCEPTED_GRACE_SECONDS)
-    await runner.cleanup()  # lets requests in flight finish, closes idle keep-alive connections
+    await listening.close()
     runtime.metrics.flush()
     sys.stdout.flush()
 

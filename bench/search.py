@@ -5,7 +5,9 @@
 For each corpus: import time (Python docs), index time and size, docsearch latency p50/p99
 and requests per second under load (wrk, 50 connections, one worker pinned to one core),
 and whether searches stall the event loop: the p99 of cheap detail requests measured alone,
-and again while a second load runs the slowest searches beside them.
+and again while a second load runs the slowest searches beside them. By default every search
+is cold (no reply cache); `--cache-mb 256` measures a worker as it runs, repeated queries
+answered from its cache.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ def measure(snapshot: Path, args) -> dict:
     result = index(snapshot)
     port = free_port()
     system = System("docsrv-search", [sys.executable, "-m", "docsrv", "serve", "--snapshot", str(snapshot), "--port", str(port),
-                                      "--workers", "1", "--response-cache-mb", "0"], port)
+                                      "--workers", "1", "--response-cache-mb", str(args.cache_mb)], port)
     try:
         searches = WORK / "paths-search.txt"
         searches.write_text("\n".join(search_paths(snapshot, rng)) + "\n")
@@ -115,6 +117,7 @@ def main() -> None:
     parser.add_argument("--scale", default="medium", choices=["small", "medium", "large"])
     parser.add_argument("--duration", type=float, default=10)
     parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--cache-mb", type=int, default=0, help="the reply cache of the worker: 0 measures every search cold")
     args = parser.parse_args()
     results = {"python-docs": measure(python_docs_snapshot(), args), f"synth-{args.scale}": measure(snapshot_path(args.scale, 1), args)}
     print(json.dumps(results, indent=2))

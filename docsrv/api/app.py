@@ -61,7 +61,6 @@ ROUTES = (
 ROUTER = Router(ROUTES)
 
 
-
 class Dispatcher:
     """The request handler of the low-level server."""
 
@@ -133,6 +132,7 @@ class Dispatcher:
                 location += "?" + request.rel_url.raw_query_string
             return state.uncached(301, {"detail": "Moved permanently.", "location": location}, {"Location": location})
         return state.uncached(404, v2.NOT_FOUND)
+
 
 def init_server(state: ApiState, **kwargs) -> web.Server:
     """The low-level aiohttp server answering every route above from ``state``."""

@@ -47,6 +47,12 @@ class Reply:
         self.compressible = etag is not None and len(body) > MIN_SIZE
         self._variants: dict[str, Reply] | None = None
 
+    @property
+    def footprint(self) -> int:
+        """The bytes this reply may come to hold: its body, and room for its compressed variants
+        (made later, on demand, each smaller than the body), plus its headers."""
+        return len(self.body) * (2 if self.compressible else 1) + 200
+
     def variant(self, coding: str) -> Reply:
         """This reply compressed with ``coding``, made on first use and kept."""
         variants = self._variants

@@ -58,15 +58,15 @@ class ReplyCache:
         self.get = self._entries.get
 
     def put(self, key, reply) -> None:
-        cost = len(reply.body) + 200
+        cost = reply.footprint
         if cost > self.max_bytes:
             return
         entries = self._entries
         while self.size + cost > self.max_bytes and entries:
             oldest = next(iter(entries))
-            self.size -= len(entries.pop(oldest).body) + 200
+            self.size -= entries.pop(oldest).footprint
         if key in entries:
-            self.size -= len(entries[key].body) + 200
+            self.size -= entries[key].footprint
         entries[key] = reply
         self.size += cost
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import msgspec
 
 from .errors import ProblemList
-from .lines import decoded_blocks
+from .lines import decoded_blocks, json_array
 from .records import BuildCommand
 
 
@@ -41,7 +41,7 @@ class CommandFile:
             return []
         offset, end, _count = found
         data = os.pread(self._fd, end - offset, offset)
-        commands = self._decoder.decode(b"[" + data.rstrip(b"\n").replace(b"\n", b",") + b"]")
+        commands = self._decoder.decode(json_array(data))
         commands.sort(key=attrgetter("start_time"))
         return commands
 

@@ -3,8 +3,8 @@
 The index lives in ``<snapshot>/index/`` and records a fingerprint of the content it was built
 from (the page, version and project files, and this module's schema version); when the
 fingerprint differs, the index is rebuilt. Only public pages are indexed, so no query can
-reach a private one. Page text is not stored in the index: the store holds it already, and
-highlighting reads it from there.
+reach a private one. Page text is not stored in tantivy: the index build writes it, escaped,
+with where every word of a page is, to ``index/highlight/`` (see ``highlight.py``).
 
 Each page is one document (kind ``page``), each section one more (kind ``section``) for the
 v1 anchor search, which matches a substring of the heading or anchor id.
@@ -13,7 +13,6 @@ v1 anchor search, which matches a substring of the heading or anchor id.
 from __future__ import annotations
 
 import hashlib
-import html
 import json
 import logging
 import re
@@ -25,22 +24,18 @@ from pathlib import Path
 
 import tantivy
 
+from .highlight import HighlightWriter, Highlights, term_key
 from .snapshot.load import record_file
 from .store import Store
 from .utils.progress import progress_bar, wanted
 
 log = logging.getLogger("docsrv")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FINGERPRINT_FILE = "docsrv-index.json"
 #: Weights of DECISIONS.md section 3: a word in the title counts ten times one in the body.
 BOOSTS = {"title": 10.0, "headings": 5.0, "body": 1.0}
 MAX_HITS = 50
-#: How much of a page's text highlighting looks at for matches (like Elasticsearch's max_analyzed_offset):
-#: the first matches of a long page are found in it, and a huge page costs no more than a long one.
-HIGHLIGHT_SCAN_CHARS = 50_000
-#: How many places a word is looked at inside other words ("os" in "those") before giving up.
-FIND_TRIES = 64
 #: How many section matches the anchor search ranks before it keeps the best 50.
 ANCHOR_CANDIDATES = 2000
 #: Characters the query language gives a meaning to; a person's query has them read as spaces.
@@ -52,9 +47,9 @@ _REGEX_META = set(r"\.+*?()|[]{}^$#&-~")
 def build_schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("kind", tokenizer_name="raw")
-    builder.add_text_field("project", tokenizer_name="raw")
-    builder.add_text_field("version", tokenizer_name="raw")
+    builder.add_text_field("scope", tokenizer_name="raw")
     builder.add_integer_field("page", stored=True, indexed=True, fast=True)
+    builder.add_integer_field("slot", fast=True)
     builder.add_text_field("title")
     builder.add_text_field("headings")
     builder.add_text_field("body")
@@ -87,16 +82,16 @@ def build_index(store: Store, directory: Path, print_progress: bool | None = Non
     writer = index.writer(heap_size=256 << 20, num_threads=2)
     if print_progress is None:
         print_progress = wanted()
-    with progress_bar(len(store.pages), "index pages", print_progress, unit="page") as bar:
+    with progress_bar(len(store.pages), "index pages", print_progress, unit="page") as bar, HighlightWriter(
+        directory / "highlight"
+    ) as highlights:
         for page in store.pages_ordered:
-            project = store.projects[page.project].slug
-            version = store.versions[page.version].slug
             writer.add_document(
                 tantivy.Document(
                     kind="page",
-                    project=project,
-                    version=version,
+                    scope=scope(store.projects[page.project].slug, store.versions[page.version].slug),
                     page=page.id,
+                    slot=highlights.add(page.id, page.text),
                     title=page.title,
                     headings=" ".join(section.title for section in page.sections),
                     body=page.text,
@@ -106,8 +101,6 @@ def build_index(store: Store, directory: Path, print_progress: bool | None = Non
                 writer.add_document(
                     tantivy.Document(
                         kind="section",
-                        project=project,
-                        version=version,
                         page=page.id,
                         anchor=section.id,
                         heading_lower=section.title.lower(),
@@ -119,6 +112,11 @@ def build_index(store: Store, directory: Path, print_progress: bool | None = Non
     writer.commit()
     writer.wait_merging_threads()
     return time.perf_counter() - started
+
+
+def scope(project: str, version: str) -> str:
+    """The one term a page is filtered by: its project and version (a project slug holds no "/")."""
+    return f"{project}/{version}"
 
 
 def write_marker(directory: Path, digest: str, store: Store) -> None:
@@ -154,12 +152,15 @@ def ensure_index(store: Store) -> Path:
 
 def open_index(store: Store, directory: Path | None = None) -> SearchIndex:
     """Open the index of ``store`` (found or built by ensure_index when no directory is given)."""
-    return SearchIndex(store, tantivy.Index.open(str(directory or ensure_index(store))))
+    directory = directory or ensure_index(store)
+    return SearchIndex(store, tantivy.Index.open(str(directory)), Highlights(directory / "highlight"))
 
 
 @dataclass(frozen=True, slots=True)
 class Hit:
     page_id: int
+    #: The page's place in the highlight files.
+    slot: int
     score: float
 
 
@@ -167,52 +168,8 @@ class Hit:
 class Found:
     hits: list[Hit]
     total: int
-    #: Finds the words of the query (a phrase's words too) in page text, for highlighting.
-    matcher: WordMatcher | None
-
-
-class WordMatcher:
-    """The words of a query in page text, as whole words, in any case.
-
-    Finding where the first matches are is most of a highlighter's work on long pages, and
-    Python's regular expressions (and lower-casing a long text) are slow at it; ``str.find``
-    is many times faster. The regular expression then marks the words inside each window only.
-    """
-
-    def __init__(self, terms: set[str]) -> None:
-        self.terms = sorted(terms, key=len, reverse=True)
-        self.variants = list(dict.fromkeys(v for t in self.terms for v in (t, t.capitalize(), t.upper())))
-        self.pattern = re.compile(r"\b(?:" + "|".join(re.escape(t) for t in self.terms) + r")\b", re.IGNORECASE)
-
-    def first_positions(self, text: str, limit: int) -> list[int]:
-        """Where whole-word matches start in the first HIGHLIGHT_SCAN_CHARS of ``text``, in order.
-
-        Looks for each word as written in the query, capitalised and in capitals: the cases
-        that text holds; a match in another mix of cases still gets marked inside a window.
-        """
-        stop = min(len(text), HIGHLIGHT_SCAN_CHARS)
-        positions = []
-        for variant in self.variants:
-            found = tries = 0
-            at = text.find(variant, 0, stop)
-            while at >= 0 and found < limit and tries < FIND_TRIES:
-                tries += 1
-                end = at + len(variant)
-                if (at == 0 or not is_word(text[at - 1])) and (end == len(text) or not is_word(text[end])):
-                    positions.append(at)
-                    found += 1
-                at = text.find(variant, end, stop)
-        positions.sort()
-        return positions
-
-
-def is_word(char: str) -> bool:
-    return char.isalnum() or char == "_"
-
-
-def word_matcher(words: list[str], phrases: list[list[str]]) -> WordMatcher | None:
-    terms = set(words) | {w for phrase in phrases for w in phrase}
-    return WordMatcher(terms) if terms else None
+    #: The keys of the query's words (a phrase's words too), for highlighting.
+    keys: tuple[int, ...]
 
 
 def read_query(text: str) -> tuple[list[str], list[list[str]]]:
@@ -238,47 +195,63 @@ def read_query(text: str) -> tuple[list[str], list[list[str]]]:
 class SearchIndex:
     """Queries over one snapshot's index. Every method is safe to call from worker threads."""
 
-    def __init__(self, store: Store, index: tantivy.Index) -> None:
+    def __init__(self, store: Store, index: tantivy.Index, highlights: Highlights) -> None:
         self.store = store
         self.index = index
         self.schema = index.schema
         self.searcher = index.searcher()
+        self.highlights = highlights
+        self.pages_only = self._filter("kind", "page")
 
     def _term(self, field: str, value: str) -> tantivy.Query:
         return tantivy.Query.term_query(self.schema, field, value)
 
+    def _filter(self, field: str, value: str) -> tuple[tantivy.Occur, tantivy.Query]:
+        """A clause that narrows a search and adds nothing to its scores: ``_score`` is relevance alone."""
+        return tantivy.Occur.Must, tantivy.Query.const_score_query(self._term(field, value), 0.0)
+
     def _text_query(self, words: list[str], phrases: list[list[str]], conjunction: bool) -> tantivy.Query:
-        parts = list(dict.fromkeys(words)) + ['"' + " ".join(p) + '"' for p in phrases]
+        parts = words + ['"' + " ".join(p) + '"' for p in phrases]
         query, _errors = self.index.parse_query_lenient(
             " ".join(parts), list(BOOSTS), field_boosts=BOOSTS, conjunction_by_default=conjunction
         )
         return query
 
     def search_pages(self, q: str, *, project: str | None = None, version: str | None = None) -> Found:
-        """Pages matching any word of ``q``; pages holding every word and phrase rank first."""
+        """Pages matching any word of ``q``; pages holding every word and phrase rank first.
+
+        With ``project`` and ``version``, only that version's pages (one filter term: each
+        filter costs about as much as the search it narrows).
+        """
         words, phrases = read_query(q)
+        words = list(dict.fromkeys(words))
         if not words and not phrases:
-            return Found([], 0, None)
-        filters = [(tantivy.Occur.Must, self._term("kind", "page"))]
-        if project is not None:
-            filters.append((tantivy.Occur.Must, self._term("project", project)))
-        if version is not None:
-            filters.append((tantivy.Occur.Must, self._term("version", version)))
-        every = tantivy.Query.boolean_query([(tantivy.Occur.Must, self._text_query(words, phrases, True)), *filters])
-        some = tantivy.Query.boolean_query([(tantivy.Occur.Must, self._text_query(words, phrases, False)), *filters])
+            return Found([], 0, ())
+        if project is not None and version is not None:
+            filters = [self._filter("scope", scope(project, version))]
+        else:
+            filters = [self.pages_only]
         searcher = self.searcher
-        first = searcher.search(every, MAX_HITS, count=False)
+        some = tantivy.Query.boolean_query([(tantivy.Occur.Must, self._text_query(words, phrases, False)), *filters])
+        results = []
+        if len(words) + len(phrases) > 1:  # with one word or phrase, "every" and "some" are the same search
+            every = tantivy.Query.boolean_query([(tantivy.Occur.Must, self._text_query(words, phrases, True)), *filters])
+            results.append(searcher.search(every, MAX_HITS, count=False).hits)
         rest = searcher.search(some, MAX_HITS, count=True)
+        results.append(rest.hits)
+        page_ids = self.highlights.page_ids
         hits: list[Hit] = []
         seen: set[int] = set()
-        for result in (first, rest):
-            pages = searcher.fast_field_values("page", [address for _score, address in result.hits])
+        for found in results:
+            slots = searcher.fast_field_values("slot", [address for _score, address in found])
             # Equal scores come back in no set order across index segments: the page id decides.
-            for score, page_id in sorted(zip((score for score, _ in result.hits), pages), key=lambda hit: (-hit[0], hit[1])):
+            ranked = sorted(((score, page_ids[slot], slot) for (score, _address), slot in zip(found, slots)), key=lambda hit: (-hit[0], hit[1]))
+            for score, page_id, slot in ranked:
                 if page_id not in seen and len(hits) < MAX_HITS:
                     seen.add(page_id)
-                    hits.append(Hit(page_id, score))
-        return Found(hits, max(rest.count or 0, len(hits)), word_matcher(words, phrases))
+                    hits.append(Hit(page_id, slot, score))
+        terms = dict.fromkeys(words + [word for phrase in phrases for word in phrase])
+        return Found(hits, max(rest.count or 0, len(hits)), tuple(term_key(term) for term in terms))
 
     def search_anchors(self, q: str) -> list[tuple[int, str]]:
         """(page id, anchor id) of sections whose heading or anchor id contains ``q``, best first."""
@@ -318,50 +291,3 @@ def anchor_rank(needle: str, heading: str, anchor: str) -> tuple:
     exact = needle in (heading, anchor)
     prefix = heading.startswith(needle) or anchor.startswith(needle)
     return (not exact, not prefix, len(heading), heading)
-
-
-def fragments(text: str, matcher: WordMatcher | None, *, count: int, width: int, open_tag: str, close_tag: str, ellipsis: bool) -> list[str]:
-    """Up to ``count`` windows of about ``width`` characters around the first matches in ``text``.
-
-    The text is HTML-escaped piece by piece and only our own tags are added, so nothing in a
-    page can inject markup. Works on Python strings: offsets are characters, not bytes. Only
-    the first HIGHLIGHT_SCAN_CHARS characters are looked at, so a huge page costs no more
-    than a large one.
-    """
-    if matcher is None or not text:
-        return []
-    windows: list[tuple[int, int]] = []
-    for position in matcher.first_positions(text, count * 4):
-        if windows and position < windows[-1][1]:
-            continue
-        if len(windows) == count:
-            break
-        start = max(0, position - width // 3)
-        space = text.rfind(" ", 0, start + 1)
-        start = space + 1 if start > 0 and space >= 0 and position - space < width else start
-        end = min(len(text), start + width)
-        space = text.find(" ", end, end + 20)
-        end = space if space >= 0 else end
-        windows.append((start, end))
-    out = []
-    for start, end in windows:
-        pieces = []
-        cursor = start
-        for match in matcher.pattern.finditer(text, start, end):
-            pieces.append(html.escape(text[cursor : match.start()]))
-            pieces.append(open_tag + html.escape(match.group()) + close_tag)
-            cursor = match.end()
-        pieces.append(html.escape(text[cursor:end]))
-        fragment = "".join(pieces).strip()
-        if ellipsis:
-            fragment = ("..." if start > 0 else "") + fragment + ("..." if end < len(text) else "")
-        out.append(fragment)
-    return out
-
-
-def opening(text: str, width: int) -> str:
-    """The first ``width`` characters of ``text`` or so, escaped: the highlight of a title-only match."""
-    if len(text) <= width:
-        return html.escape(text)
-    cut = text.rfind(" ", 0, width)
-    return html.escape(text[: cut if cut > width // 2 else width])

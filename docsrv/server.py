@@ -19,6 +19,7 @@ from pathlib import Path
 from aiohttp import web
 
 from .api.app import init_server
+from .api.docsearch import GIL_SWITCH_SECONDS
 from .api.state import ApiState
 from .config import Settings
 from .http.accept import Acceptor
@@ -66,6 +67,7 @@ class Listening:
 
 
 async def start(state: ApiState, sock: socket.socket) -> Listening:
+    sys.setswitchinterval(GIL_SWITCH_SECONDS)
     server = init_server(state, **SERVER_LIMITS)
     runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=DRAIN_SECONDS)
     await runner.setup()

@@ -12,7 +12,6 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 
 from ..http.purge import page_keys
-from ..search import fragments, opening
 from .params import last
 from .state import ApiError, ApiState, Reply
 from .v1 import FILE, V1Shapes
@@ -28,6 +27,10 @@ V1_SNIPPET_WIDTH = 200
 #: searches, but highlighting holds it: with one search thread, the event loop competes with
 #: one thread for the GIL, not with a pool of them, and cheap requests keep being answered.
 SEARCH_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="docsrv-search")
+#: How long a thread holds the GIL while another waits for it (Python's default is 5 ms). A
+#: search hands the GIL over at each call into tantivy and waits to get it back; at 5 ms those
+#: waits cost a third of a search's time, and cheap requests waited as long behind highlighting.
+GIL_SWITCH_SECONDS = 0.0005
 
 
 async def in_thread(function, *args):
@@ -53,11 +56,12 @@ def docsearch_body(state: ApiState, project: str, version: str, q: str) -> dict:
     """The search and its highlighting, done together off the event loop."""
     store = state.store
     found = state.search.search_pages(q, project=project, version=version)
+    highlights = state.search.highlights
     hits = []
     for hit in found.hits:
         page = store.pages[hit.page_id]
-        marked = fragments(
-            page.text, found.matcher, count=HIGHLIGHT_FRAGMENTS, width=HIGHLIGHT_WIDTH, open_tag="<em>", close_tag="</em>", ellipsis=False
+        marked = highlights.fragments(
+            hit.slot, found.keys, count=HIGHLIGHT_FRAGMENTS, width=HIGHLIGHT_WIDTH, open_tag=b"<em>", close_tag=b"</em>", ellipsis=False
         )
         hits.append(
             {
@@ -69,7 +73,7 @@ def docsearch_body(state: ApiState, project: str, version: str, q: str) -> dict:
                     "title": [page.title],
                     "version": [version],
                 },
-                "highlight": {"content": marked or [opening(page.text, HIGHLIGHT_WIDTH)]},
+                "highlight": {"content": marked or [highlights.opening(hit.slot, HIGHLIGHT_WIDTH)]},
             }
         )
     max_score = max((hit.score for hit in found.hits), default=0.0)
@@ -91,15 +95,16 @@ async def file_search(request: web.BaseRequest, state: ApiState, params: dict[st
 def file_search_body(state: ApiState, q: str) -> tuple[list[dict], list[str]]:
     store = state.store
     found = state.search.search_pages(q)
+    highlights = state.search.highlights
     shapes = state.shapes(V1Shapes)
     objects, keys = [], []
     for hit in found.hits:
         page = store.pages[hit.page_id]
-        snippet = fragments(
-            page.text, found.matcher, count=1, width=V1_SNIPPET_WIDTH, open_tag='<span class="highlighted">', close_tag="</span>",
+        snippet = highlights.fragments(
+            hit.slot, found.keys, count=1, width=V1_SNIPPET_WIDTH, open_tag=b'<span class="highlighted">', close_tag=b"</span>",
             ellipsis=True,
         )
-        objects.append({**FILE.render(shapes, page), "text": snippet[0] if snippet else opening(page.text, V1_SNIPPET_WIDTH)})
+        objects.append({**FILE.render(shapes, page), "text": snippet[0] if snippet else highlights.opening(hit.slot, V1_SNIPPET_WIDTH)})
         keys.extend(page_keys(store, page))
     return objects, keys
 

@@ -1,0 +1,121 @@
+"""The highlight files the index build writes, read back as a search reads them: fragments
+around every occurrence, cut only where HTML and UTF-8 stay whole, on pages of any shape."""
+
+import html
+import re
+
+import pytest
+
+from docsrv.highlight import MAX_POSITIONS, HighlightWriter, Highlights, term_key
+
+V2 = {"count": 3, "width": 100, "open_tag": b"<em>", "close_tag": b"</em>", "ellipsis": False}
+
+
+@pytest.fixture
+def pages(tmp_path):
+    """Write ``texts`` as pages 1, 2, ... and open them; returns (highlights, slots)."""
+
+    def write(*texts):
+        with HighlightWriter(tmp_path / "highlight") as writer:
+            slots = [writer.add(page_id, text) for page_id, text in enumerate(texts, start=1)]
+        return Highlights(tmp_path / "highlight"), slots
+
+    return write
+
+
+def keys(*words):
+    return tuple(term_key(word) for word in words)
+
+
+def unmarked(fragment: str) -> str:
+    return html.unescape(fragment.replace("<em>", "").replace("</em>", ""))
+
+
+def test_slots_map_back_to_page_ids(pages):
+    highlights, slots = pages("one", "two", "three")
+    assert [highlights.page_ids[slot] for slot in slots] == [1, 2, 3]
+
+
+def test_every_occurrence_inside_a_fragment_is_marked_even_past_the_recorded_ones(pages):
+    text = " ".join(["alpha"] * (MAX_POSITIONS * 3))  # three fragments hold more than MAX_POSITIONS
+    highlights, [slot] = pages(text)
+    fragments = highlights.fragments(slot, keys("alpha"), **V2)
+    assert fragments
+    for fragment in fragments:
+        assert "alpha" not in re.sub(r"<em>alpha</em>", "", fragment)
+        assert unmarked(fragment) in text
+
+
+def test_fragments_do_not_overlap_and_follow_the_page(pages):
+    text = " ".join(f"word{i} needle" if i % 7 == 0 else f"word{i}" for i in range(400))
+    highlights, [slot] = pages(text)
+    fragments = [unmarked(f) for f in highlights.fragments(slot, keys("needle"), **V2)]
+    where = [text.index(f) for f in fragments]
+    assert where == sorted(where)
+    for (start, fragment), next_start in zip(zip(where, fragments), where[1:]):
+        assert start + len(fragment) <= next_start
+
+
+def test_words_match_whole_and_in_any_case(pages):
+    highlights, [slot] = pages("The Widget, a WIDGET and widgets; widget_factory and widget.")
+    [fragment] = highlights.fragments(slot, keys("widget"), **V2)
+    assert fragment == "The <em>Widget</em>, a <em>WIDGET</em> and widgets; widget_factory and <em>widget</em>."
+
+
+def test_page_text_is_escaped_and_entities_are_never_marked(pages):
+    highlights, [slot] = pages('lt is <b>less</b> & "quoted" amp\'s x27')
+    [fragment] = highlights.fragments(slot, keys("lt", "amp", "quot", "x27", "b"), **V2)
+    assert fragment == "<em>lt</em> is &lt;<em>b</em>&gt;less&lt;/<em>b</em>&gt; &amp; &quot;quoted&quot; <em>amp</em>&#x27;s <em>x27</em>"
+
+
+@pytest.mark.parametrize("filler", ["&" * 400, "<>" * 200, '"' * 400, "ウィジェット" * 80, "🎛" * 300, "é" * 400])
+def test_cuts_without_spaces_keep_entities_and_characters_whole(pages, filler):
+    text = filler + " needle " + filler
+    highlights, [slot] = pages(text)
+    [fragment] = highlights.fragments(slot, keys("needle"), **V2)
+    assert "<em>needle</em>" in fragment
+    assert re.fullmatch(r"(?:[^&]|&(?:amp|lt|gt|quot|#x27);)*", fragment)
+    assert unmarked(fragment) in text
+    assert 30 <= len(unmarked(fragment)) <= 130
+
+
+def test_fragments_are_about_width_characters_on_non_ascii_pages(pages):
+    text = " ".join(["ウィジェット の 設定"] * 60 + ["needle"] + ["ウィジェット の 設定"] * 60)
+    highlights, [slot] = pages(text)
+    [fragment] = highlights.fragments(slot, keys("needle"), **V2)
+    assert 80 <= len(unmarked(fragment)) <= 130
+
+
+def test_non_ascii_words_are_found_by_their_lower_case(pages):
+    highlights, [slot] = pages("Die Übersetzung ist naïve. ÜBERSETZUNG!")
+    [fragment] = highlights.fragments(slot, keys("übersetzung"), **V2)
+    assert fragment == "Die <em>Übersetzung</em> ist naïve. <em>ÜBERSETZUNG</em>!"
+
+
+def test_several_words_are_marked_in_page_order(pages):
+    highlights, [slot] = pages("context managers: a context manager is a Manager of context")
+    [fragment] = highlights.fragments(slot, keys("context", "manager"), **V2)
+    assert fragment == "<em>context</em> managers: a <em>context</em> <em>manager</em> is a <em>Manager</em> of <em>context</em>"
+
+
+def test_v1_snippets_say_where_the_page_is_cut(pages):
+    text = " ".join(f"w{i}" for i in range(100)) + " needle " + " ".join(f"w{i}" for i in range(100))
+    highlights, [slot] = pages(text)
+    [snippet] = highlights.fragments(slot, keys("needle"), count=1, width=200, open_tag=b'<span class="highlighted">',
+                                     close_tag=b"</span>", ellipsis=True)
+    assert snippet.startswith("...") and snippet.endswith("...")
+    assert '<span class="highlighted">needle</span>' in snippet
+
+
+def test_a_word_not_on_the_page_gives_no_fragment_and_the_opening_stands_in(pages):
+    text = "Widgetry speaks many languages. " * 10
+    highlights, [slot] = pages(text)
+    assert highlights.fragments(slot, keys("absent"), **V2) == []
+    opening = highlights.opening(slot, 100)
+    assert text.startswith(opening) and 50 < len(opening) <= 100 and not opening.endswith(" ")
+
+
+def test_an_empty_page_and_an_empty_file_set(pages):
+    highlights, [slot] = pages("")
+    assert highlights.fragments(slot, keys("x"), **V2) == []
+    assert highlights.opening(slot, 100) == ""

@@ -50,6 +50,8 @@ END_SLACK = 20
 SLOT = struct.Struct("<QIIQI")
 #: first position, positions, word length in bytes
 ENTRY = struct.Struct("<QBB")
+_SLOT_UNPACK = SLOT.unpack_from
+_ENTRY_UNPACK = ENTRY.unpack_from
 _ARRAYS = {"page-ids": "q", "keys": "Q", "positions": "I"}
 _RECORDS = ("slots", "entries")
 
@@ -183,28 +185,6 @@ class Highlights:
         self.slots = _mapped(directory / "slots")
         self.entries = _mapped(directory / "entries")
 
-    def marks(self, slot: int, keys: tuple[int, ...]) -> tuple[int, int, int, list[tuple[int, int]], int]:
-        """Where a page is (its start and end in ``text``, and its length in characters), and the
-        occurrences of the words ``keys`` in it, in order, as (start, length) in bytes from the
-        page's start; and how far those are known to be every occurrence: up to the end of the
-        last recorded one of a word that was cut at MAX_POSITIONS."""
-        low, size, chars, first, count = SLOT.unpack_from(self.slots, slot * SLOT.size)
-        last = first + count
-        known = size
-        found: list[tuple[int, int]] = []
-        all_keys = self.keys
-        for key in keys:
-            entry = bisect_left(all_keys, key, first, last)
-            if entry < last and all_keys[entry] == key:
-                start, recorded, length = ENTRY.unpack_from(self.entries, entry * ENTRY.size)
-                positions = self.positions[start : start + recorded].tolist()
-                found += zip(positions, repeat(length))
-                if recorded == MAX_POSITIONS:
-                    known = min(known, positions[-1] + length)
-        if len(keys) > 1:
-            found.sort()
-        return low, low + size, chars, found, low + known
-
     def fragments(
         self, slot: int, keys: tuple[int, ...], *, count: int, width: int, open_tag: bytes, close_tag: bytes, ellipsis: bool
     ) -> list[str]:
@@ -213,40 +193,66 @@ class Highlights:
         A window starts a third of its width before its first match (at a space when there is one
         near, and never before the end of the window before it) and ends at the first space after
         its width; every match inside it is wrapped in the tags. With ``ellipsis``, ``...`` marks
-        where a window cuts the page's text. This runs for every hit of every search: it is
-        written for speed, with names bound locally.
+        where a window cuts the page's text.
+
+        Windows never reach past the end of the last recorded occurrence of a word that may have
+        more (one cut at MAX_POSITIONS), so no occurrence inside a window goes unmarked. This runs
+        for every hit of every search, so it is one function with a path for one-word queries.
         """
-        low, high, chars, marks, known = self.marks(slot, keys)
+        low, size, chars, first, entries = _SLOT_UNPACK(self.slots, slot * SLOT.size)
+        last = first + entries
+        all_keys = self.keys
+        single = len(keys) == 1
+        marks: list = []  # one word: its positions; several: (position, length) in page order
+        length = 0
+        known = size
+        for key in keys:
+            entry = bisect_left(all_keys, key, first, last)
+            if entry < last and all_keys[entry] == key:
+                start, recorded, length = _ENTRY_UNPACK(self.entries, entry * ENTRY.size)
+                positions = self.positions[start : start + recorded].tolist()
+                if recorded == MAX_POSITIONS and positions[-1] + length < known:
+                    known = positions[-1] + length
+                if single:
+                    marks = positions
+                else:
+                    marks += zip(positions, repeat(length))
         if not marks:
             return []
-        span = max(width, width * (high - low) // max(chars, 1))  # bytes of about ``width`` characters
-        before = span // 3
+        if not single:
+            marks.sort()
         text = self.text
-        rfind, find = text.rfind, text.find
+        span = width * size // chars if size > chars else width  # bytes of about ``width`` characters
+        before = span // 3
+        high = low + size
+        known += low
         out: list[str] = []
         index, total = 0, len(marks)
-        floor = low  # fragments do not overlap: each starts where the one before ended, or later
+        floor = low  # windows do not overlap: each starts where the one before ended, or later
         while index < total and len(out) < count:
-            position = low + marks[index][0]
+            position = low + (marks[index] if single else marks[index][0])
             if position >= known:
                 break
             start = position - before
             if start <= floor:
                 start = floor
             else:
-                space = rfind(b" ", max(floor, position - span + 1), start + 1)
+                space = text.rfind(b" ", max(floor, position - span + 1), start + 1)
                 start = space + 1 if space >= 0 else _boundary(text, start, floor)
             end = start + span
             if end >= known:
                 end = known
             else:
-                space = find(b" ", end, min(known, end + END_SLACK))
+                space = text.find(b" ", end, min(known, end + END_SLACK))
                 end = space if space >= 0 else _boundary(text, end, start)
             pieces = []
             cursor = start
             while index < total:
-                at, length = marks[index]
-                at += low
+                if single:
+                    at = low + marks[index]
+                else:
+                    at, length = marks[index]
+                    at += low
                 if at >= end:
                     break
                 index += 1
@@ -263,7 +269,7 @@ class Highlights:
 
     def opening(self, slot: int, width: int) -> str:
         """The first ``width`` characters of a page or so, escaped: the highlight of a title-only match."""
-        low, size, _chars, _first, _count = SLOT.unpack_from(self.slots, slot * SLOT.size)
+        low, size, _chars, _first, _count = _SLOT_UNPACK(self.slots, slot * SLOT.size)
         high = low + size
         stop = min(high, low + 4 * width)  # a character takes at most 4 bytes
         head = self.text[low : stop if stop == high else _boundary(self.text, stop, low)].decode()

@@ -21,6 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import tantivy
 
@@ -41,6 +42,10 @@ ANCHOR_CANDIDATES = 2000
 #: Characters the query language gives a meaning to; a person's query has them read as spaces.
 _SYNTAX = re.compile(r"[:+\-!(){}\[\]^~*\\/'<>=&|]")
 _WORD = re.compile(r"\w+", re.UNICODE)
+#: What tantivy's default tokenizer makes of a word: runs of letters and digits (so
+#: "snake_case" is two tokens), lower-cased, and none of MAX_TOKEN_BYTES bytes or more.
+_ALNUM = re.compile(r"[^\W_]+")
+MAX_TOKEN_BYTES = 40
 _REGEX_META = set(r"\.+*?()|[]{}^$#&-~")
 
 
@@ -156,8 +161,9 @@ def open_index(store: Store, directory: Path | None = None) -> SearchIndex:
     return SearchIndex(store, tantivy.Index.open(str(directory)), Highlights(directory / "highlight"))
 
 
-@dataclass(frozen=True, slots=True)
-class Hit:
+class Hit(NamedTuple):
+    """One page found (a named tuple: a search makes up to a hundred of them)."""
+
     page_id: int
     #: The page's place in the highlight files.
     slot: int
@@ -192,6 +198,11 @@ def read_query(text: str) -> tuple[list[str], list[list[str]]]:
     return words, phrases
 
 
+def index_tokens(text: str) -> list[str]:
+    """The tokens tantivy indexed for ``text`` (already lower-case)."""
+    return [token for token in _ALNUM.findall(text) if len(token.encode()) < MAX_TOKEN_BYTES]
+
+
 class SearchIndex:
     """Queries over one snapshot's index. Every method is safe to call from worker threads."""
 
@@ -210,12 +221,26 @@ class SearchIndex:
         """A clause that narrows a search and adds nothing to its scores: ``_score`` is relevance alone."""
         return tantivy.Occur.Must, tantivy.Query.const_score_query(self._term(field, value), 0.0)
 
-    def _text_query(self, words: list[str], phrases: list[list[str]], conjunction: bool) -> tantivy.Query:
-        parts = words + ['"' + " ".join(p) + '"' for p in phrases]
-        query, _errors = self.index.parse_query_lenient(
-            " ".join(parts), list(BOOSTS), field_boosts=BOOSTS, conjunction_by_default=conjunction
+    def _weighted(self, tokens: list[str]) -> tantivy.Query:
+        """One word (a phrase when it makes several tokens) or phrase in any field, by field weight.
+
+        Queries are built here, not parsed: tantivy's query parser lets go of the GIL, and a
+        search thread that lets go of it waits to get it back from the event loop.
+        """
+        schema = self.schema
+        one = len(tokens) == 1
+        return tantivy.Query.boolean_query(
+            [
+                (
+                    tantivy.Occur.Should,
+                    tantivy.Query.boost_query(
+                        tantivy.Query.term_query(schema, field, tokens[0]) if one else tantivy.Query.phrase_query(schema, field, tokens),
+                        boost,
+                    ),
+                )
+                for field, boost in BOOSTS.items()
+            ]
         )
-        return query
 
     def search_pages(self, q: str, *, project: str | None = None, version: str | None = None) -> Found:
         """Pages matching any word of ``q``; pages holding every word and phrase rank first.
@@ -232,10 +257,12 @@ class SearchIndex:
         else:
             filters = [self.pages_only]
         searcher = self.searcher
-        some = tantivy.Query.boolean_query([(tantivy.Occur.Must, self._text_query(words, phrases, False)), *filters])
+        weighted = [self._weighted(tokens) for tokens in map(index_tokens, words + [" ".join(p) for p in phrases]) if tokens]
+        any_word = tantivy.Query.boolean_query([(tantivy.Occur.Should, query) for query in weighted])
+        some = tantivy.Query.boolean_query([(tantivy.Occur.Must, any_word), *filters])
         results = []
-        if len(words) + len(phrases) > 1:  # with one word or phrase, "every" and "some" are the same search
-            every = tantivy.Query.boolean_query([(tantivy.Occur.Must, self._text_query(words, phrases, True)), *filters])
+        if len(weighted) > 1:  # with one word or phrase, "every" and "some" are the same search
+            every = tantivy.Query.boolean_query([*((tantivy.Occur.Must, q) for q in weighted), *filters])
             results.append(searcher.search(every, MAX_HITS, count=False).hits)
         rest = searcher.search(some, MAX_HITS, count=True)
         results.append(rest.hits)
@@ -245,11 +272,10 @@ class SearchIndex:
         for found in results:
             slots = searcher.fast_field_values("slot", [address for _score, address in found])
             # Equal scores come back in no set order across index segments: the page id decides.
-            ranked = sorted(((score, page_ids[slot], slot) for (score, _address), slot in zip(found, slots)), key=lambda hit: (-hit[0], hit[1]))
-            for score, page_id, slot in ranked:
+            for negated, page_id, slot in sorted([(-score, page_ids[slot], slot) for (score, _address), slot in zip(found, slots)]):
                 if page_id not in seen and len(hits) < MAX_HITS:
                     seen.add(page_id)
-                    hits.append(Hit(page_id, slot, score))
+                    hits.append(Hit(page_id, slot, -negated))
         terms = dict.fromkeys(words + [word for phrase in phrases for word in phrase])
         return Found(hits, max(rest.count or 0, len(hits)), tuple(term_key(term) for term in terms))
 

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 
 from ..http.purge import page_keys
+from ..snapshot.records import Project
 from .params import last
 from .state import ApiError, ApiState, Reply
 from .v1 import FILE, V1Shapes
@@ -47,16 +48,17 @@ async def docsearch(request: web.BaseRequest, state: ApiState, params: dict[str,
     project = store.project_by_slug.get(values["project"])
     if project is None or (project.id, values["version"]) not in store.version_by_slug:
         raise ApiError(404, NOT_FOUND)
-    body = await in_thread(docsearch_body, state, project.slug, values["version"], values["q"])
+    body = await in_thread(docsearch_body, state, project, values["version"], values["q"])
     keys = ["search", "v2", f"project-{project.slug}", f"version-{project.slug}-{values['version']}"]
     return state.ok(body, keys)
 
 
-def docsearch_body(state: ApiState, project: str, version: str, q: str) -> dict:
+def docsearch_body(state: ApiState, project: Project, version: str, q: str) -> dict:
     """The search and its highlighting, done together off the event loop."""
     store = state.store
-    found = state.search.search_pages(q, project=project, version=version)
+    found = state.search.search_pages(q, project=project.slug, version=version)
     highlights = state.search.highlights
+    base = store.version_url(project, version)  # every hit is a page of this version
     hits = []
     for hit in found.hits:
         page = store.pages[hit.page_id]
@@ -67,9 +69,9 @@ def docsearch_body(state: ApiState, project: str, version: str, q: str) -> dict:
             {
                 "_score": hit.score,
                 "fields": {
-                    "link": store.page_url(page),
+                    "link": base + page.path,
                     "path": [page.path],
-                    "project": [project],
+                    "project": [project.slug],
                     "title": [page.title],
                     "version": [version],
                 },

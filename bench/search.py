@@ -8,7 +8,10 @@ connections, and whether searches stall the event loop: the p99 of cheap request
 alone, and again while a second load runs searches beside them. A closed loop of N
 connections on one worker queues N requests, so latency grows with N at the same throughput:
 10 connections already keep the worker busy. By default every search is cold (no reply
-cache); `--cache-mb 256` measures a worker as it runs, repeated queries answered from its cache.
+cache); `--cache-mb 256` measures a worker as it runs, repeated queries answered from its cache,
+and `--log --cache-mb 256` runs a query log as users make one: 5,000 distinct queries, a few
+asked often and most rarely (Zipf), so the cache answers the popular ones and the long tail is
+searched cold.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ QUERIES = ["asyncio", "dictionary comprehension", "context manager", "os.path", 
 
 #: The loads searches run under: a worker kept busy, and the 50 connections of the first measurements.
 CONNECTIONS = (10, 50)
+#: The query log of --log: how many searches, over how many distinct queries.
+LOG_LENGTH = 200_000
+LOG_DISTINCT = 5_000
 
 
 def python_docs_snapshot() -> Path:
@@ -73,19 +79,31 @@ def index(snapshot: Path) -> dict:
     return {"index_seconds": round(seconds, 1), "index_mb": round(size / 2**20, 1)}
 
 
-def search_paths(snapshot: Path, rng: random.Random) -> list[str]:
+def search_paths(snapshot: Path, rng: random.Random, log: bool) -> list[str]:
+    """The searches to run: a fixed set (the Python docs' 20 queries, or 200 pairs of page words),
+    or with ``log`` a query log: LOG_LENGTH searches over LOG_DISTINCT queries (section headings,
+    or pairs of page words) drawn with Zipf weights, the most asked first, as search logs are."""
     from docsrv.store import load_store
 
     store = load_store(snapshot, progress=False)
-    if store.name == "python-docs":
+    pages = store.pages_ordered
+    if store.name == "python-docs" and not log:
         return [f"/api/v2/docsearch/?project=python&version=3.11&q={quote(q)}" for q in QUERIES]
-    paths = []
-    for page in rng.sample(store.pages_ordered, 200):
+    paths: dict[str, None] = {}
+    while len(paths) < (LOG_DISTINCT if log else 200):
+        page = rng.choice(pages)
         project, version = store.projects[page.project].slug, store.versions[page.version].slug
-        words = page.text.split()[:40]
-        query = " ".join(rng.sample(words, min(2, len(words)))).strip(".,").lower() or "api"
-        paths.append(f"/api/v2/docsearch/?project={project}&version={quote(version)}&q={quote(query)}")
-    return paths
+        if store.name == "python-docs" and page.sections:
+            query = rng.choice(page.sections).title.lower().strip()
+        else:
+            words = page.text.split()[:40]
+            query = " ".join(rng.sample(words, min(2, len(words)))).strip(".,").lower().strip()
+        if not query:
+            continue
+        paths[f"/api/v2/docsearch/?project={project}&version={quote(version)}&q={quote(query)}"] = None
+    if not log:
+        return list(paths)
+    return rng.choices(list(paths), weights=[1 / rank for rank in range(1, len(paths) + 1)], k=LOG_LENGTH)
 
 
 def measure(snapshot: Path, args) -> dict:
@@ -96,7 +114,7 @@ def measure(snapshot: Path, args) -> dict:
                                       "--workers", "1", "--response-cache-mb", str(args.cache_mb)], port)
     try:
         searches = WORK / "paths-search.txt"
-        searches.write_text("\n".join(search_paths(snapshot, rng)) + "\n")
+        searches.write_text("\n".join(search_paths(snapshot, rng, args.log)) + "\n")
         details = WORK / "paths-detail.txt"
         details.write_text("/healthz\n")
         alone = wrk(system, details, args.duration, 10)
@@ -123,6 +141,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10)
     parser.add_argument("--corpus", choices=["python-docs", "synth", "both"], default="both")
     parser.add_argument("--cache-mb", type=int, default=0, help="the reply cache of the worker: 0 measures every search cold")
+    parser.add_argument("--log", action="store_true", help="run a query log (Zipf over 5,000 queries) instead of a fixed set")
     args = parser.parse_args()
     results = {}
     if args.corpus in ("python-docs", "both"):

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import tantivy
 
-from .highlight import HighlightWriter, Highlights, term_key
+from .highlight import HighlightWriter, Highlights, Words, query_words
 from .snapshot.load import record_file
 from .store import Store
 from .utils.progress import progress_bar, wanted
@@ -174,8 +174,8 @@ class Hit(NamedTuple):
 class Found:
     hits: list[Hit]
     total: int
-    #: The keys of the query's words (a phrase's words too), for highlighting.
-    keys: tuple[int, ...]
+    #: The query's words (a phrase's words too), for highlighting.
+    words: Words
 
 
 def read_query(text: str) -> tuple[list[str], list[list[str]]]:
@@ -251,7 +251,7 @@ class SearchIndex:
         words, phrases = read_query(q)
         words = list(dict.fromkeys(words))
         if not words and not phrases:
-            return Found([], 0, ())
+            return Found([], 0, query_words(()))
         if project is not None and version is not None:
             filters = [self._filter("scope", scope(project, version))]
         else:
@@ -276,8 +276,7 @@ class SearchIndex:
                 if page_id not in seen and len(hits) < MAX_HITS:
                     seen.add(page_id)
                     hits.append(Hit(page_id, slot, -negated))
-        terms = dict.fromkeys(words + [word for phrase in phrases for word in phrase])
-        return Found(hits, max(rest.count or 0, len(hits)), tuple(term_key(term) for term in terms))
+        return Found(hits, max(rest.count or 0, len(hits)), query_words(words + [word for phrase in phrases for word in phrase]))
 
     def search_anchors(self, q: str) -> list[tuple[int, str]]:
         """(page id, anchor id) of sections whose heading or anchor id contains ``q``, best first."""

@@ -1,19 +1,24 @@
 """The highlight files the index build writes, read back as a search reads them: fragments
-around every occurrence, cut only where HTML and UTF-8 stay whole, on pages of any shape."""
+around every occurrence, cut only where HTML and UTF-8 stay whole, on pages of any shape.
+Every test runs twice: with word positions recorded, as for long pages, and with pages
+scanned when shown, as short ones are."""
 
 import html
 import re
 
 import pytest
 
-from docsrv.highlight import MAX_POSITIONS, HighlightWriter, Highlights, term_key
+from docsrv import highlight
+from docsrv.highlight import MAX_POSITIONS, HighlightWriter, Highlights, query_words
 
 V2 = {"count": 3, "width": 100, "open_tag": b"<em>", "close_tag": b"</em>", "ellipsis": False}
 
 
-@pytest.fixture
-def pages(tmp_path):
+@pytest.fixture(params=["recorded", "scanned"])
+def pages(request, tmp_path, monkeypatch):
     """Write ``texts`` as pages 1, 2, ... and open them; returns (highlights, slots)."""
+    if request.param == "recorded":
+        monkeypatch.setattr(highlight, "SHORT_PAGE_BYTES", 0)
 
     def write(*texts):
         with HighlightWriter(tmp_path / "highlight") as writer:
@@ -23,8 +28,8 @@ def pages(tmp_path):
     return write
 
 
-def keys(*words):
-    return tuple(term_key(word) for word in words)
+def words(*terms):
+    return query_words(terms)
 
 
 def unmarked(fragment: str) -> str:
@@ -39,7 +44,7 @@ def test_slots_map_back_to_page_ids(pages):
 def test_every_occurrence_inside_a_fragment_is_marked_even_past_the_recorded_ones(pages):
     text = " ".join(["alpha"] * (MAX_POSITIONS * 3))  # three fragments hold more than MAX_POSITIONS
     highlights, [slot] = pages(text)
-    fragments = highlights.fragments(slot, keys("alpha"), **V2)
+    fragments = highlights.fragments(slot, words("alpha"), **V2)
     assert fragments
     for fragment in fragments:
         assert "alpha" not in re.sub(r"<em>alpha</em>", "", fragment)
@@ -49,7 +54,7 @@ def test_every_occurrence_inside_a_fragment_is_marked_even_past_the_recorded_one
 def test_fragments_do_not_overlap_and_follow_the_page(pages):
     text = " ".join(f"word{i} needle" if i % 7 == 0 else f"word{i}" for i in range(400))
     highlights, [slot] = pages(text)
-    fragments = [unmarked(f) for f in highlights.fragments(slot, keys("needle"), **V2)]
+    fragments = [unmarked(f) for f in highlights.fragments(slot, words("needle"), **V2)]
     where = [text.index(f) for f in fragments]
     assert where == sorted(where)
     for (start, fragment), next_start in zip(zip(where, fragments), where[1:]):
@@ -58,13 +63,13 @@ def test_fragments_do_not_overlap_and_follow_the_page(pages):
 
 def test_words_match_whole_and_in_any_case(pages):
     highlights, [slot] = pages("The Widget, a WIDGET and widgets; widget_factory and widget.")
-    [fragment] = highlights.fragments(slot, keys("widget"), **V2)
+    [fragment] = highlights.fragments(slot, words("widget"), **V2)
     assert fragment == "The <em>Widget</em>, a <em>WIDGET</em> and widgets; widget_factory and <em>widget</em>."
 
 
 def test_page_text_is_escaped_and_entities_are_never_marked(pages):
     highlights, [slot] = pages('lt is <b>less</b> & "quoted" amp\'s x27')
-    [fragment] = highlights.fragments(slot, keys("lt", "amp", "quot", "x27", "b"), **V2)
+    [fragment] = highlights.fragments(slot, words("lt", "amp", "quot", "x27", "b"), **V2)
     assert fragment == "<em>lt</em> is &lt;<em>b</em>&gt;less&lt;/<em>b</em>&gt; &amp; &quot;quoted&quot; <em>amp</em>&#x27;s <em>x27</em>"
 
 
@@ -72,7 +77,7 @@ def test_page_text_is_escaped_and_entities_are_never_marked(pages):
 def test_cuts_without_spaces_keep_entities_and_characters_whole(pages, filler):
     text = filler + " needle " + filler
     highlights, [slot] = pages(text)
-    [fragment] = highlights.fragments(slot, keys("needle"), **V2)
+    [fragment] = highlights.fragments(slot, words("needle"), **V2)
     assert "<em>needle</em>" in fragment
     assert re.fullmatch(r"(?:[^&]|&(?:amp|lt|gt|quot|#x27);)*", fragment)
     assert unmarked(fragment) in text
@@ -82,26 +87,26 @@ def test_cuts_without_spaces_keep_entities_and_characters_whole(pages, filler):
 def test_fragments_are_about_width_characters_on_non_ascii_pages(pages):
     text = " ".join(["ウィジェット の 設定"] * 60 + ["needle"] + ["ウィジェット の 設定"] * 60)
     highlights, [slot] = pages(text)
-    [fragment] = highlights.fragments(slot, keys("needle"), **V2)
+    [fragment] = highlights.fragments(slot, words("needle"), **V2)
     assert 80 <= len(unmarked(fragment)) <= 130
 
 
 def test_non_ascii_words_are_found_by_their_lower_case(pages):
     highlights, [slot] = pages("Die Übersetzung ist naïve. ÜBERSETZUNG!")
-    [fragment] = highlights.fragments(slot, keys("übersetzung"), **V2)
+    [fragment] = highlights.fragments(slot, words("übersetzung"), **V2)
     assert fragment == "Die <em>Übersetzung</em> ist naïve. <em>ÜBERSETZUNG</em>!"
 
 
 def test_several_words_are_marked_in_page_order(pages):
     highlights, [slot] = pages("context managers: a context manager is a Manager of context")
-    [fragment] = highlights.fragments(slot, keys("context", "manager"), **V2)
+    [fragment] = highlights.fragments(slot, words("context", "manager"), **V2)
     assert fragment == "<em>context</em> managers: a <em>context</em> <em>manager</em> is a <em>Manager</em> of <em>context</em>"
 
 
 def test_v1_snippets_say_where_the_page_is_cut(pages):
     text = " ".join(f"w{i}" for i in range(100)) + " needle " + " ".join(f"w{i}" for i in range(100))
     highlights, [slot] = pages(text)
-    [snippet] = highlights.fragments(slot, keys("needle"), count=1, width=200, open_tag=b'<span class="highlighted">',
+    [snippet] = highlights.fragments(slot, words("needle"), count=1, width=200, open_tag=b'<span class="highlighted">',
                                      close_tag=b"</span>", ellipsis=True)
     assert snippet.startswith("...") and snippet.endswith("...")
     assert '<span class="highlighted">needle</span>' in snippet
@@ -110,12 +115,22 @@ def test_v1_snippets_say_where_the_page_is_cut(pages):
 def test_a_word_not_on_the_page_gives_no_fragment_and_the_opening_stands_in(pages):
     text = "Widgetry speaks many languages. " * 10
     highlights, [slot] = pages(text)
-    assert highlights.fragments(slot, keys("absent"), **V2) == []
+    assert highlights.fragments(slot, words("absent"), **V2) == []
     opening = highlights.opening(slot, 100)
     assert text.startswith(opening) and 50 < len(opening) <= 100 and not opening.endswith(" ")
 
 
 def test_an_empty_page_and_an_empty_file_set(pages):
     highlights, [slot] = pages("")
-    assert highlights.fragments(slot, keys("x"), **V2) == []
+    assert highlights.fragments(slot, words("x"), **V2) == []
     assert highlights.opening(slot, 100) == ""
+
+
+def test_only_long_pages_take_room_for_word_positions(tmp_path):
+    long_text = " ".join(f"w{i % 500}" for i in range(highlight.SHORT_PAGE_BYTES))
+    with HighlightWriter(tmp_path / "highlight") as writer:
+        short, long = writer.add(1, "a short page with six words"), writer.add(2, long_text)
+    highlights = Highlights(tmp_path / "highlight")
+    assert len(highlights.keys) == 500
+    assert highlights.fragments(short, words("six"), **V2) == ["a short page with <em>six</em> words"]
+    assert highlights.fragments(long, words("w7"), **V2)[0].startswith("w0 w1 w2 w3 w4 w5 w6 <em>w7</em> w8")

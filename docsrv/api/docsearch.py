@@ -63,7 +63,7 @@ def docsearch_body(state: ApiState, project: Project, version: str, q: str) -> d
     for hit in found.hits:
         page = store.pages[hit.page_id]
         marked = highlights.fragments(
-            hit.slot, found.keys, count=HIGHLIGHT_FRAGMENTS, width=HIGHLIGHT_WIDTH, open_tag=b"<em>", close_tag=b"</em>", ellipsis=False
+            hit.slot, found.words, count=HIGHLIGHT_FRAGMENTS, width=HIGHLIGHT_WIDTH, open_tag=b"<em>", close_tag=b"</em>", ellipsis=False
         )
         hits.append(
             {
@@ -103,7 +103,7 @@ def file_search_body(state: ApiState, q: str) -> tuple[list[dict], list[str]]:
     for hit in found.hits:
         page = store.pages[hit.page_id]
         snippet = highlights.fragments(
-            hit.slot, found.keys, count=1, width=V1_SNIPPET_WIDTH, open_tag=b'<span class="highlighted">', close_tag=b"</span>",
+            hit.slot, found.words, count=1, width=V1_SNIPPET_WIDTH, open_tag=b'<span class="highlighted">', close_tag=b"</span>",
             ellipsis=True,
         )
         objects.append({**FILE.render(shapes, page), "text": snippet[0] if snippet else highlights.opening(hit.slot, V1_SNIPPET_WIDTH)})

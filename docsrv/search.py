@@ -94,7 +94,7 @@ def build_index(store: Store, directory: Path, print_progress: bool | None = Non
             writer.add_document(
                 tantivy.Document(
                     kind="page",
-                    scope=scope(store.projects[page.project].slug, store.versions[page.version].slug),
+                    scope=version_scope(store.projects[page.project].slug, store.versions[page.version].slug),
                     page=page.id,
                     slot=highlights.add(page.id, page.text),
                     title=page.title,
@@ -119,7 +119,7 @@ def build_index(store: Store, directory: Path, print_progress: bool | None = Non
     return time.perf_counter() - started
 
 
-def scope(project: str, version: str) -> str:
+def version_scope(project: str, version: str) -> str:
     """The one term a page is filtered by: its project and version (a project slug holds no "/")."""
     return f"{project}/{version}"
 
@@ -221,48 +221,48 @@ class SearchIndex:
         """A clause that narrows a search and adds nothing to its scores: ``_score`` is relevance alone."""
         return tantivy.Occur.Must, tantivy.Query.const_score_query(self._term(field, value), 0.0)
 
-    def _weighted(self, tokens: list[str]) -> tantivy.Query:
-        """One word (a phrase when it makes several tokens) or phrase in any field, by field weight.
+    def _weighted(self, tokens: list[str], scope: tuple | None = None) -> tantivy.Query:
+        """One word (a phrase when it makes several tokens) or phrase in any field, by field weight;
+        with ``scope`` (a filter clause), each field's matches narrowed by it.
 
         Queries are built here, not parsed: tantivy's query parser lets go of the GIL, and a
         search thread that lets go of it waits to get it back from the event loop.
         """
         schema = self.schema
         one = len(tokens) == 1
-        return tantivy.Query.boolean_query(
-            [
-                (
-                    tantivy.Occur.Should,
-                    tantivy.Query.boost_query(
-                        tantivy.Query.term_query(schema, field, tokens[0]) if one else tantivy.Query.phrase_query(schema, field, tokens),
-                        boost,
-                    ),
-                )
-                for field, boost in BOOSTS.items()
-            ]
-        )
+        clauses = []
+        for field, boost in BOOSTS.items():
+            query = tantivy.Query.boost_query(
+                tantivy.Query.term_query(schema, field, tokens[0]) if one else tantivy.Query.phrase_query(schema, field, tokens), boost
+            )
+            if scope is not None:
+                query = tantivy.Query.boolean_query([(tantivy.Occur.Must, query), scope])
+            clauses.append((tantivy.Occur.Should, query))
+        return tantivy.Query.boolean_query(clauses)
 
     def search_pages(self, q: str, *, project: str | None = None, version: str | None = None) -> Found:
         """Pages matching any word of ``q``; pages holding every word and phrase rank first.
 
-        With ``project`` and ``version``, only that version's pages (one filter term: each
-        filter costs about as much as the search it narrows).
+        With ``project`` and ``version``, only that version's pages, narrowed by one term that
+        scores nothing.
         """
         words, phrases = read_query(q)
         words = list(dict.fromkeys(words))
         if not words and not phrases:
             return Found([], 0, query_words(()))
         if project is not None and version is not None:
-            filters = [self._filter("scope", scope(project, version))]
+            scope = self._filter("scope", version_scope(project, version))
         else:
-            filters = [self.pages_only]
+            scope = self.pages_only
         searcher = self.searcher
-        weighted = [self._weighted(tokens) for tokens in map(index_tokens, words + [" ".join(p) for p in phrases]) if tokens]
-        any_word = tantivy.Query.boolean_query([(tantivy.Occur.Should, query) for query in weighted])
-        some = tantivy.Query.boolean_query([(tantivy.Occur.Must, any_word), *filters])
+        parts = [tokens for tokens in map(index_tokens, words + [" ".join(p) for p in phrases]) if tokens]
+        # The filter goes inside each word of "some": tantivy runs a union of long posting lists
+        # through every document before it meets the filter (the medium snapshot: 2.5 ms
+        # against 1.0 ms). "Every" is led by the filter as it is.
+        some = tantivy.Query.boolean_query([(tantivy.Occur.Should, self._weighted(tokens, scope)) for tokens in parts])
         results = []
-        if len(weighted) > 1:  # with one word or phrase, "every" and "some" are the same search
-            every = tantivy.Query.boolean_query([*((tantivy.Occur.Must, q) for q in weighted), *filters])
+        if len(parts) > 1:  # with one word or phrase, "every" and "some" are the same search
+            every = tantivy.Query.boolean_query([*((tantivy.Occur.Must, self._weighted(tokens)) for tokens in parts), scope])
             results.append(searcher.search(every, MAX_HITS, count=False).hits)
         rest = searcher.search(some, MAX_HITS, count=True)
         results.append(rest.hits)

@@ -44,6 +44,9 @@ from typing import NamedTuple
 #: the word is dense. Fragments never reach past the last recorded occurrence of a word that
 #: may have more, so no occurrence inside a fragment goes unmarked.
 MAX_POSITIONS = 32
+#: Occurrences of each word read when a query has several words, whose occurrences are merged:
+#: three fragments rarely hold more, and a fragment stops short of the first one not read.
+MERGE_POSITIONS = 12
 #: A word longer than this (in bytes: a hash, a base64 blob) is not recorded: no query matches it.
 MAX_WORD_BYTES = 255
 #: How far past a fragment's end a space is looked for, to end it on a word boundary.
@@ -269,8 +272,11 @@ class Highlights:
                 entry = bisect_left(all_keys, key, first, last)
                 if entry < last and all_keys[entry] == key:
                     start, recorded, length = _ENTRY_UNPACK(self.entries, entry * ENTRY.size)
+                    cut = recorded == MAX_POSITIONS
+                    if not single and recorded > MERGE_POSITIONS:
+                        recorded, cut = MERGE_POSITIONS, True
                     positions = self.positions[start : start + recorded].tolist()
-                    if recorded == MAX_POSITIONS and positions[-1] + length < known:
+                    if cut and positions[-1] + length < known:
                         known = positions[-1] + length
                     if single:
                         marks = positions

@@ -41,13 +41,17 @@ def test_slots_map_back_to_page_ids(pages):
     assert [highlights.page_ids[slot] for slot in slots] == [1, 2, 3]
 
 
-def test_every_occurrence_inside_a_fragment_is_marked_even_past_the_recorded_ones(pages):
-    text = " ".join(["alpha"] * (MAX_POSITIONS * 3))  # three fragments hold more than MAX_POSITIONS
+@pytest.mark.parametrize("query", [("alpha",), ("alpha", "beta")])
+def test_every_occurrence_inside_a_fragment_is_marked_even_past_the_recorded_ones(pages, query):
+    # Three fragments hold more occurrences than are recorded (MAX_POSITIONS), or read when
+    # several words are merged (MERGE_POSITIONS).
+    text = " ".join([" ".join(query)] * (MAX_POSITIONS * 3))
     highlights, [slot] = pages(text)
-    fragments = highlights.fragments(slot, words("alpha"), **V2)
+    fragments = highlights.fragments(slot, words(*query), **V2)
     assert fragments
     for fragment in fragments:
-        assert "alpha" not in re.sub(r"<em>alpha</em>", "", fragment)
+        for word in query:
+            assert word not in fragment.replace(f"<em>{word}</em>", "")
         assert unmarked(fragment) in text
 
 

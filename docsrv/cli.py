@@ -155,7 +155,7 @@ def run_index(args: argparse.Namespace) -> int:
     store = load_store(args.path)
     directory = index_directory(store)
     seconds = build_index(store, directory)
-    write_marker(directory, fingerprint(store), store)
+    write_marker(directory, fingerprint(store.path), store)
     size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
     print(f"indexed {len(store.pages)} pages of {store.name} in {seconds:.1f} s ({size / 2**20:.1f} MiB at {directory})")
     return 0

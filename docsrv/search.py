@@ -27,7 +27,7 @@ import tantivy
 
 from .highlight import HighlightWriter, Highlights, Words, query_words
 from .snapshot.load import record_file
-from .store import Store
+from .store import Store, load_store
 from .utils.progress import progress_bar, wanted
 
 log = logging.getLogger("docsrv")
@@ -64,13 +64,12 @@ def build_schema() -> tantivy.Schema:
     return builder.build()
 
 
-def fingerprint(store: Store) -> str:
+def fingerprint(snapshot: Path) -> str:
     """A digest of everything the index is made from: it changes when the indexed content does."""
-    assert store.path is not None
     digest = hashlib.blake2b(digest_size=16)
     digest.update(f"schema {SCHEMA_VERSION}".encode())
     for kind in ("projects", "versions", "pages"):
-        for path in record_file(store.path, kind):
+        for path in record_file(snapshot, kind):
             digest.update(path.name.encode())
             with open(path, "rb") as data:
                 digest.update(hashlib.file_digest(data, "blake2b").digest())
@@ -135,19 +134,33 @@ def index_directory(store: Store) -> Path:
     return store.path / "index"
 
 
-def ensure_index(store: Store) -> Path:
-    """The directory of an index that matches ``store``'s content, built first when there is none.
+def index_directories(snapshot: Path, digest: str) -> tuple[Path, Path]:
+    """Where the index of a snapshot lives: in it, or (when it cannot be written to) in a temporary directory."""
+    return snapshot / "index", Path(tempfile.gettempdir()) / f"docsrv-index-{digest}"
 
-    A snapshot directory that cannot be written to gets its index in a temporary directory.
-    """
-    want = fingerprint(store)
-    for directory in (index_directory(store), Path(tempfile.gettempdir()) / f"docsrv-index-{want}"):
+
+def current_index(snapshot: Path, digest: str) -> Path | None:
+    """The directory of an index built from content with this ``digest``, if there is one."""
+    for directory in index_directories(snapshot, digest):
         marker = directory / FINGERPRINT_FILE
         try:
-            if marker.exists() and json.loads(marker.read_text()).get("fingerprint") == want:
+            if json.loads(marker.read_text()).get("fingerprint") == digest:
                 return directory
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def ensure_index(store: Store, digest: str) -> Path:
+    """The directory of an index of ``store``'s content (whose fingerprint is ``digest``), built first when there is none."""
+    assert store.path is not None
+    found = current_index(store.path, digest)
+    if found is not None:
+        return found
+    for directory in index_directories(store.path, digest):
+        try:
             seconds = build_index(store, directory)
-            write_marker(directory, want, store)
+            write_marker(directory, digest, store)
             log.info("built the search index of %s pages in %.1f s at %s", len(store.pages), seconds, directory)
             return directory
         except (OSError, ValueError) as error:
@@ -155,9 +168,20 @@ def ensure_index(store: Store) -> Path:
     raise RuntimeError("no usable directory for the search index")
 
 
-def open_index(store: Store, directory: Path | None = None) -> SearchIndex:
-    """Open the index of ``store`` (found or built by ensure_index when no directory is given)."""
-    directory = directory or ensure_index(store)
+def load_served(snapshot: str | Path, *, progress: bool | None = None) -> tuple[Store, Path]:
+    """A snapshot as a server keeps it, and its index. When a current index holds the pages'
+    text, the store is loaded without it (on the large snapshot, about 1 GB of strings);
+    otherwise the whole snapshot is loaded and the index built from it first."""
+    digest = fingerprint(Path(snapshot))
+    found = current_index(Path(snapshot), digest)
+    if found is not None:
+        return load_store(snapshot, progress=progress, page_text=False), found
+    store = load_store(snapshot, progress=progress)
+    return store, ensure_index(store, digest)
+
+
+def open_index(store: Store, directory: Path) -> SearchIndex:
+    """Open the index in ``directory`` (see ``load_served``) over ``store``."""
     return SearchIndex(store, tantivy.Index.open(str(directory)), Highlights(directory / "highlight"))
 
 

@@ -24,8 +24,8 @@ from .api.state import ApiState
 from .config import Settings
 from .http.accept import Acceptor
 from .runtime import Runtime
-from .search import open_index
-from .store import Store, load_store
+from .search import load_served, open_index
+from .store import Store
 
 log = logging.getLogger("docsrv")
 
@@ -92,8 +92,8 @@ def listening_socket(host: str, port: int) -> socket.socket:
 @asynccontextmanager
 async def running_server(snapshot: str | Path, settings: Settings | None = None) -> AsyncIterator[str]:
     """A real server on a free loopback port for the duration of the block; yields its base URL."""
-    store = load_store(snapshot, progress=False)
-    state = ApiState(store, open_index(store), settings or Settings(), Runtime())
+    store, index_dir = load_served(snapshot, progress=False)
+    state = ApiState(store, open_index(store, index_dir), settings or Settings(), Runtime())
     sock = listening_socket("127.0.0.1", 0)
     listening = await start(state, sock)
     try:

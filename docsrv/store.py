@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .snapshot.commands import CommandFile
 from .snapshot.load import read_snapshot
-from .snapshot.records import Build, BuildCommand, Manifest, Page, Project, User, Version
+from .snapshot.records import Build, BuildCommand, Manifest, PageHead, Project, User, Version
 from .snapshot.validate import check_snapshot
 
 
@@ -77,8 +77,8 @@ class Store:
         public_commands = sum(commands.count_of(b) for b in self.builds)
 
         pages = sorted((p for p in records["pages"] if p.version in self.versions), key=attrgetter("id"))
-        self.pages: dict[int, Page] = {p.id: p for p in pages}
-        self.pages_ordered: list[Page] = pages
+        self.pages: dict[int, PageHead] = {p.id: p for p in pages}
+        self.pages_ordered: list[PageHead] = pages
 
         #: How many public records of each kind are served.
         self.counts = {
@@ -98,7 +98,7 @@ class Store:
         """Where the hosted documentation of one version of a project lives."""
         return f"{self.public_url}/projects/{project.slug}/{project.language}/{version_slug}/"
 
-    def page_url(self, page: Page) -> str:
+    def page_url(self, page: PageHead) -> str:
         project = self.projects[page.project]
         return self.version_url(project, self.versions[page.version].slug) + page.path
 
@@ -112,8 +112,9 @@ def group(items, keys_of) -> dict:
     return dict(index)
 
 
-def load_store(path: str | Path, *, progress: bool | None = None) -> Store:
+def load_store(path: str | Path, *, progress: bool | None = None, page_text: bool = True) -> Store:
     """Read, check and index a snapshot directory; raise SnapshotError if it cannot be served.
+    Without ``page_text``, pages keep all but their text (see ``search.load_served``).
 
     The collector is paused while millions of objects are made, and what was loaded is then
     frozen out of its reach: the store never changes, and forked workers keep sharing its pages.
@@ -122,7 +123,7 @@ def load_store(path: str | Path, *, progress: bool | None = None) -> Store:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        raw = read_snapshot(path, progress=progress)
+        raw = read_snapshot(path, progress=progress, page_text=page_text)
         check_snapshot(raw)
         store = Store(raw.manifest, raw.records, raw.commands, path=raw.path)
         del raw

@@ -27,9 +27,9 @@ from pathlib import Path
 from .config import Settings
 from .metrics import retire
 from .runtime import Runtime, write_status
-from .search import ensure_index
+from .search import load_served
 from .server import DRAIN_SECONDS, listening_socket, run, serve_worker
-from .store import Store, load_store
+from .store import Store
 
 log = logging.getLogger("docsrv")
 
@@ -64,8 +64,7 @@ class Supervisor:
 
     def run(self) -> int:
         try:
-            store = load_store(self.snapshot)
-            index_dir = ensure_index(store)
+            store, index_dir = load_served(self.snapshot)
             self.sock = listening_socket(self.host, self.port)
             self.status.update(snapshot=store.name, load_seconds=round(store.load_seconds, 3))
             write_status(self.run_dir, self.status)
@@ -202,8 +201,7 @@ class Supervisor:
     def reload(self, why: str) -> None:
         log.info("reloading (%s): loading %s beside the snapshot being served", why, self.snapshot)
         try:
-            store = load_store(self.snapshot)
-            index_dir = ensure_index(store)
+            store, index_dir = load_served(self.snapshot)
             new = self.spawn_all(store, index_dir)
         except Exception as error:  # a bad snapshot of any kind: the old one keeps serving
             self.status["reload_failures"] += 1

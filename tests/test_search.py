@@ -221,3 +221,21 @@ def test_index_command_and_fingerprint(built, tmp_path):
     shutil.copytree(snapshot, copy, ignore=shutil.ignore_patterns("index"))
     out = docsrv("index", str(copy)).stdout
     assert "indexed" in out and (copy / "index" / "docsrv-index.json").exists()
+
+
+def test_a_restart_with_a_current_index_serves_the_same_searches_without_page_text(built, server):
+    from conftest import Server
+
+    from docsrv.search import load_served
+
+    snapshot, _ = built
+    queries = ["widget", "naïve", "template script", '"eviction policy"', "Internationalisation"]
+    first = [search(server, q) for q in queries] + [server.json("/api/v1/file/search/?q=frobnicator")]
+    store, directory = load_served(snapshot, progress=False)
+    assert directory == snapshot / "index"
+    assert store.pages_ordered and not any(hasattr(page, "text") for page in store.pages_ordered)
+    again = Server(["--snapshot", str(snapshot)])
+    try:
+        assert [search(again, q) for q in queries] + [again.json("/api/v1/file/search/?q=frobnicator")] == first
+    finally:
+        again.stop()

@@ -18,7 +18,7 @@ from ..utils.progress import wanted
 from .commands import CommandFile, index_commands
 from .errors import ProblemList, SnapshotError
 from .lines import decoded_blocks, describe
-from .records import FORMAT, FORMAT_VERSION, KINDS, BuildCommand, Manifest, Record
+from .records import FORMAT, FORMAT_VERSION, KINDS, BuildCommand, Manifest, Page, PageHead, Record
 
 #: Endings a record file may have, by how it is compressed.
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
@@ -43,8 +43,11 @@ def record_file(directory: Path, kind: str) -> list[Path]:
     return [directory / f"{kind}{suffix}" for suffix in SUFFIXES if (directory / f"{kind}{suffix}").is_file()]
 
 
-def read_snapshot(path: str | Path, *, progress: bool | None = None) -> RawSnapshot:
-    """Decode a snapshot directory; raise SnapshotError naming every file and line that is bad."""
+def read_snapshot(path: str | Path, *, progress: bool | None = None, page_text: bool = True) -> RawSnapshot:
+    """Decode a snapshot directory; raise SnapshotError naming every file and line that is bad.
+
+    Without ``page_text``, pages are decoded as PageHead: for a server whose index holds the text.
+    """
     started = time.perf_counter()
     directory = Path(path)
     problems = ProblemList(str(directory))
@@ -59,6 +62,8 @@ def read_snapshot(path: str | Path, *, progress: bool | None = None) -> RawSnaps
     files: dict[str, str] = {}
     commands: CommandFile | None = None
     for kind, cls in KINDS.items():
+        if cls is Page and not page_text:
+            cls = PageHead
         found = record_file(directory, kind)
         if not found:
             problems.add(f"{kind}.jsonl", None, "missing: every snapshot has this file (it may be empty)")

@@ -118,8 +118,10 @@ class Section(msgspec.Struct, frozen=True, gc=False, array_like=True):
     title: str
 
 
-class Page(Record, frozen=True, gc=False):
-    """A documentation page (v1 calls it a File) of one version of a project."""
+class PageHead(Record, frozen=True, gc=False, forbid_unknown_fields=False):
+    """A page as a server keeps it once its search index is built: all but the text, which the
+    index holds (``highlight.py``). Decoding skips the text without making a string of it, and
+    checks nothing it skips: a current index was built from these very bytes, fully checked."""
 
     project: Id
     version: Id
@@ -127,6 +129,11 @@ class Page(Record, frozen=True, gc=False):
     path: str
     title: str = ""
     sections: tuple[Section, ...] = ()
+
+
+class Page(PageHead, frozen=True, gc=False, forbid_unknown_fields=True):
+    """A documentation page (v1 calls it a File) of one version of a project."""
+
     text: str = ""
 
 

@@ -301,13 +301,14 @@ class Highlights:
             if start <= floor:
                 start = floor
             else:
-                space = text.rfind(b" ", max(floor, position - span + 1), start + 1)
+                back = position - span + 1
+                space = text.rfind(b" ", back if back > floor else floor, start + 1)
                 start = space + 1 if space >= 0 else _boundary(text, start, floor)
             end = start + span
             if end >= known:
                 end = known
             else:
-                space = text.find(b" ", end, min(known, end + END_SLACK))
+                space = text.find(b" ", end, end + END_SLACK if end + END_SLACK < known else known)
                 end = space if space >= 0 else _boundary(text, end, start)
             pieces = []
             cursor = start

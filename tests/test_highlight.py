@@ -65,16 +65,25 @@ def test_fragments_do_not_overlap_and_follow_the_page(pages):
         assert start + len(fragment) <= next_start
 
 
-def test_words_match_whole_and_in_any_case(pages):
-    highlights, [slot] = pages("The Widget, a WIDGET and widgets; widget_factory and widget.")
-    [fragment] = highlights.fragments(slot, words("widget"), **V2)
-    assert fragment == "The <em>Widget</em>, a <em>WIDGET</em> and widgets; widget_factory and <em>widget</em>."
-
-
-def test_page_text_is_escaped_and_entities_are_never_marked(pages):
-    highlights, [slot] = pages('lt is <b>less</b> & "quoted" amp\'s x27')
-    [fragment] = highlights.fragments(slot, words("lt", "amp", "quot", "x27", "b"), **V2)
-    assert fragment == "<em>lt</em> is &lt;<em>b</em>&gt;less&lt;/<em>b</em>&gt; &amp; &quot;quoted&quot; <em>amp</em>&#x27;s <em>x27</em>"
+@pytest.mark.parametrize(
+    ("text", "query", "fragment"),
+    [
+        pytest.param("The Widget, a WIDGET and widgets; widget_factory and widget.", ["widget"],
+                     "The <em>Widget</em>, a <em>WIDGET</em> and widgets; widget_factory and <em>widget</em>.",
+                     id="whole words in any case"),
+        pytest.param('lt is <b>less</b> & "quoted" amp\'s x27', ["lt", "amp", "quot", "x27", "b"],
+                     "<em>lt</em> is &lt;<em>b</em>&gt;less&lt;/<em>b</em>&gt; &amp; &quot;quoted&quot; <em>amp</em>&#x27;s <em>x27</em>",
+                     id="text escaped, entities never marked"),
+        pytest.param("Die Übersetzung ist naïve. ÜBERSETZUNG!", ["übersetzung"],
+                     "Die <em>Übersetzung</em> ist naïve. <em>ÜBERSETZUNG</em>!", id="non-ASCII words by their lower case"),
+        pytest.param("context managers: a context manager is a Manager of context", ["context", "manager"],
+                     "<em>context</em> managers: a <em>context</em> <em>manager</em> is a <em>Manager</em> of <em>context</em>",
+                     id="several words in page order"),
+    ],
+)
+def test_the_fragment_of_a_short_text(pages, text, query, fragment):
+    highlights, [slot] = pages(text)
+    assert highlights.fragments(slot, words(*query), **V2) == [fragment]
 
 
 @pytest.mark.parametrize("filler", ["&" * 400, "<>" * 200, '"' * 400, "ウィジェット" * 80, "🎛" * 300, "é" * 400])
@@ -93,18 +102,6 @@ def test_fragments_are_about_width_characters_on_non_ascii_pages(pages):
     highlights, [slot] = pages(text)
     [fragment] = highlights.fragments(slot, words("needle"), **V2)
     assert 80 <= len(unmarked(fragment)) <= 130
-
-
-def test_non_ascii_words_are_found_by_their_lower_case(pages):
-    highlights, [slot] = pages("Die Übersetzung ist naïve. ÜBERSETZUNG!")
-    [fragment] = highlights.fragments(slot, words("übersetzung"), **V2)
-    assert fragment == "Die <em>Übersetzung</em> ist naïve. <em>ÜBERSETZUNG</em>!"
-
-
-def test_several_words_are_marked_in_page_order(pages):
-    highlights, [slot] = pages("context managers: a context manager is a Manager of context")
-    [fragment] = highlights.fragments(slot, words("context", "manager"), **V2)
-    assert fragment == "<em>context</em> managers: a <em>context</em> <em>manager</em> is a <em>Manager</em> of <em>context</em>"
 
 
 def test_v1_snippets_say_where_the_page_is_cut(pages):

@@ -149,13 +149,14 @@ def run_import_dump(args: argparse.Namespace) -> int:
 
 
 def run_index(args: argparse.Namespace) -> int:
-    from .search import build_index, fingerprint, index_directory, write_marker
+    from .search import build_index, fingerprint, index_directories, write_marker
     from .store import load_store
 
     store = load_store(args.path)
-    directory = index_directory(store)
+    digest = fingerprint(Path(args.path))
+    directory = index_directories(Path(args.path), digest)[0]
     seconds = build_index(store, directory)
-    write_marker(directory, fingerprint(store.path), store)
+    write_marker(directory, digest, store)
     size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
     print(f"indexed {len(store.pages)} pages of {store.name} in {seconds:.1f} s ({size / 2**20:.1f} MiB at {directory})")
     return 0

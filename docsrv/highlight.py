@@ -129,6 +129,7 @@ class HighlightWriter:
     """Writes the highlight files of an index, page by page (a slot each), in bounded memory."""
 
     def __init__(self, directory: Path) -> None:
+        require_little_endian()
         directory.mkdir(parents=True, exist_ok=True)
         self.arrays = {name: array(code) for name, code in _ARRAYS.items()}
         self.records = {name: bytearray() for name in _RECORDS}
@@ -159,8 +160,6 @@ class HighlightWriter:
 
     def _flush(self) -> None:
         for name, values in self.arrays.items():
-            if sys.byteorder != "little":
-                values.byteswap()
             values.tofile(self.files[name])
             del values[:]
         for name, values in self.records.items():
@@ -177,6 +176,12 @@ class HighlightWriter:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def require_little_endian() -> None:
+    """The arrays are written and read in the machine's byte order, which the format fixes as little-endian."""
+    if sys.byteorder != "little":
+        raise RuntimeError("docsrv's highlight files are little-endian, and this machine is not")
 
 
 def _mapped(path: Path) -> mmap.mmap | bytes:
@@ -233,8 +238,7 @@ class Highlights:
     """The highlight files of an index, mapped read-only. Safe to use from any thread."""
 
     def __init__(self, directory: Path) -> None:
-        if sys.byteorder != "little":
-            raise RuntimeError("the highlight files are little-endian: this machine is not")
+        require_little_endian()
         self.text = _mapped(directory / "text")
         self.page_ids = memoryview(_mapped(directory / "page-ids")).cast("q")
         self.keys = memoryview(_mapped(directory / "keys")).cast("Q")
@@ -259,11 +263,12 @@ class Highlights:
         low, size, chars, first, entries = _SLOT_UNPACK(self.slots, slot * SLOT.size)
         text = self.text
         keys = words.keys
-        single = len(keys) == 1 and size > SHORT_PAGE_BYTES
+        recorded_page = entries > 0  # the index build recorded this page's words: not a short page
+        single = len(keys) == 1 and recorded_page
         marks: list = []  # one word: its positions; several, or a short page: (position, length), in order
         length = 0
         known = size
-        if size <= SHORT_PAGE_BYTES:
+        if not recorded_page:
             marks = scan(text[low : low + size], words.terms)
         else:
             last = first + entries

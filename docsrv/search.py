@@ -129,11 +129,6 @@ def write_marker(directory: Path, digest: str, store: Store) -> None:
     (directory / FINGERPRINT_FILE).write_text(json.dumps(marker))
 
 
-def index_directory(store: Store) -> Path:
-    assert store.path is not None
-    return store.path / "index"
-
-
 def index_directories(snapshot: Path, digest: str) -> tuple[Path, Path]:
     """Where the index of a snapshot lives: in it, or (when it cannot be written to) in a temporary directory."""
     return snapshot / "index", Path(tempfile.gettempdir()) / f"docsrv-index-{digest}"

@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="serve a snapshot over HTTP")
     serve.add_argument("--snapshot", type=Path, default=None, help="snapshot directory (default: the bundled demo)")
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--public-url", default=None, help="base of absolute links in lists (default: the request's host)")
     serve.add_argument("--max-age", type=int, default=DEFAULTS.max_age, help="Cache-Control max-age of 200s, seconds")
@@ -40,6 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--response-cache-mb", type=int, default=DEFAULTS.response_cache_bytes >> 20, help="encoded replies kept per worker"
     )
+    serve.add_argument(
+        "--allowed-host", action="append", default=None, metavar="HOST",
+        help="a Host header answered when --public-url is unset (repeatable; a name, .domain or *; "
+        "default: the listening address and localhost)",
+    )
+    serve.add_argument("--search-queue", type=int, default=DEFAULTS.search_queue,
+                       help="searches that may wait in each worker; more are refused with 503")
     serve.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (default: the number of cores)")
     serve.add_argument("--watch", action="store_true", help="reload when a new snapshot appears at --snapshot")
     serve.add_argument("--watch-interval", type=float, default=2.0, help="seconds between looks for a new snapshot")
@@ -86,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    from .http.hosts import default_allowed_hosts
     from .server import DEMO_SNAPSHOT
     from .supervisor import serve
 
@@ -95,6 +103,8 @@ def run_serve(args: argparse.Namespace) -> int:
         stale_while_revalidate=args.stale_while_revalidate,
         stale_if_error=args.stale_if_error,
         response_cache_bytes=args.response_cache_mb << 20,
+        allowed_hosts=tuple(args.allowed_host or default_allowed_hosts(args.host)),
+        search_queue=args.search_queue,
     )
     return serve(
         args.snapshot or DEMO_SNAPSHOT,

@@ -15,6 +15,10 @@ class Settings(msgspec.Struct, frozen=True):
     stale_if_error: int = 86400
     #: How many bytes of encoded responses each worker keeps ready to send.
     response_cache_bytes: int = 256 << 20
+    #: Searches that may wait for the search thread in each worker; more get 503.
+    search_queue: int = 64
+    #: Host headers answered when ``public_url`` is unset (see ``http/hosts.py``).
+    allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]")
 
     @property
     def cache_control(self) -> str:

@@ -13,6 +13,11 @@ import bisect
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .api.admission import SearchQueue
+    from .http.reply_cache import ReplyCache
 
 #: Upper bounds of the latency histogram, in seconds.
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -20,17 +25,26 @@ RETIRED = "retired.json"
 
 
 class Metrics:
-    """One worker's counts: requests by route template and status, and latency by route."""
+    """One worker's counts: requests by route template and status, latency by route, reply-cache
+    hits and misses by route, and the reply cache's own figures."""
 
     def __init__(self, run_dir: Path | None) -> None:
         self.run_dir = run_dir
         self.requests: dict[tuple[str, int], int] = {}
         #: route -> [bucket counts..., +Inf count, sum of seconds]
         self.latency: dict[str, list[float]] = {}
+        #: GET and HEAD requests answered from the reply cache, and not, by route.
+        self.hits: dict[str, int] = {}
+        self.misses: dict[str, int] = {}
+        #: The reply cache and search queue whose figures are reported (set by the serving state).
+        self.cache: ReplyCache | None = None
+        self.searches: SearchQueue | None = None
 
-    def observe(self, route: str, status: int, seconds: float) -> None:
+    def observe(self, route: str, status: int, seconds: float, hit: bool = False) -> None:
         key = (route, status)
         self.requests[key] = self.requests.get(key, 0) + 1
+        counts = self.hits if hit else self.misses
+        counts[route] = counts.get(route, 0) + 1
         histogram = self.latency.get(route)
         if histogram is None:
             histogram = self.latency[route] = [0] * (len(BUCKETS) + 1) + [0.0]
@@ -38,9 +52,16 @@ class Metrics:
         histogram[-1] += seconds
 
     def as_json(self) -> dict:
+        cache = self.cache
         return {
             "requests": [[route, status, count] for (route, status), count in self.requests.items()],
             "latency": self.latency,
+            "cache_hits": self.hits,
+            "cache_misses": self.misses,
+            "cache_evictions": cache.evictions if cache is not None else 0,
+            "searches": dict(self.searches.counts) if self.searches is not None else {},
+            # Gauges: a worker's own, never carried into the retired totals.
+            "gauges": {"cache_entries": len(cache), "cache_bytes": cache.nbytes} if cache is not None else {},
         }
 
     def flush(self) -> None:
@@ -66,9 +87,13 @@ class Metrics:
         return merge(parts)
 
 
-def merge(parts: list[dict]) -> dict:
+def merge(parts: list[dict], *, gauges: bool = True) -> dict:
+    """The sum of several workers' counts; without ``gauges``, only what counts up (for the
+    totals of workers that have exited)."""
     requests: dict[tuple[str, int], int] = {}
     latency: dict[str, list[float]] = {}
+    totals: dict[str, dict[str, int]] = {"cache_hits": {}, "cache_misses": {}, "searches": {}, "gauges": {}}
+    evictions = 0
     for part in parts:
         for route, status, count in part.get("requests", ()):
             requests[(route, status)] = requests.get((route, status), 0) + count
@@ -76,7 +101,13 @@ def merge(parts: list[dict]) -> dict:
             into = latency.setdefault(route, [0] * len(histogram))
             for index, value in enumerate(histogram):
                 into[index] += value
-    return {"requests": [[r, s, c] for (r, s), c in requests.items()], "latency": latency}
+        for name, into_counts in totals.items():
+            if name == "gauges" and not gauges:
+                continue
+            for label, count in part.get(name, {}).items():
+                into_counts[label] = into_counts.get(label, 0) + count
+        evictions += part.get("cache_evictions", 0)
+    return {"requests": [[r, s, c] for (r, s), c in requests.items()], "latency": latency, **totals, "cache_evictions": evictions}
 
 
 def retire(run_dir: Path, pid: int) -> None:
@@ -92,7 +123,7 @@ def retire(run_dir: Path, pid: int) -> None:
     except (OSError, ValueError):
         before = {}
     partial = retired.with_suffix(".partial")
-    partial.write_text(json.dumps(merge([before, last])))
+    partial.write_text(json.dumps(merge([before, last], gauges=False)))
     os.replace(partial, retired)
     path.unlink(missing_ok=True)
 
@@ -117,6 +148,28 @@ def render(totals: dict, gauges: dict[str, tuple[str, float, dict[str, str]]]) -
             lines.append(f'docsrv_request_duration_seconds_bucket{{route="{label}",le="{bound}"}} {int(cumulative)}')
         lines.append(f'docsrv_request_duration_seconds_sum{{route="{label}"}} {histogram[-1]:.6f}')
         lines.append(f'docsrv_request_duration_seconds_count{{route="{label}"}} {int(cumulative)}')
+    for name, help_text in (("hits", "answered from"), ("misses", "not found in")):
+        lines += [
+            f"# HELP docsrv_reply_cache_{name}_total GET and HEAD requests {help_text} the reply cache, by route template (all workers).",
+            f"# TYPE docsrv_reply_cache_{name}_total counter",
+        ]
+        for route, count in sorted(totals[f"cache_{name}"].items()):
+            lines.append(f'docsrv_reply_cache_{name}_total{{route="{escape(route)}"}} {count}')
+    lines += [
+        "# HELP docsrv_searches_total Searches by outcome: run, refused (queue full: 503) or dropped (client gone) (all workers).",
+        "# TYPE docsrv_searches_total counter",
+    ]
+    for outcome, count in sorted(totals["searches"].items()):
+        lines.append(f'docsrv_searches_total{{outcome="{outcome}"}} {count}')
+    own = totals["gauges"]
+    for name, kind, help_text, value in (
+        ("evictions_total", "counter", "Replies evicted to keep the reply caches within their bytes (all workers).",
+         totals["cache_evictions"]),
+        ("entries", "gauge", "Entries in the reply caches, aliases included (sum over live workers).", own.get("cache_entries", 0)),
+        ("bytes", "gauge", "Bytes held by the reply caches, every object counted (sum over live workers).", own.get("cache_bytes", 0)),
+    ):
+        lines += [f"# HELP docsrv_reply_cache_{name} {help_text}", f"# TYPE docsrv_reply_cache_{name} {kind}",
+                  f"docsrv_reply_cache_{name} {value}"]
     for name, (help_text, value, labels) in gauges.items():
         shown = ",".join(f'{k}="{escape(v)}"' for k, v in labels.items())
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name}{{{shown}}} {value}"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -19,10 +20,10 @@ from pathlib import Path
 from aiohttp import web
 
 from .api.app import init_server
-from .api.docsearch import GIL_SWITCH_SECONDS
 from .api.state import ApiState
 from .config import Settings
 from .http.accept import Acceptor
+from .http.offload import GIL_SWITCH_SECONDS
 from .runtime import Runtime
 from .search import load_served, open_index
 from .store import Store
@@ -74,6 +75,19 @@ async def start(state: ApiState, sock: socket.socket) -> Listening:
     acceptor = Acceptor(sock, server, LISTEN_BACKLOG)
     acceptor.start()
     return Listening(runner, acceptor)
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft limit on open files to the hard one (every client is a descriptor); return it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

@@ -28,7 +28,8 @@ from .config import Settings
 from .metrics import retire
 from .runtime import Runtime, write_status
 from .search import load_served
-from .server import DRAIN_SECONDS, listening_socket, run, serve_worker
+from .server import DRAIN_SECONDS, listening_socket, raise_fd_limit, run, serve_worker
+from .snapshot.errors import SnapshotError
 from .store import Store
 
 log = logging.getLogger("docsrv")
@@ -63,6 +64,7 @@ class Supervisor:
     # The life of the master.
 
     def run(self) -> int:
+        raise_fd_limit()
         try:
             store, index_dir = load_served(self.snapshot)
             self.sock = listening_socket(self.host, self.port)
@@ -205,7 +207,7 @@ class Supervisor:
             new = self.spawn_all(store, index_dir)
         except Exception as error:  # a bad snapshot of any kind: the old one keeps serving
             self.status["reload_failures"] += 1
-            self.status["last_reload_error"] = str(error)
+            self.status["last_reload_error"] = public_error(error)
             write_status(self.run_dir, self.status)
             log.error("reload failed; still serving snapshot %s: %s", self.store.name, error)
             return
@@ -218,6 +220,15 @@ class Supervisor:
         )
         write_status(self.run_dir, self.status)
         log.info("reloaded: serving snapshot %s (loaded in %.2f s)", store.name, store.load_seconds)
+
+
+def public_error(error: Exception) -> str:
+    """What /readyz may say of a failed load: no filesystem path, no traceback."""
+    if isinstance(error, SnapshotError):
+        return error.summary()
+    if isinstance(error, OSError):
+        return f"{type(error).__name__}: {error.strerror or 'operating system error'}"
+    return f"{type(error).__name__}: {error}"
 
 
 def serve(snapshot: Path, settings: Settings, host: str, port: int, *, workers: int, watch: float | None, access_log: bool) -> int:

@@ -58,7 +58,7 @@ def check(status: int, headers: dict, body: bytes, method: str = "GET") -> None:
 @SETTINGS
 @given(path=st.sampled_from(PATHS), query=query)
 def test_any_query_on_any_route(demo, path, query):
-    status, headers, body = raw_request(demo.port, f"GET {path}?{query} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    status, headers, body = raw_request(demo.port, f"GET {path}?{query} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
     check(status, headers, body)
 
 
@@ -67,7 +67,7 @@ def test_any_query_on_any_route(demo, path, query):
 def test_any_path(demo, path):
     target = "/" + "/".join(segment.replace(" ", "%20").replace("#", "%23").replace("?", "%3F") for segment in path)
     target = "".join(c if 32 < ord(c) < 127 else "".join(f"%{b:02X}" for b in c.encode()) for c in target)
-    status, headers, body = raw_request(demo.port, f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    status, headers, body = raw_request(demo.port, f"GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
     check(status, headers, body)
 
 
@@ -87,7 +87,7 @@ header_values = st.one_of(
     range_header=st.sampled_from(["bytes=0-10", "bytes=-5", "bytes=abc", "items=1-2", ""]),
 )
 def test_odd_headers_and_methods(demo, path, method, accept_encoding, if_none_match, if_modified_since, range_header):
-    request = (f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAccept-Encoding: {accept_encoding}\r\n"
+    request = (f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAccept-Encoding: {accept_encoding}\r\n"
                f"If-None-Match: {if_none_match}\r\nIf-Modified-Since: {if_modified_since}\r\nRange: {range_header}\r\n\r\n")
     status, headers, body = raw_request(demo.port, request.encode())
     check(status, headers, body, method)
@@ -106,18 +106,18 @@ def test_bytes_that_are_not_http_get_a_json_error(demo, data):
 def test_non_utf8_in_query_and_path(demo):
     for target in ("/api/v2/project/?slug=%FF%FE", "/api/v1/project/%FF/", "/api/v2/docsearch/?project=pip&version=latest&q=%C3%28",
                    "/api/v1/user/%ED%A0%80/", "/api/v2/version/?project__slug=%00"):
-        status, headers, body = raw_request(demo.port, f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        status, headers, body = raw_request(demo.port, f"GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
         check(status, headers, body)
         assert status in (200, 400, 404), target
 
 
 def test_oversized_request_line_and_headers_are_refused_in_json(demo):
-    status, headers, body = raw_request(demo.port, b"GET /" + b"a" * 10000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, headers, body = raw_request(demo.port, b"GET /" + b"a" * 10000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")
     assert status in (400, 414) and headers["content-type"] == "application/json"
-    status, headers, body = raw_request(demo.port, b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 10000 + b"\r\n\r\n")
+    status, headers, body = raw_request(demo.port, b"GET / HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"b" * 10000 + b"\r\n\r\n")
     assert status in (400, 431) and headers["content-type"] == "application/json"
     many = b"".join(b"X-%d: 1\r\n" % i for i in range(200))
-    status, headers, body = raw_request(demo.port, b"GET / HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
+    status, headers, body = raw_request(demo.port, b"GET / HTTP/1.1\r\nHost: localhost\r\n" + many + b"\r\n")
     assert status in (400, 431) and headers["content-type"] == "application/json"
 
 
@@ -128,7 +128,7 @@ def test_a_slowloris_connection_is_closed_and_holds_no_worker(start_server):
 
     server = start_server("--workers", "1")
     slow = socket.create_connection(("127.0.0.1", server.port), timeout=30)
-    slow.sendall(b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: x\r\n")
+    slow.sendall(b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\n")
     started = time.monotonic()
     closed_after = None
     while time.monotonic() - started < FIRST_REQUEST_SECONDS + 5:

@@ -9,60 +9,78 @@ for a ready reply under its path and query; only a miss reaches a handler.
 from __future__ import annotations
 
 import logging
+from operator import itemgetter
 from time import perf_counter
 from urllib.parse import quote
 
 from aiohttp import hdrs, web
+from aiohttp.http import HttpVersion10, HttpVersion11
+from yarl import URL
 
 from ..http.caching import not_modified
 from ..http.compression import choose
-from ..http.protocol import JsonErrorServer
+from ..http.protocol import JsonErrorServer, as_http11
+from ..http.reply import Reply
+from ..http.reply_cache import Key
 from . import docsearch, openapi, ops, v1, v2
-from .routing import Route, Router
-from .state import ALLOW, ApiError, ApiState, Reply
+from .params import excerpt
+from .routing import Route, Router, params
+from .errors import ApiError
+from .state import ALLOW, ApiState
 
 log = logging.getLogger("docsrv")
 
+PAGE = ("limit", "offset")
+V1_ONE = params("format")
+
 ROUTES = (
-    Route("/api/v2/project/", v2.project_list),
+    Route("/api/v2/project/", v2.project_list, params("slug", *PAGE)),
     Route("/api/v2/project/{id}/", v2.project_detail),
     Route("/api/v2/project/{id}/active_versions/", v2.active_versions),
-    Route("/api/v2/version/", v2.version_list),
+    Route("/api/v2/version/", v2.version_list, params("project__slug", "active", *PAGE)),
     Route("/api/v2/version/{id}/", v2.version_detail),
-    Route("/api/v2/build/", v2.build_list),
+    Route("/api/v2/build/", v2.build_list, params("project__slug", "commit", *PAGE)),
     Route("/api/v2/build/{id}/", v2.build_detail),
-    Route("/api/v2/docsearch/", docsearch.docsearch),
-    Route("/api/v1/", v1.root),
-    Route("/api/v1/build/", v1.build_list),
-    Route("/api/v1/build/schema/", v1.schema_handler(v1.BUILD)),
-    Route("/api/v1/build/{id}/", v1.build_detail),
-    Route("/api/v1/file/", v1.file_list),
-    Route("/api/v1/file/schema/", v1.schema_handler(v1.FILE)),
-    Route("/api/v1/file/search/", docsearch.file_search),
-    Route("/api/v1/file/anchor/", docsearch.anchor_search),
-    Route("/api/v1/file/{id}/", v1.file_detail),
-    Route("/api/v1/project/", v1.project_list),
-    Route("/api/v1/project/schema/", v1.schema_handler(v1.PROJECT)),
-    Route("/api/v1/project/{id}/", v1.project_detail),
-    Route("/api/v1/project/{id}", v1.project_detail),
-    Route("/api/v1/user/", v1.user_list),
-    Route("/api/v1/user/schema/", v1.schema_handler(v1.USER)),
-    Route("/api/v1/user/{id}/", v1.user_detail),
-    Route("/api/v1/version/", v1.version_list),
-    Route("/api/v1/version/schema/", v1.schema_handler(v1.VERSION)),
-    Route("/api/v1/version/{id}/", v1.version_detail),
-    Route("/api/v1/version/{id}", v1.version_detail),
-    Route("/healthz", ops.healthz),
-    Route("/readyz", ops.readyz),
-    Route("/metrics", ops.metrics),
+    Route("/api/v2/docsearch/", docsearch.docsearch, params("project", "version", "q")),
+    Route("/api/v1/", v1.root, V1_ONE),
+    Route("/api/v1/build/", v1.build_list, v1.BUILD.accepts),
+    Route("/api/v1/build/schema/", v1.schema_handler(v1.BUILD), V1_ONE),
+    Route("/api/v1/build/{id}/", v1.build_detail, V1_ONE),
+    Route("/api/v1/file/", v1.file_list, v1.FILE.accepts),
+    Route("/api/v1/file/schema/", v1.schema_handler(v1.FILE), V1_ONE),
+    Route("/api/v1/file/search/", docsearch.file_search, params("q")),
+    Route("/api/v1/file/anchor/", docsearch.anchor_search, params("q")),
+    Route("/api/v1/file/{id}/", v1.file_detail, V1_ONE),
+    Route("/api/v1/project/", v1.project_list, v1.PROJECT.accepts),
+    Route("/api/v1/project/schema/", v1.schema_handler(v1.PROJECT), V1_ONE),
+    Route("/api/v1/project/{id}/", v1.project_detail, V1_ONE),
+    Route("/api/v1/project/{id}", v1.project_detail, V1_ONE),
+    Route("/api/v1/user/", v1.user_list, v1.USER.accepts),
+    Route("/api/v1/user/schema/", v1.schema_handler(v1.USER), V1_ONE),
+    Route("/api/v1/user/{id}/", v1.user_detail, V1_ONE),
+    Route("/api/v1/version/", v1.version_list, v1.VERSION.accepts),
+    Route("/api/v1/version/schema/", v1.schema_handler(v1.VERSION), V1_ONE),
+    Route("/api/v1/version/{id}/", v1.version_detail, v1.VERSION.accepts),
+    Route("/api/v1/version/{id}", v1.version_detail, v1.VERSION.accepts),
+    Route("/healthz", ops.healthz, checks_host=False),
+    Route("/readyz", ops.readyz, checks_host=False),
+    Route("/metrics", ops.metrics, checks_host=False),
     Route("/openapi.json", openapi.document),
 )
 
 ROUTER = Router(ROUTES)
+HTTP_VERSIONS = (HttpVersion11, HttpVersion10)
 
 
 class Dispatcher:
-    """The request handler of the low-level server."""
+    """The request handler of the low-level server.
+
+    A GET or HEAD is looked up in the reply cache under the request's own key first: that one
+    dictionary lookup answers nearly every request of a hot replica. On a miss, the request is
+    routed, every query parameter its route does not read is dropped, the rest are put in order,
+    and the reply is looked up under that canonical key, then made by the route's handler from
+    the canonical request alone. The request's own key is kept as an alias of the canonical one.
+    """
 
     def __init__(self, state: ApiState) -> None:
         self.state = state
@@ -72,19 +90,24 @@ class Dispatcher:
         state = self.state
         method = request.method
         status = None
-        if method == "GET" or method == "HEAD":
+        hit = False
+        if request.version not in HTTP_VERSIONS:
+            request = as_http11(request)
+            reply = state.uncached(505, {"detail": "HTTP version not supported: only HTTP/1.0 and HTTP/1.1 are served."})
+            reply.route = "unsupported version"
+        elif method == "GET" or method == "HEAD":
             raw = request.raw_path
             key = raw if state.fixed_base else (request.scheme, request.host, raw)
             reply = state.cache.get(key)
             if reply is None:
-                reply = await self.answer(request, state)
-                if reply.etag is not None:
-                    state.cache.put(key, reply)
+                reply = await self.miss(request, state, key)
+            else:
+                hit = True
             headers = request.headers
             if reply.compressible:
                 coding = choose(headers.get(hdrs.ACCEPT_ENCODING, ""))
                 if coding is not None:
-                    reply = reply.variant(coding)
+                    reply = reply.variants.get(coding) or await state.compressed(reply, coding)
             if reply.etag is not None and (hdrs.IF_NONE_MATCH in headers or hdrs.IF_MODIFIED_SINCE in headers):
                 if not_modified(headers, reply.etag, state.last_modified):
                     status = 304
@@ -92,32 +115,53 @@ class Dispatcher:
         elif method == "OPTIONS":
             reply = state.preflight
         else:
-            reply = state.uncached(405, {"detail": f'Method "{method}" not allowed.'}, {"Allow": ALLOW})
+            reply = state.uncached(405, {"detail": f'Method "{excerpt(method)}" not allowed.'}, {"Allow": ALLOW})
             reply.route = "method not allowed"
         if status is None:
             status = reply.status
             response = web.Response(body=reply.body, status=status, headers=reply.headers)
         runtime = state.runtime
         elapsed = perf_counter() - started
-        runtime.metrics.observe(reply.route, status, elapsed)
+        runtime.metrics.observe(reply.route, status, elapsed, hit)
         if runtime.access_log:
             runtime.log_access(request, status, len(reply.body) if status != 304 else 0, elapsed, reply.route, state.store.name)
         return response
 
-    async def answer(self, request: web.BaseRequest, state: ApiState) -> Reply:
-        path = request.path
-        found = ROUTER.match(path)
+    async def miss(self, request: web.BaseRequest, state: ApiState, key: Key) -> Reply:
+        """A GET or HEAD whose own key is not cached: by its canonical key, or made anew."""
+        found = ROUTER.match(request.path)
         if found is None:
             reply = self.unrouted(request, state)
             reply.route = "unmatched"
             return reply
         route, params = found
+        if route.checks_host and state.fixed_base is None and request.host not in state.allowed_hosts:
+            reply = state.uncached(400, {"detail": "Invalid Host header."})
+            reply.route = route.template
+            return reply
+        query = sorted(((k, v) for k, v in request.query.items() if route.accepts(k)), key=itemgetter(0))
+        url = URL.build(path=request.path, query=query)
+        target = str(url)
+        canonical: Key = target if state.fixed_base else (request.scheme, request.host.lower(), target)
+        reply = state.cache.get(canonical)
+        if reply is None:
+            if target != request.raw_path:
+                request = request.clone(rel_url=url)
+            reply = await self.answer(request, state, route, params)
+            if reply.etag is not None:
+                state.cache.put(canonical, reply)
+        if reply.etag is not None and canonical != key:
+            state.cache.alias(key, canonical)
+        return reply
+
+    @staticmethod
+    async def answer(request: web.BaseRequest, state: ApiState, route: Route, params: dict[str, str]) -> Reply:
         try:
             reply = await route.handler(request, state, params)
         except ApiError as error:
             reply = state.uncached(error.status, error.body, error.headers)
         except Exception:
-            log.exception("error answering %s", request.raw_path)
+            log.exception("error answering %s", excerpt(request.raw_path, 200))
             reply = state.uncached(500, {"detail": "Internal server error."})
         reply.route = route.template
         return reply

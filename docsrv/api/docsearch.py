@@ -1,20 +1,19 @@
 """The search endpoints: v2 doc search (spec 2.6) and v1 file and anchor search (DECISIONS 3, 4).
 
-A search and its highlighting run in a thread of their own, so that a slow query does not
-hold up the event loop.
+A search and its highlighting run in the search thread, in turn, through the worker's bounded
+search queue (``admission.py``), so that a slow query does not hold up the event loop.
 """
 
 from __future__ import annotations
-
-import asyncio
-from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
 from ..http.purge import page_keys
 from ..snapshot.records import Project
 from .params import last
-from .state import ApiError, ApiState, Reply
+from ..http.reply import Reply
+from .errors import ApiError
+from .state import ApiState
 from .v1 import FILE, V1Shapes
 from .v1 import error as v1_error
 from .v2 import NOT_FOUND
@@ -22,20 +21,6 @@ from .v2 import NOT_FOUND
 HIGHLIGHT_FRAGMENTS = 3
 HIGHLIGHT_WIDTH = 100
 V1_SNIPPET_WIDTH = 200
-
-
-#: One thread runs the searches of a worker, in turn. tantivy lets go of the GIL while it
-#: searches, but highlighting holds it: with one search thread, the event loop competes with
-#: one thread for the GIL, not with a pool of them, and cheap requests keep being answered.
-SEARCH_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="docsrv-search")
-#: How long a thread holds the GIL while another waits for it (Python's default is 5 ms). A
-#: search hands the GIL over at each call into tantivy and waits to get it back; at 5 ms those
-#: waits cost a third of a search's time, and cheap requests waited as long behind highlighting.
-GIL_SWITCH_SECONDS = 0.0005
-
-
-async def in_thread(function, *args):
-    return await asyncio.get_running_loop().run_in_executor(SEARCH_THREAD, function, *args)
 
 
 async def docsearch(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
@@ -48,7 +33,7 @@ async def docsearch(request: web.BaseRequest, state: ApiState, params: dict[str,
     project = store.project_by_slug.get(values["project"])
     if project is None or (project.id, values["version"]) not in store.version_by_slug:
         raise ApiError(404, NOT_FOUND)
-    body = await in_thread(docsearch_body, state, project, values["version"], values["q"])
+    body = await state.searches.run(request, docsearch_body, state, project, values["version"], values["q"])
     keys = ["search", "v2", f"project-{project.slug}", f"version-{project.slug}-{values['version']}"]
     return state.ok(body, keys)
 
@@ -90,7 +75,7 @@ def v1_query(request: web.BaseRequest) -> str:
 
 
 async def file_search(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    objects, keys = await in_thread(file_search_body, state, v1_query(request))
+    objects, keys = await state.searches.run(request, file_search_body, state, v1_query(request))
     return state.ok({"objects": objects}, ["search", "v1", *keys])
 
 
@@ -114,7 +99,7 @@ def file_search_body(state: ApiState, q: str) -> tuple[list[dict], list[str]]:
 async def anchor_search(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     q = v1_query(request)
     store = state.store
-    found = await in_thread(state.search.search_anchors, q)
+    found = await state.searches.run(request, state.search.search_anchors, q)
     keys = ["search", "v1"]
     urls = []
     for page_id, anchor in found:

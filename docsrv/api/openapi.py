@@ -19,7 +19,8 @@ import orjson
 from aiohttp import web
 
 from . import v1
-from .state import ApiState, Reply
+from ..http.reply import Reply
+from .state import ApiState
 
 EXAMPLES_FILE = Path(__file__).with_name("openapi-examples.json")
 #: The public URL the examples were recorded with (it shows in their next/previous links).

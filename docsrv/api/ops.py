@@ -8,7 +8,8 @@ from datetime import datetime, timezone
 from aiohttp import web
 
 from ..metrics import render
-from .state import ApiState, Reply
+from ..http.reply import Reply
+from .state import ApiState
 
 
 async def healthz(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:

@@ -12,10 +12,20 @@ from urllib.parse import urlencode
 from aiohttp import web
 from multidict import MultiDictProxy
 
-from .state import ApiError
+from .errors import ApiError
 
 #: Query values longer than this are refused before they are looked at.
 MAX_NUMBER_DIGITS = 18
+
+
+#: How much of a value a client sent an error message quotes.
+EXCERPT_CHARACTERS = 40
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARACTERS) -> str:
+    """At most ``limit`` characters of what a client sent, non-printable ones escaped, for an error message."""
+    shown = text if len(text) <= limit else text[:limit] + "..."
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in shown)
 
 
 def last(query: MultiDictProxy[str], name: str) -> str | None:

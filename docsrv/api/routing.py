@@ -8,15 +8,29 @@ from typing import NamedTuple
 
 from aiohttp import web
 
-from .state import ApiState, Reply
+from ..http.reply import Reply
+from .state import ApiState
 
 Handler = Callable[[web.BaseRequest, ApiState, dict[str, str]], Awaitable[Reply]]
+#: Which query parameters a route reads: every other one is dropped before its handler sees
+#: the request, and is no part of the reply's cache key (DECISIONS.md section 1).
+Accepts = Callable[[str], bool]
+
+NO_PARAMS: Accepts = frozenset().__contains__
+
+
+def params(*names: str) -> Accepts:
+    return frozenset(names).__contains__
 
 
 class Route(NamedTuple):
     #: The path, with ``{name}`` for one path segment; also the route's label in metrics.
     template: str
     handler: Handler
+    accepts: Accepts = NO_PARAMS
+    #: Whether the reply may depend on the request's Host, so that Host must be an allowed one
+    #: (every API route; not the probes and metrics that orchestrators call by address).
+    checks_host: bool = True
 
 
 class Router:

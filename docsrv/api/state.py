@@ -5,67 +5,27 @@ the new snapshot (see supervisor.py), so every response comes wholly from one sn
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 import orjson
 
 from ..config import Settings
-from ..http.caching import ReplyCache, http_date, strong_etag
-from ..http.compression import MIN_SIZE, compress
+from ..http.caching import http_date, strong_etag
+from ..http.compression import OFFLOAD_BYTES, compress
+from ..http.hosts import AllowedHosts
+from ..http.offload import offload
+from ..http.reply import Reply
+from ..http.reply_cache import ReplyCache
 from ..http.purge import purge_keys
 from ..runtime import Runtime
 from ..search import SearchIndex
 from ..store import Store
+from .admission import SearchQueue
 
 T = TypeVar("T")
-
-
-class ApiError(Exception):
-    """An error reply: raised by a handler, rendered by the dispatcher."""
-
-    def __init__(self, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
-        super().__init__(status, body)
-        self.status = status
-        self.body = body
-        self.headers = headers or {}
-
-
-class Reply:
-    """A response ready to send: status, encoded body, and every header that goes with it."""
-
-    __slots__ = ("status", "body", "etag", "headers", "headers_304", "route", "compressible", "_variants")
-
-    def __init__(self, status: int, body: bytes, headers: dict[str, str], *, etag: str | None = None) -> None:
-        self.status = status
-        self.body = body
-        self.headers = headers
-        self.etag = etag
-        #: The route template that answered, set by the dispatcher (a label for metrics).
-        self.route = ""
-        self.headers_304 = {k: v for k, v in headers.items() if k != "Content-Type"} if etag else headers
-        self.compressible = etag is not None and len(body) > MIN_SIZE
-        self._variants: dict[str, Reply] | None = None
-
-    @property
-    def footprint(self) -> int:
-        """The bytes this reply may come to hold: its body, and room for its compressed variants
-        (made later, on demand, each smaller than the body), plus its headers."""
-        return len(self.body) * (2 if self.compressible else 1) + 200
-
-    def variant(self, coding: str) -> Reply:
-        """This reply compressed with ``coding``, made on first use and kept."""
-        variants = self._variants
-        if variants is None:
-            variants = self._variants = {}
-        found = variants.get(coding)
-        if found is None:
-            assert self.etag is not None
-            etag = f'{self.etag[:-1]}-{coding}"'
-            headers = {**self.headers, "Content-Encoding": coding, "ETag": etag}
-            found = variants[coding] = Reply(self.status, compress(self.body, coding), headers, etag=etag)
-            found.route = self.route
-        return found
+#: A list page that renders more items than this is made in the heavy-work thread.
+OFFLOAD_ITEMS = 100
 
 
 ALLOW = "GET, HEAD, OPTIONS"
@@ -85,8 +45,12 @@ class ApiState:
         self.settings = settings
         self.runtime = runtime
         self.cache = ReplyCache(settings.response_cache_bytes)
+        runtime.metrics.cache = self.cache
+        self.searches = SearchQueue(settings.search_queue)
+        runtime.metrics.searches = self.searches
         self.last_modified = store.created_at
         self.fixed_base = settings.public_url.rstrip("/") if settings.public_url else None
+        self.allowed_hosts = AllowedHosts(settings.allowed_hosts)
         self._common = {
             "Content-Type": "application/json",
             "Access-Control-Allow-Origin": "*",
@@ -110,13 +74,35 @@ class ApiState:
             found = self._shapes[cls] = cls(self.store)
         return found  # type: ignore[return-value]
 
-    def ok(self, data, keys: Iterable[str]) -> Reply:
+    def ok(self, data: object, keys: Iterable[str]) -> Reply:
         """A 200 whose body is ``data`` as JSON, with validators and the purge keys ``keys``."""
         body = data if isinstance(data, bytes) else orjson.dumps(data, option=orjson.OPT_UTC_Z)
         etag = strong_etag(body)
         named = purge_keys(keys)
         headers = {**self._ok, "ETag": etag, "Surrogate-Key": " ".join(named), "Cache-Tag": ",".join(named)}
         return Reply(200, body, headers, etag=etag)
+
+    async def rendered(self, count: int, make: Callable[[], tuple[object, Iterable[str]]]) -> Reply:
+        """A 200 of what ``make()`` returns (the data and its purge keys), made in the heavy-work
+        thread when it renders more than OFFLOAD_ITEMS items."""
+        if count > OFFLOAD_ITEMS:
+            return await offload(self._made, make)
+        return self._made(make)
+
+    def _made(self, make: Callable[[], tuple[object, Iterable[str]]]) -> Reply:
+        data, keys = make()
+        return self.ok(data, keys)
+
+    async def compressed(self, reply: Reply, coding: str) -> Reply:
+        """The variant of ``reply`` compressed with ``coding``: made once (a large body off the
+        event loop), then kept on the reply, and charged to the cache entry that owns it."""
+        body = reply.body
+        data = await offload(compress, body, coding) if len(body) > OFFLOAD_BYTES else compress(body, coding)
+        variant = reply.variants.get(coding)  # another request may have made it meanwhile
+        if variant is None:
+            variant = reply.compressed(coding, data)
+            self.cache.add_variant(reply, coding, variant)
+        return variant
 
     def uncached(self, status: int, data: dict, headers: dict[str, str] | None = None) -> Reply:
         """A reply no cache should keep: errors, and live facts such as health."""

@@ -19,8 +19,10 @@ from ..http.purge import build_keys, page_keys, project_keys, version_keys
 from ..snapshot.records import Build, Page, Project, User, Version
 from ..store import Store
 from ..utils.timefmt import utc
-from .params import boolean, last, page_link, parse_page, positive_id, whole_number
-from .state import ApiError, ApiState, Reply
+from .params import boolean, excerpt, last, page_link, parse_page, positive_id, whole_number
+from ..http.reply import Reply
+from .errors import ApiError
+from .state import ApiState
 
 NOT_FOUND = {"error": "Not found."}
 RESERVED = frozenset(("format", "limit", "offset"))
@@ -119,6 +121,15 @@ class Resource:
     fields: tuple[Field, ...]
     #: Filterable fields and the lookups each allows.
     filtering: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    names: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", frozenset(f.name for f in self.fields))
+
+    def accepts(self, key: str) -> bool:
+        """Whether a list of this resource reads the query parameter ``key``: the reserved ones,
+        and any naming a field (a filter, or an error for a field that allows no filtering)."""
+        return key in RESERVED or key.partition("__")[0] in self.names
 
     def render(self, shapes: V1Shapes, item) -> dict:
         return {f.name: f.value(shapes, item) for f in self.fields}
@@ -135,7 +146,7 @@ class Resource:
 
     def filters(self, query) -> dict[str, str]:
         """The filters a query asks for; a filter on a field that allows none is an error."""
-        names = {f.name for f in self.fields}
+        names = self.names
         chosen = {}
         for key in query.keys():
             if key in RESERVED or key in chosen:
@@ -144,7 +155,7 @@ class Resource:
             if head in self.filtering and (lookup or "exact") in self.filtering[head]:
                 chosen[key] = last(query, key)
             elif head in self.filtering:
-                raise error(f"'{lookup}' is not an allowed filter on the '{head}' field.")
+                raise error(f"'{excerpt(lookup)}' is not an allowed filter on the '{head}' field.")
             elif head in names:
                 raise error(f"The '{head}' field does not allow filtering.")
         return chosen
@@ -254,7 +265,7 @@ RESOURCES = {r.name: r for r in (BUILD, FILE, PROJECT, USER, VERSION)}
 def check_format(request: web.BaseRequest) -> None:
     wanted = last(request.query, "format")
     if wanted is not None and wanted != "json":
-        raise error(f"The format '{wanted}' is not served; use format=json or leave it out.")
+        raise error(f"The format '{excerpt(wanted)}' is not served; use format=json or leave it out.")
 
 
 def endpoint(handler):
@@ -275,24 +286,26 @@ def by_id(items: dict, params: dict[str, str]):
     return found
 
 
-def listing(request: web.BaseRequest, state: ApiState, resource: Resource, items: list, keys_of) -> Reply:
+async def listing(request: web.BaseRequest, state: ApiState, resource: Resource, items: list, keys_of) -> Reply:
     """One page of ``items`` in the v1 envelope; next/previous are paths."""
     page = parse_page(request.query, default_limit=20, max_limit=1000, zero_limit_means_max=True, error=param_error)
     shown = page.slice(items)
     following = page.next_offset(len(items))
     preceding = page.previous_offset()
-    shapes = state.shapes(V1Shapes)
-    body = {
-        "meta": {
-            "limit": page.limit,
-            "next": None if following is None else page_link(request, "", page.limit, following),
-            "offset": page.offset,
-            "previous": None if preceding is None else page_link(request, "", page.limit, preceding),
-            "total_count": len(items),
-        },
-        "objects": [resource.render(shapes, item) for item in shown],
+    meta = {
+        "limit": page.limit,
+        "next": None if following is None else page_link(request, "", page.limit, following),
+        "offset": page.offset,
+        "previous": None if preceding is None else page_link(request, "", page.limit, preceding),
+        "total_count": len(items),
     }
-    return state.ok(body, ["v1", *(key for item in shown for key in keys_of(item))])
+    shapes = state.shapes(V1Shapes)
+
+    def make() -> tuple[dict, list[str]]:
+        objects = [resource.render(shapes, item) for item in shown]
+        return {"meta": meta, "objects": objects}, ["v1", *(key for item in shown for key in keys_of(item))]
+
+    return await state.rendered(len(shown), make)
 
 
 def one(state: ApiState, resource: Resource, item, keys: tuple[str, ...]) -> Reply:
@@ -302,7 +315,7 @@ def one(state: ApiState, resource: Resource, item, keys: tuple[str, ...]) -> Rep
 def id_of(value: str, name: str) -> int:
     number = positive_id(value)
     if number is None:
-        raise param_error(name, f"{value!r} is not an id.")
+        raise param_error(name, f"'{excerpt(value)}' is not an id.")
     return number
 
 
@@ -365,7 +378,7 @@ def schema_handler(resource: Resource):
 @endpoint
 async def project_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     items = select_projects(state.store, PROJECT.filters(request.query))
-    return listing(request, state, PROJECT, items, project_keys)
+    return await listing(request, state, PROJECT, items, project_keys)
 
 
 @endpoint
@@ -385,7 +398,7 @@ async def version_list(request: web.BaseRequest, state: ApiState, params: dict[s
     filters = VERSION.filters(request.query)
     active = boolean(request.query, "active", lambda name, message: param_error(name, message))
     items = select_versions(store, filters, active)
-    return listing(request, state, VERSION, items, lambda v: version_keys(store, v))
+    return await listing(request, state, VERSION, items, lambda v: version_keys(store, v))
 
 
 @endpoint
@@ -398,7 +411,7 @@ async def version_detail(request: web.BaseRequest, state: ApiState, params: dict
         filters = {**VERSION.filters(request.query), "project__slug": key}
         active = boolean(request.query, "active", lambda name, message: param_error(name, message))
         items = select_versions(store, filters, active)
-        return listing(request, state, VERSION, items, lambda v: version_keys(store, v))
+        return await listing(request, state, VERSION, items, lambda v: version_keys(store, v))
     version = store.versions.get(number)
     if version is None:
         raise not_found()
@@ -413,7 +426,7 @@ async def build_list(request: web.BaseRequest, state: ApiState, params: dict[str
     if "project__slug" in filters:
         project = store.project_by_slug.get(filters["project__slug"])
         items = [] if project is None else store.builds_of_project.get(project.id, [])
-    return listing(request, state, BUILD, items, lambda b: build_keys(store, b))
+    return await listing(request, state, BUILD, items, lambda b: build_keys(store, b))
 
 
 @endpoint
@@ -426,7 +439,7 @@ async def build_detail(request: web.BaseRequest, state: ApiState, params: dict[s
 async def file_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     store = state.store
     FILE.filters(request.query)
-    return listing(request, state, FILE, store.pages_ordered, lambda page: page_keys(store, page))
+    return await listing(request, state, FILE, store.pages_ordered, lambda page: page_keys(store, page))
 
 
 @endpoint
@@ -443,7 +456,7 @@ async def user_list(request: web.BaseRequest, state: ApiState, params: dict[str,
     if "username" in filters:
         found = store.user_by_name.get(filters["username"])
         items = [found] if found is not None else []
-    return listing(request, state, USER, items, lambda user: ())
+    return await listing(request, state, USER, items, lambda user: ())
 
 
 @endpoint

@@ -10,7 +10,9 @@ from ..http.purge import build_keys, project_keys, version_keys
 from ..store import Store
 from ..utils.timefmt import utc
 from .params import boolean, last, page_link, parse_page, positive_id
-from .state import ApiError, ApiState, Reply
+from ..http.reply import Reply
+from .errors import ApiError
+from .state import ApiState
 
 NOT_FOUND = {"detail": "Not found."}
 DOWNLOAD_FORMATS = ("pdf", "htmlzip", "epub")
@@ -112,20 +114,24 @@ class V2Shapes:
         }
 
 
-def paginated(request: web.BaseRequest, state: ApiState, items: list, render, keys_of) -> Reply:
+async def paginated(request: web.BaseRequest, state: ApiState, items: list, render, keys_of) -> Reply:
     """One page of ``items`` in the v2 list envelope, with absolute next/previous links."""
     page = parse_page(request.query, default_limit=10, max_limit=1000, zero_limit_means_max=False, error=bad_param)
     shown = page.slice(items)
-    base = state.fixed_base or f"{request.scheme}://{request.host}"
+    base = state.fixed_base or f"{request.scheme}://{request.host.lower()}"
     following = page.next_offset(len(items))
     preceding = page.previous_offset()
-    body = {
+    envelope = {
         "count": len(items),
         "next": None if following is None else page_link(request, base, page.limit, following),
         "previous": None if preceding is None else page_link(request, base, page.limit, preceding),
-        "results": [render(item) for item in shown],
     }
-    return state.ok(body, ["v2", *(key for item in shown for key in keys_of(item))])
+
+    def make() -> tuple[dict, list[str]]:
+        results = [render(item) for item in shown]
+        return {**envelope, "results": results}, ["v2", *(key for item in shown for key in keys_of(item))]
+
+    return await state.rendered(len(shown), make)
 
 
 def detail(items: dict, params: dict[str, str]):
@@ -143,7 +149,7 @@ async def project_list(request: web.BaseRequest, state: ApiState, params: dict[s
     else:
         found = store.project_by_slug.get(slug)
         items = [found] if found else []
-    return paginated(request, state, items, state.shapes(V2Shapes).project, project_keys)
+    return await paginated(request, state, items, state.shapes(V2Shapes).project, project_keys)
 
 
 async def project_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
@@ -175,7 +181,7 @@ async def version_list(request: web.BaseRequest, state: ApiState, params: dict[s
             items = store.versions_of_project.get(project.id, [])
         else:
             items = store.versions_of_project_active.get((project.id, active), [])
-    return paginated(request, state, items, state.shapes(V2Shapes).version, lambda v: version_keys(store, v))
+    return await paginated(request, state, items, state.shapes(V2Shapes).version, lambda v: version_keys(store, v))
 
 
 async def version_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
@@ -197,7 +203,7 @@ async def build_list(request: web.BaseRequest, state: ApiState, params: dict[str
         items = store.builds_of_project.get(project.id, [])
     else:
         items = store.builds_by_project_commit.get((project.id, commit), [])
-    return paginated(request, state, items, state.shapes(V2Shapes).build, lambda b: build_keys(store, b))
+    return await paginated(request, state, items, state.shapes(V2Shapes).build, lambda b: build_keys(store, b))
 
 
 async def build_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:

@@ -6,6 +6,11 @@ thousand open connections then takes seconds to accept the next thousand: measur
 (asyncio's own loop, which accepts a batch at a time, showed no such tail). So docsrv
 accepts for itself: when the listening socket is readable, it takes every connection the
 kernel holds, and hands each to the loop as an accepted socket.
+
+Out of file descriptors, ``accept`` fails at once and the socket stays readable: a loop that
+tried again on the next turn would spin and log without end. The acceptor stops listening for
+ACCEPT_PAUSE_SECONDS instead, logs at most one line a second (with how many failures it did not
+log), and takes new clients again as soon as descriptors free up.
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ log = logging.getLogger("docsrv")
 
 #: Errors of ``accept`` that mean "nothing more now" or "this one went away".
 _RETRY_LATER = (BlockingIOError, InterruptedError, ConnectionAbortedError)
+#: Errors of ``accept`` that mean "no resources for another connection now".
+_EXHAUSTED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+ACCEPT_PAUSE_SECONDS = 0.1
+LOG_EVERY_SECONDS = 1.0
 
 
 class Acceptor:
@@ -29,13 +38,39 @@ class Acceptor:
         self.batch = batch
         self.loop = asyncio.get_running_loop()
         self._tasks: set[asyncio.Task] = set()
+        self._stopped = False
+        self._resume: asyncio.TimerHandle | None = None
+        self._logged_at = -LOG_EVERY_SECONDS
+        self._unlogged = 0
 
     def start(self) -> None:
+        self._stopped = False
         self.loop.add_reader(self.sock.fileno(), self._accept_pending)
 
     def stop(self) -> None:
         """Accept no more; the connections already accepted carry on."""
+        self._stopped = True
+        if self._resume is not None:
+            self._resume.cancel()
+            self._resume = None
         self.loop.remove_reader(self.sock.fileno())
+
+    def _pause(self, error: OSError) -> None:
+        self.loop.remove_reader(self.sock.fileno())
+        self._resume = self.loop.call_later(ACCEPT_PAUSE_SECONDS, self._resume_accepting)
+        now = self.loop.time()
+        if now - self._logged_at >= LOG_EVERY_SECONDS:
+            more = f" ({self._unlogged} more since the last line)" if self._unlogged else ""
+            log.warning("cannot accept connections: %s; pausing %.1f s%s", error.strerror, ACCEPT_PAUSE_SECONDS, more)
+            self._logged_at = now
+            self._unlogged = 0
+        else:
+            self._unlogged += 1
+
+    def _resume_accepting(self) -> None:
+        self._resume = None
+        if not self._stopped:
+            self.loop.add_reader(self.sock.fileno(), self._accept_pending)
 
     def _accept_pending(self) -> None:
         for _ in range(self.batch):
@@ -44,9 +79,8 @@ class Acceptor:
             except _RETRY_LATER:
                 return
             except OSError as error:
-                # Out of file descriptors, or the like: say so, and try again on the next turn.
-                if error.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    log.warning("cannot accept a connection: %s", error)
+                if error.errno in _EXHAUSTED:
+                    self._pause(error)
                     return
                 raise
             conn.setblocking(False)

@@ -1,4 +1,4 @@
-"""Validators and conditional requests (RFC 9110 section 13), and the cache of encoded replies."""
+"""Validators and conditional requests (RFC 9110 section 13)."""
 
 from __future__ import annotations
 
@@ -42,33 +42,3 @@ def not_modified(headers: CIMultiDictProxy[str], etag: str, last_modified: datet
     if since.tzinfo is None:
         since = since.replace(tzinfo=timezone.utc)
     return last_modified.replace(microsecond=0) <= since
-
-
-class ReplyCache:
-    """Encoded replies by request key, bounded in bytes; the oldest entries go first.
-
-    Eviction is first-in first-out: a hit costs one dictionary lookup and no bookkeeping,
-    which is what the hot path needs; a popular reply evicted is rendered again once.
-    """
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.size = 0
-        self._entries: dict = {}
-        self.get = self._entries.get
-
-    def put(self, key, reply) -> None:
-        cost = reply.footprint
-        if cost > self.max_bytes:
-            return
-        entries = self._entries
-        while self.size + cost > self.max_bytes and entries:
-            oldest = next(iter(entries))
-            self.size -= entries.pop(oldest).footprint
-        if key in entries:
-            self.size -= entries[key].footprint
-        entries[key] = reply
-        self.size += cost
-
-    def __len__(self) -> int:
-        return len(self._entries)

@@ -1,8 +1,9 @@
 """gzip and brotli for replies over 1 KB, chosen by Accept-Encoding, made once per reply.
 
-Each compressed variant is a reply of its own, kept on the identity reply, so a hot body is
-compressed once in a worker's life. A variant has its own strong ETag (the identity tag with
-``-gzip`` or ``-br``), as RFC 9110 asks of different representations.
+Each compressed variant is a reply of its own, kept on the identity reply (see ``reply.py``),
+so a hot body is compressed once in a worker's life. Brotli's quality falls with the body's
+size: quality 9 takes 30 ms on a 1.5 MB list page where quality 5 takes 6 ms for a body a few
+per cent larger; bodies over ``OFFLOAD_BYTES`` are compressed off the event loop.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ from functools import lru_cache
 import brotli
 
 MIN_SIZE = 1024
+#: Bodies larger than this are compressed in the heavy-work thread (about a millisecond).
+OFFLOAD_BYTES = 32 << 10
+#: Bodies larger than this get brotli's quality 5 instead of 9.
+LARGE_BYTES = 64 << 10
 #: Preferred first when the client weighs them alike.
 CODINGS = ("br", "gzip")
 
@@ -44,5 +49,5 @@ def choose(accept_encoding: str) -> str | None:
 
 def compress(body: bytes, coding: str) -> bytes:
     if coding == "br":
-        return brotli.compress(body, quality=9)
+        return brotli.compress(body, quality=9 if len(body) <= LARGE_BYTES else 5)
     return gzip.compress(body, compresslevel=6, mtime=0)

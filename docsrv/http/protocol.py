@@ -2,8 +2,9 @@
 a deadline for the first request of a connection.
 
 A request that cannot be parsed (a bad request line, an oversized header, invalid bytes)
-never reaches a handler: aiohttp answers it itself, in plain text. docsrv answers every
-request in JSON, so the connection handler is replaced by one that does.
+never reaches a handler: aiohttp answers it itself, in plain text, quoting the bytes it could
+not parse. docsrv answers every request in JSON and names the problem without echoing what
+was sent, so the connection handler is replaced by one that does.
 """
 
 from __future__ import annotations
@@ -12,8 +13,29 @@ from http import HTTPStatus
 
 import orjson
 from aiohttp import web
+from aiohttp.http import HttpVersion11
+from aiohttp.http_exceptions import (
+    BadHttpMethod,
+    BadStatusLine,
+    ContentLengthError,
+    InvalidHeader,
+    InvalidURLError,
+    LineTooLong,
+    TransferEncodingError,
+)
 from aiohttp.web_protocol import RequestHandler
 
+
+#: What an error of aiohttp's HTTP parser is called in the JSON body: never the bytes that were
+#: sent (the parser's own messages quote them whole).
+PARSER_ERRORS = (
+    (LineTooLong, "a request line or header is too long"),
+    (BadHttpMethod, "the method is not a valid token"),
+    (BadStatusLine, "the request line is malformed"),
+    (InvalidHeader, "a header is malformed"),
+    (InvalidURLError, "the request target is malformed"),
+    ((TransferEncodingError, ContentLengthError), "the body's framing is malformed"),
+)
 
 #: A connection must complete its first request this soon, or it is closed: a client that
 #: sends its headers a byte at a time (slowloris) cannot keep connections open for ever.
@@ -38,7 +60,8 @@ class JsonErrorRequestHandler(RequestHandler):
         if request.writer.output_size > 0:
             raise ConnectionError("Response is sent already, cannot send another response with the error message")
         phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
-        detail = phrase + "." if status >= 500 or not message else f"{phrase}: {message}"
+        what = next((text for kind, text in PARSER_ERRORS if isinstance(exc, kind)), None)
+        detail = f"{phrase}: {what}." if status < 500 and what else phrase + "."
         response = web.Response(
             status=status,
             body=orjson.dumps({"detail": detail}),
@@ -46,6 +69,15 @@ class JsonErrorRequestHandler(RequestHandler):
         )
         response.force_close()
         return response
+
+
+def as_http11(request: web.BaseRequest) -> web.BaseRequest:
+    """The request, answered as HTTP/1.1: aiohttp writes a response's status line with the
+    request's version, and a version docsrv does not speak (``HTTP/2.0`` in an HTTP/1 request
+    line) must not appear in an HTTP/1 response. The connection is closed after it."""
+    answered = request.clone()
+    answered._message = answered._message._replace(version=HttpVersion11, should_close=True)
+    return answered
 
 
 class JsonErrorServer(web.Server):

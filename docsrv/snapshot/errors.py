@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePath
 
 #: How many problems a load collects before it stops looking for more.
 MAX_PROBLEMS = 100
@@ -25,9 +26,18 @@ class SnapshotError(Exception):
     def __init__(self, path: str, problems: list[Problem], *, what: str = "snapshot") -> None:
         self.path = path
         self.problems = problems
+        self.what = what
         shown = "\n".join(f"  {p}" for p in problems)
         more = " (and maybe more)" if len(problems) >= MAX_PROBLEMS else ""
         super().__init__(f"{what} {path} has {len(problems)} problem(s){more}:\n{shown}")
+
+
+    def summary(self, most: int = 3) -> str:
+        """The problems without filesystem paths: the snapshot by its directory's name, files by
+        their names (for /readyz, which anyone may read)."""
+        shown = "; ".join(f"{Problem(PurePath(p.file).name, p.line, p.message)}" for p in self.problems[:most])
+        more = f" (and {len(self.problems) - most} more)" if len(self.problems) > most else ""
+        return f"{self.what} {PurePath(self.path).name} has {len(self.problems)} problem(s): {shown}{more}"
 
 
 class ProblemList(list[Problem]):

@@ -1,0 +1,62 @@
+"""A response ready to send, and what it holds in memory.
+
+A Reply is made once (status, encoded body, every header) and sent as it is for as long as it
+is cached. Its compressed variants hang off it, made on first demand. ``nbytes`` is what the
+reply cache charges for it: every object it keeps alive, counted with ``sys.getsizeof``.
+"""
+
+from __future__ import annotations
+
+from sys import getsizeof
+from typing import TYPE_CHECKING
+
+from .compression import MIN_SIZE
+
+if TYPE_CHECKING:
+    from .reply_cache import Entry
+
+
+class Reply:
+    """A response ready to send: status, encoded body, and every header that goes with it."""
+
+    __slots__ = ("status", "body", "etag", "headers", "headers_304", "route", "compressible", "variants", "entry")
+
+    def __init__(self, status: int, body: bytes, headers: dict[str, str], *, etag: str | None = None) -> None:
+        self.status = status
+        self.body = body
+        self.headers = headers
+        self.etag = etag
+        #: The route template that answered, set by the dispatcher (a label for metrics).
+        self.route = ""
+        self.headers_304 = {k: v for k, v in headers.items() if k != "Content-Type"} if etag else headers
+        self.compressible = etag is not None and len(body) > MIN_SIZE
+        #: Compressed variants by coding, made on demand (see ``compressed``).
+        self.variants: dict[str, Reply] = {}
+        #: The cache entry that owns this reply and is charged for it, if it is cached.
+        self.entry: Entry | None = None
+
+    def compressed(self, coding: str, body: bytes) -> Reply:
+        """The variant of this reply whose body is ``body``, this reply's body compressed with ``coding``.
+
+        It has its own strong ETag (the identity tag with ``-gzip`` or ``-br``), as RFC 9110
+        asks of different representations.
+        """
+        assert self.etag is not None
+        etag = f'{self.etag[:-1]}-{coding}"'
+        variant = Reply(self.status, body, {**self.headers, "Content-Encoding": coding, "ETag": etag}, etag=etag)
+        variant.route = self.route
+        return variant
+
+    def nbytes(self) -> int:
+        """Bytes this reply keeps alive: itself, its body, its header maps and its variants."""
+        size = getsizeof(self) + getsizeof(self.body) + dict_bytes(self.headers) + getsizeof(self.variants)
+        if self.headers_304 is not self.headers:
+            size += dict_bytes(self.headers_304)
+        for variant in self.variants.values():
+            size += variant.nbytes()
+        return size
+
+
+def dict_bytes(mapping: dict[str, str]) -> int:
+    """A header map and its values (its keys are the same few constant strings in every reply)."""
+    return getsizeof(mapping) + sum(getsizeof(value) for value in mapping.values())

@@ -1,0 +1,208 @@
+"""The cache of encoded replies: bounded in bytes, every byte it holds counted, S3-FIFO eviction.
+
+A replica behind a CDN sees the requests the CDN could not answer, and an attacker can make
+every one of them new (``?x=<random>``). Two things keep such a flood from costing memory or
+the hot replies:
+
+- **Every byte is counted**: the key, the reply with its headers and compressed variants, the
+  entry and its slot in the dictionary and queue, and the ghost keys (below). The cache never
+  holds more than ``max_bytes`` by that count.
+- **S3-FIFO** (Yang et al., SOSP 2023): a new entry enters a small FIFO queue (a tenth of the
+  bytes); when it reaches the head, it moves to the main queue if it was asked for again, and
+  is evicted otherwise, its key's hash kept a while in a ghost queue so that a key asked for
+  again soon goes straight to main. The main queue is a CLOCK: an entry asked for since it was
+  last passed goes round again. A flood of one-off keys churns the small queue and never
+  reaches the main one, where the hot replies are. A hit costs a dictionary lookup and setting
+  one flag.
+
+Aliases: a request whose path and query are not in canonical form (unknown parameters, another
+order, another spelling) is looked up under its canonical key; its own key is then kept as an
+alias, a small entry that names the canonical one, so that the next identical request is a
+single lookup. An alias is charged its own bytes and evicted like any entry.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from sys import getsizeof
+from typing import Union
+
+from .reply import Reply
+
+#: A cache key: the request's path and query, or (scheme, host, path and query) when links
+#: are built from the request's own host.
+Key = Union[str, tuple[str, str, str]]
+
+#: What one dictionary slot and one queue slot cost beyond the objects they point to: a
+#: dict keeps 8 bytes of index and 24 of entry per slot at a load of at most 2/3, and grows
+#: by doubling; a deque slot is a pointer.
+SLOT_BYTES = 112
+#: A ghost key: an int hash in a dictionary slot.
+GHOST_BYTES = SLOT_BYTES + 32
+#: Share of the bytes for the small queue, and for ghost keys (S3-FIFO's 10 % and about as
+#: many ghosts as the main queue holds entries).
+SMALL_SHARE = 0.10
+GHOST_SHARE = 0.02
+
+
+class Entry:
+    __slots__ = ("key", "reply", "target", "nbytes", "visited", "main", "dead")
+
+    def __init__(self, key: Key, reply: Reply | None, target: Key | None) -> None:
+        self.key = key
+        #: The reply (an owner), or None for an alias of ``target``.
+        self.reply = reply
+        self.target = target
+        self.visited = False
+        self.main = False
+        self.dead = False
+        self.nbytes = getsizeof(self) + SLOT_BYTES + key_bytes(key)
+        if reply is not None:
+            self.nbytes += reply.nbytes()
+        elif target is not None:
+            self.nbytes += key_bytes(target)
+
+
+def key_bytes(key: Key) -> int:
+    if isinstance(key, str):
+        return getsizeof(key)
+    return getsizeof(key) + sum(getsizeof(part) for part in key)
+
+
+class ReplyCache:
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._small_target = int(max_bytes * SMALL_SHARE)
+        self._ghost_limit = max(16, int(max_bytes * GHOST_SHARE) // GHOST_BYTES)
+        self._entries: dict[Key, Entry] = {}
+        self._small: deque[Entry] = deque()
+        self._main: deque[Entry] = deque()
+        self._ghost: dict[int, None] = {}
+        self._small_bytes = 0
+        self._main_bytes = 0
+        #: Entries evicted to make room, since start.
+        self.evictions = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held, by the count described above."""
+        return self._small_bytes + self._main_bytes + len(self._ghost) * GHOST_BYTES
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Key) -> Reply | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        entry.visited = True
+        reply = entry.reply
+        if reply is None:  # an alias
+            entry = self._entries.get(entry.target)  # type: ignore[arg-type]
+            if entry is None or entry.reply is None:
+                return None
+            entry.visited = True
+            reply = entry.reply
+        return reply
+
+    def put(self, key: Key, reply: Reply) -> None:
+        """Keep ``reply`` under its canonical ``key``."""
+        entry = Entry(key, reply, None)
+        if self._insert(entry):
+            reply.entry = entry
+
+    def alias(self, key: Key, target: Key) -> None:
+        """Answer ``key`` with whatever is cached under ``target``."""
+        self._insert(Entry(key, None, target))
+
+    def add_variant(self, reply: Reply, coding: str, variant: Reply) -> None:
+        """Keep a compressed variant on a reply, charging the entry that owns it."""
+        if coding in reply.variants:
+            return
+        reply.variants[coding] = variant
+        entry = reply.entry
+        if entry is not None and not entry.dead:
+            size = variant.nbytes() + SLOT_BYTES
+            entry.nbytes += size
+            if entry.main:
+                self._main_bytes += size
+            else:
+                self._small_bytes += size
+            self._make_room()
+
+    # Keeping the bound.
+
+    def _insert(self, entry: Entry) -> bool:
+        if entry.nbytes > self._small_target:
+            return False  # larger than the small queue: it would only push everything else out
+        old = self._entries.pop(entry.key, None)
+        if old is not None:
+            self._forget(old)
+        self._entries[entry.key] = entry
+        ghost = self._ghost
+        hashed = hash(entry.key)
+        if hashed in ghost:
+            del ghost[hashed]
+            entry.main = True
+            self._main.append(entry)
+            self._main_bytes += entry.nbytes
+        else:
+            self._small.append(entry)
+            self._small_bytes += entry.nbytes
+        self._make_room()
+        return True
+
+    def _make_room(self) -> None:
+        while self.nbytes > self.max_bytes and (self._small or self._main):
+            if self._small_bytes > self._small_target or not self._main:
+                self._evict_small()
+            else:
+                self._evict_main()
+
+    def _evict_small(self) -> None:
+        entry = self._small.popleft()
+        if entry.dead:
+            return
+        self._small_bytes -= entry.nbytes
+        if entry.visited:
+            entry.visited = False
+            entry.main = True
+            self._main.append(entry)
+            self._main_bytes += entry.nbytes
+            return
+        self._remove(entry)
+        ghost = self._ghost
+        ghost[hash(entry.key)] = None
+        if len(ghost) > self._ghost_limit:
+            del ghost[next(iter(ghost))]
+
+    def _evict_main(self) -> None:
+        entry = self._main.popleft()
+        if entry.dead:
+            return
+        if entry.visited:
+            entry.visited = False
+            self._main.append(entry)
+            return
+        self._main_bytes -= entry.nbytes
+        self._remove(entry)
+
+    def _remove(self, entry: Entry) -> None:
+        del self._entries[entry.key]
+        self._release(entry)
+        self.evictions += 1
+
+    def _forget(self, entry: Entry) -> None:
+        """An entry replaced under its key: its bytes go now, its queue slot when it is reached."""
+        if entry.main:
+            self._main_bytes -= entry.nbytes
+        else:
+            self._small_bytes -= entry.nbytes
+        self._release(entry)
+
+    @staticmethod
+    def _release(entry: Entry) -> None:
+        entry.dead = True
+        if entry.reply is not None:
+            entry.reply.entry = None
+            entry.reply = None

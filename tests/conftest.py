@@ -36,7 +36,7 @@ class Response:
 class Server:
     """A running ``docsrv serve`` process and a small HTTP client for it."""
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, args: list[str], env: dict[str, str] | None = None, preexec_fn=None) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -47,6 +47,7 @@ class Server:
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
             cwd=ROOT,
+            preexec_fn=preexec_fn,
         )
         self.log: list[str] = []
         self._reader = threading.Thread(target=self._read_output, daemon=True)
@@ -108,8 +109,8 @@ def start_server():
     """Start servers with any arguments; every one is stopped after the test."""
     started: list[Server] = []
 
-    def start(*args: str, env: dict[str, str] | None = None) -> Server:
-        server = Server(list(args), env)
+    def start(*args: str, env: dict[str, str] | None = None, preexec_fn=None) -> Server:
+        server = Server(list(args), env, preexec_fn)
         started.append(server)
         return server
 

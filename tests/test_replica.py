@@ -181,6 +181,7 @@ def test_a_corrupt_snapshot_on_reload_leaves_the_old_one_serving(tmp_path, start
     assert ready["snapshot"] == "snap-a" and ready["reload_failures"] == 1
     assert "versions.jsonl:2: Expected `int`, got `str` - at `$.project`" in ready["last_reload_error"]
     assert "holds 0 records" not in ready["last_reload_error"]
+    assert str(tmp_path) not in ready["last_reload_error"] and ready["last_reload_error"].startswith("snapshot a has 1 problem(s)")
     assert server.json("/api/v2/project/1/")["name"] == "pip (a)"
     time.sleep(1.2)
     assert "docsrv_reload_failures_total{} 1" in server.get("/metrics").body.decode()

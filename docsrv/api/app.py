@@ -19,7 +19,7 @@ from yarl import URL
 
 from ..http.caching import not_modified
 from ..http.compression import choose
-from ..http.protocol import JsonErrorServer, as_http11
+from ..http.protocol import VERSION_NOT_SUPPORTED, JsonErrorServer, as_http11
 from ..http.reply import Reply
 from ..http.reply_cache import Key
 from . import docsearch, openapi, ops, v1, v2
@@ -92,15 +92,13 @@ class Dispatcher:
         status = None
         hit = False
         if request.version not in HTTP_VERSIONS:
-            request = as_http11(request)
-            reply = state.uncached(505, {"detail": "HTTP version not supported: only HTTP/1.0 and HTTP/1.1 are served."})
-            reply.route = "unsupported version"
-        elif method == "GET" or method == "HEAD":
+            return await self.unsupported_version(request, state)
+        if method == "GET" or method == "HEAD":
             raw = request.raw_path
             key = raw if state.fixed_base else (request.scheme, request.host, raw)
             reply = state.cache.get(key)
             if reply is None:
-                reply = await self.miss(request, state, key)
+                reply, hit = await self.miss(request, state, key)
             else:
                 hit = True
             headers = request.headers
@@ -127,23 +125,35 @@ class Dispatcher:
             runtime.log_access(request, status, len(reply.body) if status != 304 else 0, elapsed, reply.route, state.store.name)
         return response
 
-    async def miss(self, request: web.BaseRequest, state: ApiState, key: Key) -> Reply:
-        """A GET or HEAD whose own key is not cached: by its canonical key, or made anew."""
+    @staticmethod
+    async def unsupported_version(request: web.BaseRequest, state: ApiState) -> web.StreamResponse:
+        """505, written as HTTP/1.1 (prepared here, as aiohttp would write the request's version)."""
+        reply = state.uncached(505, {"detail": VERSION_NOT_SUPPORTED})
+        response = web.Response(body=reply.body, status=505, headers=reply.headers)
+        response.force_close()
+        await response.prepare(as_http11(request))
+        state.runtime.metrics.observe("unsupported version", 505, 0.0)
+        return response
+
+    async def miss(self, request: web.BaseRequest, state: ApiState, key: Key) -> tuple[Reply, bool]:
+        """A GET or HEAD whose own key is not cached: by its canonical key, or made anew; and
+        whether it came from the cache."""
         found = ROUTER.match(request.path)
         if found is None:
             reply = self.unrouted(request, state)
             reply.route = "unmatched"
-            return reply
+            return reply, False
         route, params = found
         if route.checks_host and state.fixed_base is None and request.host not in state.allowed_hosts:
             reply = state.uncached(400, {"detail": "Invalid Host header."})
             reply.route = route.template
-            return reply
+            return reply, False
         query = sorted(((k, v) for k, v in request.query.items() if route.accepts(k)), key=itemgetter(0))
         url = URL.build(path=request.path, query=query)
         target = str(url)
         canonical: Key = target if state.fixed_base else (request.scheme, request.host.lower(), target)
         reply = state.cache.get(canonical)
+        hit = reply is not None
         if reply is None:
             if target != request.raw_path:
                 request = request.clone(rel_url=url)
@@ -152,7 +162,7 @@ class Dispatcher:
                 state.cache.put(canonical, reply)
         if reply.etag is not None and canonical != key:
             state.cache.alias(key, canonical)
-        return reply
+        return reply, hit
 
     @staticmethod
     async def answer(request: web.BaseRequest, state: ApiState, route: Route, params: dict[str, str]) -> Reply:

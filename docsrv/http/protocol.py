@@ -37,6 +37,11 @@ PARSER_ERRORS = (
     ((TransferEncodingError, ContentLengthError), "the body's framing is malformed"),
 )
 
+#: llhttp's reason for a version it cannot parse as HTTP/1 (``HTTP/1.2``); one it parses but
+#: docsrv does not speak (``HTTP/2.0``) reaches the dispatcher, which answers the same.
+INVALID_VERSION = "Invalid HTTP version"
+VERSION_NOT_SUPPORTED = "HTTP version not supported: only HTTP/1.0 and HTTP/1.1 are served."
+
 #: A connection must complete its first request this soon, or it is closed: a client that
 #: sends its headers a byte at a time (slowloris) cannot keep connections open for ever.
 #: Later requests on a kept-alive connection are bounded by the keep-alive timeout.
@@ -59,9 +64,12 @@ class JsonErrorRequestHandler(RequestHandler):
             self.logger.debug("Bad request from %s: %s", request.remote, message or exc)
         if request.writer.output_size > 0:
             raise ConnectionError("Response is sent already, cannot send another response with the error message")
-        phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
-        what = next((text for kind, text in PARSER_ERRORS if isinstance(exc, kind)), None)
-        detail = f"{phrase}: {what}." if status < 500 and what else phrase + "."
+        if isinstance(exc, BadStatusLine) and INVALID_VERSION in str(exc):
+            status, detail = 505, VERSION_NOT_SUPPORTED
+        else:
+            phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
+            what = next((text for kind, text in PARSER_ERRORS if isinstance(exc, kind)), None)
+            detail = f"{phrase}: {what}." if status < 500 and what else phrase + "."
         response = web.Response(
             status=status,
             body=orjson.dumps({"detail": detail}),
@@ -77,6 +85,7 @@ def as_http11(request: web.BaseRequest) -> web.BaseRequest:
     line) must not appear in an HTTP/1 response. The connection is closed after it."""
     answered = request.clone()
     answered._message = answered._message._replace(version=HttpVersion11, should_close=True)
+    answered._version = HttpVersion11  # aiohttp keeps the message's version apart too
     return answered
 
 

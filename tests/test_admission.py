@@ -1,0 +1,99 @@
+"""Search admission: searches run one at a time, a full queue answers 503 with Retry-After, and a
+search whose client has gone is dropped before it runs."""
+
+import asyncio
+import threading
+
+import pytest
+
+from docsrv.api.admission import CLIENT_GONE, SearchQueue
+from docsrv.api.errors import ApiError
+
+
+class Transport:
+    def __init__(self) -> None:
+        self.closing = False
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+
+class Request:
+    """What the queue looks at of a request: its connection's transport (None once it is lost)."""
+
+    def __init__(self) -> None:
+        self.transport: Transport | None = Transport()
+
+
+async def test_a_full_queue_refuses_with_503_and_retry_after():
+    queue = SearchQueue(limit=2)
+    release = threading.Event()
+    ran = []
+
+    def search(n):
+        release.wait(10)
+        ran.append(n)
+        return n
+
+    first = asyncio.ensure_future(queue.run(Request(), search, 0))
+    await asyncio.sleep(0)
+    while len(queue):  # the first is taken into the search thread, which blocks
+        await asyncio.sleep(0.01)
+    waiting = [asyncio.ensure_future(queue.run(Request(), search, n)) for n in (1, 2)]
+    await asyncio.sleep(0)
+    with pytest.raises(ApiError) as refused:
+        await queue.run(Request(), search, 3)
+    assert refused.value.status == 503
+    assert refused.value.headers == {"Retry-After": "1"}
+    assert refused.value.body == {"detail": "Too many searches are waiting; try again shortly."}
+    release.set()
+    assert await first == 0 and [await w for w in waiting] == [1, 2]
+    assert ran == [0, 1, 2]
+    assert queue.counts == {"run": 3, "refused": 1, "dropped": 0}
+
+
+async def test_a_search_whose_client_has_gone_is_dropped_before_it_runs():
+    queue = SearchQueue(limit=10)
+    release = threading.Event()
+    ran = []
+
+    def search(n):
+        release.wait(10)
+        ran.append(n)
+        return n
+
+    first = asyncio.ensure_future(queue.run(Request(), search, 0))
+    await asyncio.sleep(0)
+    while len(queue):
+        await asyncio.sleep(0.01)
+    gone, closing, staying = Request(), Request(), Request()
+    futures = [asyncio.ensure_future(queue.run(r, search, n)) for n, r in ((1, gone), (2, closing), (3, staying))]
+    await asyncio.sleep(0)
+    gone.transport = None
+    closing.transport.closing = True
+    release.set()
+    assert await first == 0
+    for future in futures[:2]:
+        with pytest.raises(ApiError) as dropped:
+            await future
+        assert dropped.value.status == CLIENT_GONE
+    assert await futures[2] == 3
+    assert ran == [0, 3]
+    assert queue.counts == {"run": 2, "refused": 0, "dropped": 2}
+    # A client already gone when it asks is not queued at all.
+    late = Request()
+    late.transport = None
+    with pytest.raises(ApiError):
+        await queue.run(late, search, 4)
+    assert queue.counts["dropped"] == 3 and ran == [0, 3]
+
+
+async def test_an_error_in_a_search_reaches_its_request_and_the_queue_goes_on():
+    queue = SearchQueue(limit=4)
+
+    def broken():
+        raise ValueError("bad")
+
+    with pytest.raises(ValueError):
+        await queue.run(Request(), broken)
+    assert await queue.run(Request(), lambda: 7) == 7

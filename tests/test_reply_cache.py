@@ -1,0 +1,104 @@
+"""The reply cache: every byte it holds counted, never past its limit, hot replies kept through a
+flood of one-off keys (S3-FIFO), aliases of canonical keys, compressed variants charged."""
+
+import gc
+import tracemalloc
+
+import pytest
+
+from docsrv.http.reply import Reply
+from docsrv.http.reply_cache import ReplyCache
+
+
+def reply(body: bytes, tag: str = "t") -> Reply:
+    headers = {"Content-Type": "application/json", "ETag": f'"{tag}"', "Surrogate-Key": f"v2 project-{tag}", "Cache-Tag": f"v2,project-{tag}"}
+    return Reply(200, body, headers, etag=f'"{tag}"')
+
+
+@pytest.mark.parametrize("key_length", [3000, 10])
+def test_the_bytes_it_counts_cover_what_it_holds_and_stay_within_the_limit(key_length):
+    """Long keys (a flood of junk URLs) and tiny entries (where bookkeeping is most of it)."""
+    limit = 2 << 20
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        cache = ReplyCache(limit)
+        for n in range(25_000):  # far more than fits: small and large bodies
+            key = f"/api/v2/project/1/?x={n}{'y' * (n % key_length)}"
+            cache.put(key, reply(b"{}" * (n % 900), str(n)))
+            cache.alias(f"{key}&z=1", key)
+            assert cache.nbytes <= limit
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(cache) > 100 and cache.evictions > 10_000
+    # What the cache really holds (every allocation since it was made) is within what it counts.
+    assert held <= cache.nbytes * 1.05 + (64 << 10), (held, cache.nbytes)
+
+
+def test_a_reply_larger_than_the_small_queue_is_not_kept():
+    cache = ReplyCache(100_000)
+    cache.put("/big", reply(b"x" * 50_000))
+    assert cache.get("/big") is None and len(cache) == 0
+
+
+def test_hot_entries_survive_a_flood_of_one_off_keys():
+    cache = ReplyCache(1 << 20)
+    hot = [f"/api/v2/version/{n}/" for n in range(50)]
+    for key in hot:
+        cache.put(key, reply(b"v" * 500, key))
+    for n in range(200_000):
+        if n % 10 == 0:  # hot traffic beside the flood: one request in ten
+            key = hot[(n // 10) % len(hot)]
+            if cache.get(key) is None:
+                cache.put(key, reply(b"v" * 500, key))
+        flood = f"/api/v2/project/1/?x={n}{'f' * 700}"
+        assert cache.get(flood) is None
+        cache.put(flood, reply(b"p" * 500, str(n)))
+    assert all(cache.get(key) is not None for key in hot)
+    assert cache.nbytes <= 1 << 20
+
+
+def test_plain_fifo_would_have_lost_them():
+    """The flood above is a real threat: the same flood through a cache with no second queue
+    (everything evicted in order of arrival) loses every hot entry. S3-FIFO's main queue is what
+    keeps them, so the test above cannot pass by the flood being too small."""
+    from collections import OrderedDict
+
+    fifo: OrderedDict = OrderedDict()
+    hot = [f"/api/v2/version/{n}/" for n in range(50)]
+    room = (1 << 20) // 1500
+    for n in range(20_000):
+        if n % 10 == 0:
+            fifo.setdefault(hot[(n // 10) % len(hot)], True)
+        fifo[f"/x/{n}"] = True
+        while len(fifo) > room:
+            fifo.popitem(last=False)
+    assert sum(key in fifo for key in hot) < len(hot) // 2
+
+
+def test_an_alias_answers_with_its_target_and_dangles_harmlessly_when_the_target_goes():
+    cache = ReplyCache(1 << 20)
+    made = reply(b"{}", "a")
+    cache.put("/api/v2/version/?active=true&project__slug=pip", made)
+    cache.alias("/api/v2/version/?project__slug=pip&active=true", "/api/v2/version/?active=true&project__slug=pip")
+    assert cache.get("/api/v2/version/?project__slug=pip&active=true") is made
+    cache.put("/api/v2/version/?active=true&project__slug=pip", reply(b"[]", "b"))  # replaced
+    assert cache.get("/api/v2/version/?project__slug=pip&active=true").body == b"[]"
+    assert cache.get("/nothing") is None
+
+
+def test_compressed_variants_are_charged_to_their_entry():
+    cache = ReplyCache(1 << 20)
+    made = reply(b"x" * 5000)
+    cache.put("/k", made)
+    before = cache.nbytes
+    variant = made.compressed("gzip", b"z" * 300)
+    cache.add_variant(made, "gzip", variant)
+    assert made.variants["gzip"] is variant
+    assert cache.nbytes - before >= 300 + len(variant.headers)
+    assert variant.etag == '"t-gzip"' and variant.headers["Content-Encoding"] == "gzip"
+    cache.add_variant(made, "gzip", made.compressed("gzip", b"other"))  # made twice: the first is kept
+    assert made.variants["gzip"] is variant

@@ -159,7 +159,8 @@ def heavy(args) -> dict:
             offset += 4  # never the same page twice: every one is rendered and compressed anew
 
     try:
-        detail = paths_file("detail", [f"/api/v2/project/{n}/" for n in range(1, 101)])
+        projects = json.loads(system.get("/api/v2/project/?limit=100")[2])["results"]
+        detail = paths_file("detail", [f"/api/v2/project/{p['id']}/" for p in projects])
         wrk(system, detail, 3, 10)
         alone = wrk(system, detail, 10, 10)
         clients = [threading.Thread(target=heavy_client, args=(n,), daemon=True) for n in range(4)]

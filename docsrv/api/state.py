@@ -28,6 +28,12 @@ T = TypeVar("T")
 OFFLOAD_ITEMS = 100
 
 
+def encoded_each(render, items: list) -> list[orjson.Fragment]:
+    """Each item rendered and encoded on its own: encoding a long page in one call would hold the
+    GIL (and so the event loop, when the page is made in the heavy-work thread) for milliseconds."""
+    return [orjson.Fragment(orjson.dumps(render(item), option=orjson.OPT_UTC_Z)) for item in items]
+
+
 ALLOW = "GET, HEAD, OPTIONS"
 #: The answer to a CORS preflight: any origin may read, with any request header.
 PREFLIGHT = {

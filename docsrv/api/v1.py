@@ -22,7 +22,7 @@ from ..utils.timefmt import utc
 from .params import boolean, excerpt, last, page_link, parse_page, positive_id, whole_number
 from ..http.reply import Reply
 from .errors import ApiError
-from .state import ApiState
+from .state import ApiState, encoded_each
 
 NOT_FOUND = {"error": "Not found."}
 RESERVED = frozenset(("format", "limit", "offset"))
@@ -302,7 +302,7 @@ async def listing(request: web.BaseRequest, state: ApiState, resource: Resource,
     shapes = state.shapes(V1Shapes)
 
     def make() -> tuple[dict, list[str]]:
-        objects = [resource.render(shapes, item) for item in shown]
+        objects = encoded_each(lambda item: resource.render(shapes, item), shown)
         return {"meta": meta, "objects": objects}, ["v1", *(key for item in shown for key in keys_of(item))]
 
     return await state.rendered(len(shown), make)

@@ -12,7 +12,7 @@ from ..utils.timefmt import utc
 from .params import boolean, last, page_link, parse_page, positive_id
 from ..http.reply import Reply
 from .errors import ApiError
-from .state import ApiState
+from .state import ApiState, encoded_each
 
 NOT_FOUND = {"detail": "Not found."}
 DOWNLOAD_FORMATS = ("pdf", "htmlzip", "epub")
@@ -128,8 +128,7 @@ async def paginated(request: web.BaseRequest, state: ApiState, items: list, rend
     }
 
     def make() -> tuple[dict, list[str]]:
-        results = [render(item) for item in shown]
-        return {**envelope, "results": results}, ["v2", *(key for item in shown for key in keys_of(item))]
+        return {**envelope, "results": encoded_each(render, shown)}, ["v2", *(key for item in shown for key in keys_of(item))]
 
     return await state.rendered(len(shown), make)
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from .config import Settings
+from .errors import CommandError, StartError
 from .snapshot.errors import SnapshotError
 
 DEFAULTS = Settings()
@@ -20,8 +21,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     try:
         return args.run(args) or 0
-    except SnapshotError as error:
+    except (SnapshotError, StartError, CommandError) as error:
         print(f"docsrv: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:  # a full disk, a read-only directory, a missing path: one line, no traceback
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"docsrv: {where}{error.strerror or error}", file=sys.stderr)
         return 1
 
 
@@ -49,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="searches that may wait in each worker; more are refused with 503")
     serve.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (default: the number of cores)")
     serve.add_argument("--watch", action="store_true", help="reload when a new snapshot appears at --snapshot")
-    serve.add_argument("--watch-interval", type=float, default=2.0, help="seconds between looks for a new snapshot")
+    serve.add_argument("--watch-interval", type=float, default=2.0,
+                       help="seconds between looks at the snapshot's files (for a new snapshot, or files changed on disk)")
+    serve.add_argument("--no-workers-timeout", type=float, default=60.0,
+                       help="exit 1 when no worker has been able to serve for this many seconds")
     serve.add_argument("--access-log", action="store_true", help="write one JSON line per request to standard output")
     serve.set_defaults(run=run_serve)
 
@@ -113,7 +121,9 @@ def run_serve(args: argparse.Namespace) -> int:
         args.port,
         workers=args.workers,
         watch=args.watch_interval if args.watch else None,
+        look_interval=args.watch_interval,
         access_log=args.access_log,
+        no_workers_timeout=args.no_workers_timeout,
     )
 
 
@@ -159,14 +169,14 @@ def run_import_dump(args: argparse.Namespace) -> int:
 
 
 def run_index(args: argparse.Namespace) -> int:
-    from .search import build_index, fingerprint, index_directories, write_marker
+    from .serving import build_index_aside, fingerprint, index_directories, resolve
     from .store import load_store
 
-    store = load_store(args.path)
-    digest = fingerprint(Path(args.path))
-    directory = index_directories(Path(args.path), digest)[0]
-    seconds = build_index(store, directory)
-    write_marker(directory, digest, store)
+    snapshot = resolve(args.path)
+    store = load_store(snapshot)
+    digest = fingerprint(snapshot)
+    directory = index_directories(snapshot, digest)[0]
+    seconds = build_index_aside(store, directory, digest)
     size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
     print(f"indexed {len(store.pages)} pages of {store.name} in {seconds:.1f} s ({size / 2**20:.1f} MiB at {directory})")
     return 0

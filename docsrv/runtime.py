@@ -3,18 +3,33 @@ that the master shares with every worker (reloads and their failures)."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
+import msgspec
 import orjson
 from aiohttp import web
 
 from .metrics import Metrics
 
 STATUS_FILE = "status.json"
+
+
+class MasterStatus(msgspec.Struct):
+    """What the master tells its workers (for /readyz and /metrics), through the run directory."""
+
+    #: Workers ready and serving the current snapshot, and how many there should be.
+    workers: int = 1
+    workers_wanted: int = 1
+    reloads: int = 0
+    reload_failures: int = 0
+    last_reload_error: str | None = None
+    snapshot: str | None = None
+    load_seconds: float | None = None
+    #: Why the snapshot being served can no longer be trusted (its files changed on disk), or None.
+    problem: str | None = None
 
 
 class Runtime:
@@ -24,19 +39,20 @@ class Runtime:
         self.access_log = access_log
         self.started = time.time()
 
-    def status(self) -> dict:
-        """Reload counts and the last reload error, as the master last wrote them."""
+    def status(self) -> MasterStatus:
+        """What the master last wrote (a server without a master: one worker, no reloads)."""
         if self.run_dir is not None:
             try:
-                return json.loads((self.run_dir / STATUS_FILE).read_text())
-            except (OSError, ValueError):
+                return msgspec.json.decode((self.run_dir / STATUS_FILE).read_bytes(), type=MasterStatus)
+            except (OSError, msgspec.DecodeError):
                 pass
-        return {"reloads": 0, "reload_failures": 0, "last_reload_error": None, "workers": 1, "load_seconds": None}
+        return MasterStatus()
 
     def log_access(self, request: web.BaseRequest, status: int, size: int, seconds: float, route: str, snapshot: str) -> None:
         """One JSON line on standard output per request (``--access-log``)."""
+        now = time.time()
         record = {
-            "time": time.time(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z",
             "worker": os.getpid(),
             "remote": request.remote,
             "method": request.method,
@@ -51,7 +67,7 @@ class Runtime:
         sys.stdout.write(orjson.dumps(record).decode() + "\n")
 
 
-def write_status(run_dir: Path, status: dict) -> None:
+def write_status(run_dir: Path, status: MasterStatus) -> None:
     partial = run_dir / (STATUS_FILE + ".partial")
-    partial.write_text(json.dumps(status))
+    partial.write_bytes(msgspec.json.encode(status))
     os.replace(partial, run_dir / STATUS_FILE)

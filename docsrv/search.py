@@ -1,9 +1,7 @@
-"""Full-text search of documentation pages with tantivy: schema, build, open, query, highlight.
+"""Full-text search of documentation pages with tantivy: schema, build, query, highlight.
 
-The index lives in ``<snapshot>/index/`` and records a fingerprint of the content it was built
-from (the page, version and project files, and this module's schema version); when the
-fingerprint differs, the index is rebuilt. Only public pages are indexed, so no query can
-reach a private one. Page text is not stored in tantivy: the index build writes it, escaped,
+Where the index lives and when it is rebuilt is ``serving.py``'s business. Only public pages are
+indexed, so no query can reach a private one. Page text is not stored in tantivy: the index build writes it, escaped,
 with where every word of a page is, to ``index/highlight/`` (see ``highlight.py``).
 
 Each page is one document (kind ``page``), each section one more (kind ``section``) for the
@@ -12,12 +10,7 @@ v1 anchor search, which matches a substring of the heading or anchor id.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
 import re
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,14 +19,12 @@ from typing import NamedTuple
 import tantivy
 
 from .highlight import HighlightWriter, Highlights, Words, query_words
-from .snapshot.load import record_file
-from .store import Store, load_store
+from .store import Store
 from .utils.progress import progress_bar, wanted
 
-log = logging.getLogger("docsrv")
 
+#: Changes whenever what the index holds changes: an index of another schema is rebuilt.
 SCHEMA_VERSION = 2
-FINGERPRINT_FILE = "docsrv-index.json"
 #: Weights of DECISIONS.md section 3: a word in the title counts ten times one in the body.
 BOOSTS = {"title": 10.0, "headings": 5.0, "body": 1.0}
 MAX_HITS = 50
@@ -64,23 +55,10 @@ def build_schema() -> tantivy.Schema:
     return builder.build()
 
 
-def fingerprint(snapshot: Path) -> str:
-    """A digest of everything the index is made from: it changes when the indexed content does."""
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(f"schema {SCHEMA_VERSION}".encode())
-    for kind in ("projects", "versions", "pages"):
-        for path in record_file(snapshot, kind):
-            digest.update(path.name.encode())
-            with open(path, "rb") as data:
-                digest.update(hashlib.file_digest(data, "blake2b").digest())
-    return digest.hexdigest()
-
-
 def build_index(store: Store, directory: Path, print_progress: bool | None = None) -> float:
-    """Index every public page of ``store`` into ``directory`` (emptied first); return the seconds taken."""
+    """Index every public page of ``store`` into ``directory``, which must not exist; return the
+    seconds taken. (``serving.build_index_aside`` builds beside the index in use and swaps.)"""
     started = time.perf_counter()
-    if directory.exists():
-        shutil.rmtree(directory)
     directory.mkdir(parents=True)
     index = tantivy.Index(build_schema(), path=str(directory))
     writer = index.writer(heap_size=256 << 20, num_threads=2)
@@ -121,63 +99,6 @@ def build_index(store: Store, directory: Path, print_progress: bool | None = Non
 def version_scope(project: str, version: str) -> str:
     """The one term a page is filtered by: its project and version (a project slug holds no "/")."""
     return f"{project}/{version}"
-
-
-def write_marker(directory: Path, digest: str, store: Store) -> None:
-    """Record what the index in ``directory`` was built from."""
-    marker = {"fingerprint": digest, "schema_version": SCHEMA_VERSION, "snapshot": store.name, "pages": len(store.pages)}
-    (directory / FINGERPRINT_FILE).write_text(json.dumps(marker))
-
-
-def index_directories(snapshot: Path, digest: str) -> tuple[Path, Path]:
-    """Where the index of a snapshot lives: in it, or (when it cannot be written to) in a temporary directory."""
-    return snapshot / "index", Path(tempfile.gettempdir()) / f"docsrv-index-{digest}"
-
-
-def current_index(snapshot: Path, digest: str) -> Path | None:
-    """The directory of an index built from content with this ``digest``, if there is one."""
-    for directory in index_directories(snapshot, digest):
-        marker = directory / FINGERPRINT_FILE
-        try:
-            if json.loads(marker.read_text()).get("fingerprint") == digest:
-                return directory
-        except (OSError, ValueError):
-            continue
-    return None
-
-
-def ensure_index(store: Store, digest: str) -> Path:
-    """The directory of an index of ``store``'s content (whose fingerprint is ``digest``), built first when there is none."""
-    assert store.path is not None
-    found = current_index(store.path, digest)
-    if found is not None:
-        return found
-    for directory in index_directories(store.path, digest):
-        try:
-            seconds = build_index(store, directory)
-            write_marker(directory, digest, store)
-            log.info("built the search index of %s pages in %.1f s at %s", len(store.pages), seconds, directory)
-            return directory
-        except (OSError, ValueError) as error:
-            log.warning("cannot use %s for the search index: %s", directory, error)
-    raise RuntimeError("no usable directory for the search index")
-
-
-def load_served(snapshot: str | Path, *, progress: bool | None = None) -> tuple[Store, Path]:
-    """A snapshot as a server keeps it, and its index. When a current index holds the pages'
-    text, the store is loaded without it (on the large snapshot, about 1 GB of strings);
-    otherwise the whole snapshot is loaded and the index built from it first."""
-    digest = fingerprint(Path(snapshot))
-    found = current_index(Path(snapshot), digest)
-    if found is not None:
-        return load_store(snapshot, progress=progress, page_text=False), found
-    store = load_store(snapshot, progress=progress)
-    return store, ensure_index(store, digest)
-
-
-def open_index(store: Store, directory: Path) -> SearchIndex:
-    """Open the index in ``directory`` (see ``load_served``) over ``store``."""
-    return SearchIndex(store, tantivy.Index.open(str(directory)), Highlights(directory / "highlight"))
 
 
 class Hit(NamedTuple):
@@ -224,6 +145,12 @@ def index_tokens(text: str) -> list[str]:
 
 class SearchIndex:
     """Queries over one snapshot's index. Every method is safe to call from worker threads."""
+
+    @classmethod
+    def open(cls, store: Store, directory: Path) -> SearchIndex:
+        """The index built in ``directory`` over ``store``: every file opened now (a server opens it
+        before it forks, so its workers never open a file of the snapshot again)."""
+        return cls(store, tantivy.Index.open(str(directory)), Highlights(directory / "highlight"))
 
     def __init__(self, store: Store, index: tantivy.Index, highlights: Highlights) -> None:
         self.store = store

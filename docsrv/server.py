@@ -7,6 +7,7 @@ the same server inside the calling process, for tools and tests.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import os
 import resource
@@ -22,11 +23,11 @@ from aiohttp import web
 from .api.app import init_server
 from .api.state import ApiState
 from .config import Settings
+from .errors import StartError
 from .http.accept import Acceptor
 from .http.offload import GIL_SWITCH_SECONDS
 from .runtime import Runtime
-from .search import load_served, open_index
-from .store import Store
+from .serving import Served, load_served
 
 log = logging.getLogger("docsrv")
 
@@ -46,24 +47,32 @@ SERVER_LIMITS = {
 LISTEN_BACKLOG = 4096
 #: How long a stopping worker lets requests in flight finish.
 DRAIN_SECONDS = 20.0
-#: How long a stopping worker waits, once it no longer accepts, for requests on connections it
-#: has just accepted.
-ACCEPTED_GRACE_SECONDS = 0.5
+#: How long a stopping worker keeps its keep-alive connections open, once it no longer accepts:
+#: a client's next request on one is answered (with ``Connection: close``), so reloads drop no
+#: request of a busy client; a connection idle that long is closed.
+IDLE_GRACE_SECONDS = 2.0
+#: prctl(2): the signal a process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
 
 
 class Listening:
-    """A server answering on a socket: stop() accepts no more, close() drains and ends it."""
+    """A server answering on a socket, until ``close`` drains it."""
 
-    def __init__(self, runner: web.ServerRunner, acceptor: Acceptor) -> None:
+    def __init__(self, state: ApiState, server: web.Server, runner: web.ServerRunner, acceptor: Acceptor) -> None:
+        self.state = state
+        self.server = server
         self.runner = runner
         self.acceptor = acceptor
 
-    def stop(self) -> None:
+    async def close(self, grace: float = IDLE_GRACE_SECONDS) -> None:
+        """Accept no more; answer what comes on open connections with ``Connection: close`` for
+        ``grace`` seconds (or until every client has gone); then close idle connections and let
+        requests in flight finish."""
         self.acceptor.stop()
-
-    async def close(self) -> None:
-        """Stop accepting, let requests in flight finish, close idle keep-alive connections."""
-        self.acceptor.stop()
+        self.state.draining = True
+        deadline = asyncio.get_running_loop().time() + grace
+        while self.server.connections and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
         await self.runner.cleanup()
 
 
@@ -74,7 +83,7 @@ async def start(state: ApiState, sock: socket.socket) -> Listening:
     await runner.setup()
     acceptor = Acceptor(sock, server, LISTEN_BACKLOG)
     acceptor.start()
-    return Listening(runner, acceptor)
+    return Listening(state, server, runner, acceptor)
 
 
 def raise_fd_limit() -> int:
@@ -91,61 +100,75 @@ def raise_fd_limit() -> int:
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket with SO_REUSEPORT, so a second docsrv can take the port over."""
+    """The one listening socket of a server; its workers inherit it. No SO_REUSEPORT: a second
+    server on a port that one serves must fail, not split the traffic between two snapshots."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if hasattr(socket, "SO_REUSEPORT"):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT only, never beside a listener
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise StartError(f"cannot listen on {host}:{port}: {error.strerror} (is another server running there?)") from None
     sock.listen(LISTEN_BACKLOG)
     sock.setblocking(False)
     return sock
 
 
+def die_with_parent(parent: int) -> None:
+    """Ask the kernel to send SIGTERM when the parent (the master) dies: a worker never outlives it.
+    If the master is already gone, stop now."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the worker also watches its parent, below
+        pass
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 @asynccontextmanager
 async def running_server(snapshot: str | Path, settings: Settings | None = None) -> AsyncIterator[str]:
     """A real server on a free loopback port for the duration of the block; yields its base URL."""
-    store, index_dir = load_served(snapshot, progress=False)
-    state = ApiState(store, open_index(store, index_dir), settings or Settings(), Runtime())
+    served = load_served(snapshot, progress=False)
+    state = ApiState(served.store, served.search, settings or Settings(), Runtime())
     sock = listening_socket("127.0.0.1", 0)
     listening = await start(state, sock)
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
-        await listening.close()
+        await listening.close(grace=0)
         sock.close()
 
 
-async def serve_worker(store: Store, index_dir: Path, settings: Settings, sock: socket.socket, runtime: Runtime, ready_fd: int) -> None:
-    """Serve ``store`` on ``sock`` until SIGTERM or SIGINT; then drain and return."""
-    state = ApiState(store, open_index(store, index_dir), settings, runtime)
-    listening = await start(state, sock)
-    os.write(ready_fd, b"R")
-    os.close(ready_fd)
+async def serve_worker(served: Served, settings: Settings, sock: socket.socket, runtime: Runtime, ready_fd: int, master: int) -> None:
+    """Serve ``served`` on ``sock`` until SIGTERM or SIGINT, or until the master is gone; then drain and return."""
+    state = ApiState(served.store, served.search, settings, runtime)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    flusher = asyncio.create_task(flush_every_second(runtime))
+    die_with_parent(master)
+    listening = await start(state, sock)
+    os.write(ready_fd, b"R")
+    os.close(ready_fd)
+    ticker = asyncio.create_task(every_second(runtime, master, stop))
     await stop.wait()
-    flusher.cancel()
-    # Stop accepting first, then give connections just accepted a moment to send their request:
-    # closing drops every connection that is idle, and one that was accepted a moment ago and
-    # has not sent its request yet looks idle.
-    listening.stop()
-    await asyncio.sleep(ACCEPTED_GRACE_SECONDS)
+    ticker.cancel()
     await listening.close()
     runtime.metrics.flush()
     sys.stdout.flush()
 
 
-async def flush_every_second(runtime: Runtime) -> None:
+async def every_second(runtime: Runtime, master: int, stop: asyncio.Event) -> None:
+    """Share this worker's counts; stop if the master has gone (where no death signal is sent)."""
     while True:
         await asyncio.sleep(1.0)
         runtime.metrics.flush()
         if runtime.access_log:
             sys.stdout.flush()
+        if os.getppid() != master:
+            stop.set()
 
 
 def run(main) -> None:

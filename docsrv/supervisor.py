@@ -1,16 +1,23 @@
-"""The master process: load the snapshot once, fork the workers, reload, stop.
+"""The master process: load the snapshot once, fork the workers, keep them alive, reload, stop.
 
-The master loads and checks the snapshot, makes sure its search index exists, opens the
-listening socket and forks the workers, which inherit both: the loaded objects are frozen
-out of the garbage collector's reach before the fork, so the workers share their memory
-pages. All workers accept from the one socket (set with SO_REUSEPORT, so that another docsrv
-can bind the port beside it during a deploy).
+The master opens the one listening socket (before anything slow, so a port already served
+fails at once), loads the snapshot with everything its workers will read (``serving.py``), and
+forks the workers, which inherit both: the loaded objects are frozen out of the garbage
+collector's reach before the fork, so the workers share their memory pages.
 
-A reload (SIGHUP, or ``--watch`` noticing a new snapshot at the path) loads the new snapshot
-in the master while the workers keep serving the old one. If it loads, a new set of workers
-is forked on it; once they are ready, the old workers are told to stop, and they finish the
-requests they have before they exit. If it does not load, the error is logged and shown in
-``/readyz`` and ``/metrics``, and the old workers go on serving.
+Supervision: a worker dies with its master (a parent-death signal). A worker that exits, or does
+not become ready, is replaced, after a pause that doubles with each failure in a row (0.5 s up
+to 30 s). When no worker has been able to serve for ``no_workers_timeout`` seconds, the master
+closes the socket and exits 1, so that systemd or Kubernetes restarts it rather than leave a
+port that accepts connections nobody answers.
+
+Reloads (SIGHUP; ``--watch`` seeing a new snapshot at the path; the files of the snapshot being
+served changing on disk): the master loads the snapshot beside the one being served. If it
+loads, a new set of workers is forked on it; once they are ready, the old ones are told to stop
+and finish what they have (``server.Listening.close``). If it does not, the error is logged and
+shown in ``/readyz`` and ``/metrics``, and the old workers go on serving. A snapshot is taken
+only when settled: its manifest lists each file's size, and every file has it (a snapshot still
+being copied is waited for, not loaded); a failed load is tried again when the files change again.
 """
 
 from __future__ import annotations
@@ -22,19 +29,36 @@ import shutil
 import signal
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from .config import Settings
 from .metrics import retire
-from .runtime import Runtime, write_status
-from .search import load_served
+from .runtime import MasterStatus, Runtime, write_status
 from .server import DRAIN_SECONDS, listening_socket, raise_fd_limit, run, serve_worker
+from .serving import Served, Signature, load_served, resolve, signature
 from .snapshot.errors import SnapshotError
-from .store import Store
+from .snapshot.records import Manifest
 
 log = logging.getLogger("docsrv")
 
 READY_SECONDS = 120.0
+#: Pause before replacing a worker after the first failure in a row; it doubles up to the last.
+BACKOFF_SECONDS = (0.5, 30.0)
+#: How often the master looks for the end of a pause and for workers that became ready.
+TICK_SECONDS = 0.1
+
+
+@dataclass
+class Starting:
+    ready_fd: int
+    deadline: float
+
+
+class NoWorkers(Exception):
+    """No worker could serve for the configured time."""
 
 
 class Supervisor:
@@ -47,73 +71,158 @@ class Supervisor:
         *,
         workers: int,
         watch: float | None = None,
+        look_interval: float = 2.0,
         access_log: bool = False,
+        no_workers_timeout: float = 60.0,
     ) -> None:
         self.snapshot = snapshot
         self.settings = settings
         self.host = host
         self.port = port
-        self.workers = max(1, workers)
-        self.watch = watch
+        self.wanted = max(1, workers)
+        self.watch = watch is not None
+        self.look_interval = watch if watch is not None else look_interval
         self.access_log = access_log
+        self.no_workers_timeout = no_workers_timeout
         self.run_dir = Path(tempfile.mkdtemp(prefix="docsrv-run-"))
-        self.pids: set[int] = set()
-        self.status = {"workers": self.workers, "reloads": 0, "reload_failures": 0, "last_reload_error": None}
+        self.master = os.getpid()
+        #: Workers ready and serving the current snapshot; workers started and not ready yet.
+        self.live: set[int] = set()
+        self.starting: dict[int, Starting] = {}
+        self.failures = 0
+        self.next_start = 0.0
+        self.unserved_since = time.monotonic()
+        self.announced = False
+        self.status = MasterStatus(workers=0, workers_wanted=self.wanted)
         self._flags: set[str] = set()
+        #: (directory, signature) of what is served, and of the last snapshot a load was tried on.
+        self.loaded: tuple[Path, Signature] | None = None
+        self.tried: tuple[Path, Signature] | None = None
+        self.waiting_for: tuple[Path, Signature] | None = None
 
     # The life of the master.
 
     def run(self) -> int:
         raise_fd_limit()
+        self.sock = listening_socket(self.host, self.port)
         try:
-            store, index_dir = load_served(self.snapshot)
-            self.sock = listening_socket(self.host, self.port)
-            self.status.update(snapshot=store.name, load_seconds=round(store.load_seconds, 3))
-            write_status(self.run_dir, self.status)
+            self.served = load_served(self.snapshot)
+            self.loaded = (self.served.directory, self.served.signature)
+            self.status.snapshot = self.served.store.name
+            self.status.load_seconds = round(self.served.store.load_seconds, 3)
+            self.write_status()
             for signum, flag in ((signal.SIGHUP, "reload"), (signal.SIGTERM, "stop"), (signal.SIGINT, "stop"), (signal.SIGCHLD, "reap")):
                 signal.signal(signum, lambda _signum, _frame, flag=flag: self._flags.add(flag))
-            self.pids = self.spawn_all(store, index_dir)
-            self.store, self.index_dir = store, index_dir
-            address = self.sock.getsockname()
-            counts = ", ".join(f"{n} {kind}" for kind, n in store.counts.items())
-            log.info(
-                "serving snapshot %s on http://%s:%d with %d worker(s) (%s; loaded in %.2f s)",
-                store.name, address[0], address[1], len(self.pids), counts, store.load_seconds,
-            )
             self.loop()
             return 0
+        except NoWorkers as error:
+            log.error("%s; exiting", error)
+            return 1
         finally:
+            self.sock.close()
             self.stop_all()
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def loop(self) -> None:
-        seen = self.watch_key()
-        next_look = time.monotonic() + (self.watch or 0)
+        next_look = time.monotonic() + self.look_interval
         while "stop" not in self._flags:
-            time.sleep(0.1)
+            self.wait_for_ready(TICK_SECONDS)
             if "reap" in self._flags:
                 self._flags.discard("reap")
                 self.reap()
+            self.start_missing()
             if "reload" in self._flags:
                 self._flags.discard("reload")
                 self.reload("SIGHUP")
-                seen = self.watch_key()
-            if self.watch and time.monotonic() >= next_look:
-                next_look = time.monotonic() + self.watch
-                key = self.watch_key()
-                if key != seen:
-                    seen = key
-                    self.reload(f"a new snapshot at {self.snapshot}")
+            if time.monotonic() >= next_look:
+                next_look = time.monotonic() + self.look_interval
+                self.look()
         log.info("stopping: workers finish the requests in flight")
+
+    def write_status(self) -> None:
+        self.status.workers = len(self.live)
+        write_status(self.run_dir, self.status)
 
     # Workers.
 
-    def spawn_all(self, store: Store, index_dir: Path, count: int | None = None) -> set[int]:
-        """Fork ``count`` workers (a full set by default) on ``store``: all of them, ready, or none."""
+    def start_missing(self) -> None:
+        """Start workers up to the number wanted, when no pause after a failure is running; give
+        up when none has served for too long."""
+        now = time.monotonic()
+        if self.live:
+            self.unserved_since = now
+        elif now - self.unserved_since > self.no_workers_timeout:
+            raise NoWorkers(f"no worker has been able to serve for {self.no_workers_timeout:g} s")
+        for pid, starting in list(self.starting.items()):
+            if now > starting.deadline:
+                log.warning("worker %d did not become ready in %.0f s; stopping it", pid, READY_SECONDS)
+                self.signal_worker(pid, signal.SIGKILL)
+        while len(self.live) + len(self.starting) < self.wanted and now >= self.next_start:
+            pid, ready = self.spawn(self.served)
+            self.starting[pid] = Starting(ready, now + READY_SECONDS)
+
+    def wait_for_ready(self, timeout: float) -> None:
+        fds = {s.ready_fd: pid for pid, s in self.starting.items()}
+        if not fds:
+            time.sleep(timeout)
+            return
+        try:
+            readable, _, _ = select.select(list(fds), [], [], timeout)
+        except InterruptedError:
+            return
+        for fd in readable:
+            pid = fds[fd]
+            got = os.read(fd, 1)
+            os.close(fd)
+            del self.starting[pid]
+            if got == b"R":
+                self.live.add(pid)
+                self.failures = 0
+                self.write_status()
+                self.announce()
+            else:  # the worker died before it was ready: reap() counts the failure
+                self.signal_worker(pid, signal.SIGKILL)
+
+    def announce(self) -> None:
+        if self.announced or len(self.live) < self.wanted:
+            return
+        self.announced = True
+        store = self.served.store
+        address = self.sock.getsockname()
+        counts = ", ".join(f"{n} {kind}" for kind, n in store.counts.items())
+        log.info(
+            "serving snapshot %s on http://%s:%d with %d worker(s) (%s; loaded in %.2f s)",
+            store.name, address[0], address[1], len(self.live), counts, store.load_seconds,
+        )
+
+    def spawn(self, served: Served) -> tuple[int, int]:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid:
+            os.close(write_end)
+            return pid, read_end
+        # The worker.
+        code = 1
+        try:
+            os.close(read_end)
+            for ready in self.starting.values():
+                os.close(ready.ready_fd)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            runtime = Runtime(self.run_dir, access_log=self.access_log)
+            run(serve_worker(served, self.settings, self.sock, runtime, write_end, self.master))
+            code = 0
+        except BaseException:
+            log.exception("worker %d failed", os.getpid())
+        finally:
+            os._exit(code)
+
+    def spawn_all(self, served: Served) -> set[int]:
+        """A full set of workers on ``served``, all ready, or none (for a reload)."""
         started: dict[int, int] = {}
         try:
-            for _ in range(count or self.workers):
-                pid, ready = self.spawn(store, index_dir)
+            for _ in range(self.wanted):
+                pid, ready = self.spawn(served)
                 started[pid] = ready
             deadline = time.monotonic() + READY_SECONDS
             for pid, ready in started.items():
@@ -129,26 +238,6 @@ class Supervisor:
                 os.close(ready)
         return set(started)
 
-    def spawn(self, store: Store, index_dir: Path) -> tuple[int, int]:
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid:
-            os.close(write_end)
-            return pid, read_end
-        # The worker.
-        code = 1
-        try:
-            os.close(read_end)
-            signal.signal(signal.SIGHUP, signal.SIG_IGN)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            runtime = Runtime(self.run_dir, access_log=self.access_log)
-            run(serve_worker(store, index_dir, self.settings, self.sock, runtime, write_end))
-            code = 0
-        except BaseException:
-            log.exception("worker %d failed", os.getpid())
-        finally:
-            os._exit(code)
-
     def reap(self) -> None:
         while True:
             try:
@@ -158,13 +247,17 @@ class Supervisor:
             if pid == 0:
                 return
             retire(self.run_dir, pid)
-            if pid in self.pids and "stop" not in self._flags:
-                self.pids.discard(pid)
-                log.warning("worker %d exited unexpectedly (status %d); starting another", pid, status)
-                try:
-                    self.pids |= self.spawn_all(self.store, self.index_dir, 1)
-                except Exception:
-                    log.exception("could not replace worker %d", pid)
+            starting = self.starting.pop(pid, None)
+            if starting is not None:
+                os.close(starting.ready_fd)
+            if (starting is not None or pid in self.live) and "stop" not in self._flags:
+                self.live.discard(pid)
+                self.failures += 1
+                pause = min(BACKOFF_SECONDS[0] * 2 ** (self.failures - 1), BACKOFF_SECONDS[1])
+                self.next_start = time.monotonic() + pause
+                what = "before it was ready" if starting is not None else "unexpectedly"
+                log.warning("worker %d exited %s (status %d); starting another in %.1f s", pid, what, status, pause)
+                self.write_status()
 
     def signal_worker(self, pid: int, signum: int) -> None:
         try:
@@ -174,7 +267,8 @@ class Supervisor:
 
     def stop_all(self) -> None:
         """Ask every worker to drain and stop; wait for them; kill what is left."""
-        for pid in self.pids:
+        pids = self.live | set(self.starting)
+        for pid in pids:
             self.signal_worker(pid, signal.SIGTERM)
         deadline = time.monotonic() + DRAIN_SECONDS + 5
         while time.monotonic() < deadline:
@@ -185,41 +279,74 @@ class Supervisor:
             if pid == 0:
                 time.sleep(0.05)
             else:
-                self.pids.discard(pid)
-        for pid in self.pids:
+                pids.discard(pid)
+        for pid in pids:
             self.signal_worker(pid, signal.SIGKILL)
 
     # Reloading.
 
-    def watch_key(self) -> tuple:
-        """What changes when a new snapshot is put at the path (a symlink swapped, or files replaced)."""
-        try:
-            real = os.path.realpath(self.snapshot)
-            stat = os.stat(os.path.join(real, "manifest.json"))
-            return (real, stat.st_ino, stat.st_mtime_ns, stat.st_size)
-        except OSError:
-            return (None,)
+    def look(self) -> None:
+        """Reload when the snapshot at the path is not the one served: its files changed on disk
+        (always), or another snapshot was put there (with --watch); once it is settled."""
+        directory = resolve(self.snapshot)
+        now = (directory, signature(directory))
+        if now == self.loaded or now == self.tried:
+            return
+        assert self.loaded is not None
+        if directory == self.loaded[0]:
+            changed = sorted({entry[0] for entry in set(now[1]) ^ set(self.loaded[1])})
+            problem = f"files of snapshot {self.served.store.name} changed on disk: {', '.join(changed)}"
+            if self.status.problem != problem:
+                log.warning("%s; reloading once they are complete", problem)
+                self.status.problem = problem
+                self.write_status()
+        elif not self.watch:
+            return
+        if not settled(directory):
+            if self.waiting_for != now:
+                self.waiting_for = now
+                log.info("waiting for the snapshot at %s to be complete", self.snapshot)
+            return
+        self.tried = now
+        self.reload(f"a new snapshot at {self.snapshot}" if directory != self.loaded[0] else "its files changed")
 
     def reload(self, why: str) -> None:
         log.info("reloading (%s): loading %s beside the snapshot being served", why, self.snapshot)
         try:
-            store, index_dir = load_served(self.snapshot)
-            new = self.spawn_all(store, index_dir)
+            served = load_served(self.snapshot)
+            new = self.spawn_all(served)
         except Exception as error:  # a bad snapshot of any kind: the old one keeps serving
-            self.status["reload_failures"] += 1
-            self.status["last_reload_error"] = public_error(error)
-            write_status(self.run_dir, self.status)
-            log.error("reload failed; still serving snapshot %s: %s", self.store.name, error)
+            self.status.reload_failures += 1
+            self.status.last_reload_error = public_error(error)
+            self.write_status()
+            log.error("reload failed; still serving snapshot %s: %s", self.served.store.name, error)
             return
-        old, self.pids = self.pids, new
-        self.store, self.index_dir = store, index_dir
+        old = self.live | set(self.starting)
+        for starting in self.starting.values():
+            os.close(starting.ready_fd)
+        self.starting.clear()
+        self.live = new
+        self.served = served
+        self.loaded = (served.directory, served.signature)
         for pid in old:
             self.signal_worker(pid, signal.SIGTERM)
-        self.status.update(
-            reloads=self.status["reloads"] + 1, last_reload_error=None, snapshot=store.name, load_seconds=round(store.load_seconds, 3)
-        )
-        write_status(self.run_dir, self.status)
-        log.info("reloaded: serving snapshot %s (loaded in %.2f s)", store.name, store.load_seconds)
+        self.status.reloads += 1
+        self.status.last_reload_error = None
+        self.status.problem = None
+        self.status.snapshot = served.store.name
+        self.status.load_seconds = round(served.store.load_seconds, 3)
+        self.write_status()
+        log.info("reloaded: serving snapshot %s (loaded in %.2f s)", served.store.name, served.store.load_seconds)
+
+
+def settled(directory: Path) -> bool:
+    """Whether a snapshot directory looks complete: its manifest reads, and every file it lists
+    is there at its full size (the load then checks every digest)."""
+    try:
+        manifest = msgspec.json.decode((directory / "manifest.json").read_bytes(), type=Manifest)
+        return all((directory / name).stat().st_size == entry.size for name, entry in manifest.files.items())
+    except (OSError, msgspec.DecodeError):
+        return False
 
 
 def public_error(error: Exception) -> str:
@@ -231,6 +358,5 @@ def public_error(error: Exception) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def serve(snapshot: Path, settings: Settings, host: str, port: int, *, workers: int, watch: float | None, access_log: bool) -> int:
-    return Supervisor(snapshot, settings, host, port, workers=workers, watch=watch, access_log=access_log).run()
-
+def serve(snapshot: Path, settings: Settings, host: str, port: int, **options: object) -> int:
+    return Supervisor(snapshot, settings, host, port, **options).run()  # type: ignore[arg-type]

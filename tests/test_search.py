@@ -226,13 +226,14 @@ def test_index_command_and_fingerprint(built, tmp_path):
 def test_a_restart_with_a_current_index_serves_the_same_searches_without_page_text(built, server):
     from conftest import Server
 
-    from docsrv.search import load_served
+    from docsrv.serving import load_served
 
     snapshot, _ = built
     queries = ["widget", "naïve", "template script", '"eviction policy"', "Internationalisation"]
     first = [search(server, q) for q in queries] + [server.json("/api/v1/file/search/?q=frobnicator")]
-    store, directory = load_served(snapshot, progress=False)
-    assert directory == snapshot / "index"
+    served = load_served(snapshot, progress=False)
+    store = served.store
+    assert served.directory == snapshot.resolve()
     assert store.pages_ordered and not any(hasattr(page, "text") for page in store.pages_ordered)
     again = Server(["--snapshot", str(snapshot)])
     try:

@@ -22,6 +22,7 @@ from ..http.compression import choose
 from ..http.protocol import VERSION_NOT_SUPPORTED, JsonErrorServer, as_http11
 from ..http.reply import Reply
 from ..http.reply_cache import Key
+from ..snapshot.commands import FileChanged
 from . import docsearch, openapi, ops, v1, v2
 from .params import excerpt
 from .routing import Route, Router, params
@@ -118,6 +119,8 @@ class Dispatcher:
         if status is None:
             status = reply.status
             response = web.Response(body=reply.body, status=status, headers=reply.headers)
+        if state.draining:
+            response.force_close()  # this worker is stopping: the client reconnects to another
         runtime = state.runtime
         elapsed = perf_counter() - started
         runtime.metrics.observe(reply.route, status, elapsed, hit)
@@ -170,6 +173,10 @@ class Dispatcher:
             reply = await route.handler(request, state, params)
         except ApiError as error:
             reply = state.uncached(error.status, error.body, error.headers)
+        except FileChanged as error:
+            state.problem = str(error)
+            reply = state.uncached(503, {"detail": "This record's file changed on disk; the snapshot is being reloaded."},
+                                   {"Retry-After": "2"})
         except Exception:
             log.exception("error answering %s", excerpt(request.raw_path, 200))
             reply = state.uncached(500, {"detail": "Internal server error."})

@@ -114,7 +114,8 @@ SCHEMAS: dict[str, dict] = {
     "Health": obj({"status": STRING}),
     "Ready": obj(
         {
-            "status": STRING,
+            "status": {"type": "string", "enum": ["ready", "degraded"]},
+            "problem": {"type": ["string", "null"]},
             "snapshot": STRING,
             "created_at": DATETIME,
             "age_seconds": INTEGER,
@@ -122,6 +123,7 @@ SCHEMAS: dict[str, dict] = {
             "counts": {"type": "object", "additionalProperties": INTEGER},
             "worker": INTEGER,
             "workers": INTEGER,
+            "workers_wanted": INTEGER,
             "reloads": INTEGER,
             "reload_failures": INTEGER,
             "last_reload_error": {"type": ["string", "null"]},
@@ -208,6 +210,9 @@ def json_response(description: str, schema: dict) -> dict:
 
 
 NOT_FOUND = json_response("Nothing public has that id, or the path is unknown.", ref("Detail"))
+SEARCH_BUSY = json_response(
+    "Too many searches are waiting in this worker; retry after the seconds in Retry-After.", ref("Detail")
+)
 BAD_PARAMETER = json_response("A known query parameter has a malformed value; the body names it.", ref("FieldErrors"))
 
 
@@ -358,21 +363,21 @@ PATHS: dict[str, dict] = {
         ],
         json_response("At most 50 hits, best first.", ref("DocSearch")),
         tag="search",
-        errors={"400": BAD_PARAMETER, "404": NOT_FOUND},
+        errors={"400": BAD_PARAMETER, "404": NOT_FOUND, "503": SEARCH_BUSY},
     ),
     "/api/v1/file/search/": operation(
         "Search every public page (v1).",
         [{**query("q", "The search term.", example="timeouts"), "required": True}],
         json_response("At most 50 files, best first, each with a highlighted text snippet.", ref("V1FileSearch")),
         tag="search",
-        errors={"400": V1_BAD_PARAMETER},
+        errors={"400": V1_BAD_PARAMETER, "503": SEARCH_BUSY},
     ),
     "/api/v1/file/anchor/": operation(
         "Sections whose heading or anchor id contains the term (v1).",
         [{**query("q", "The search term.", example="config"), "required": True}],
         json_response("At most 50 page URLs with their anchors, best first.", ref("V1AnchorSearch")),
         tag="search",
-        errors={"400": V1_BAD_PARAMETER},
+        errors={"400": V1_BAD_PARAMETER, "503": SEARCH_BUSY},
     ),
     **v1_paths(),
     "/healthz": operation("Liveness.", [], json_response("The process answers.", ref("Health")), tag="operations"),
@@ -381,6 +386,7 @@ PATHS: dict[str, dict] = {
         [],
         json_response("A snapshot is loaded.", ref("Ready")),
         tag="operations",
+        errors={"503": json_response("The snapshot's files changed on disk under the server; it is being reloaded.", ref("Ready"))},
     ),
     "/metrics": {
         "get": {

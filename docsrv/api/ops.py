@@ -17,23 +17,28 @@ async def healthz(request: web.BaseRequest, state: ApiState, params: dict[str, s
 
 
 async def readyz(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    """200 while the snapshot is served as loaded; 503 once its files changed on disk (the master
+    reloads it; until then a load balancer sends traffic elsewhere)."""
     store = state.store
     status = state.runtime.status()
+    problem = status.problem or state.problem
     age = (datetime.now(timezone.utc) - store.created_at).total_seconds()
     return state.uncached(
-        200,
+        503 if problem else 200,
         {
-            "status": "ready",
+            "status": "degraded" if problem else "ready",
+            "problem": problem,
             "snapshot": store.name,
             "created_at": store.created_at,
             "age_seconds": int(age),
             "load_seconds": round(store.load_seconds, 3),
             "counts": store.counts,
             "worker": os.getpid(),
-            "workers": status.get("workers", 1),
-            "reloads": status.get("reloads", 0),
-            "reload_failures": status.get("reload_failures", 0),
-            "last_reload_error": status.get("last_reload_error"),
+            "workers": status.workers,
+            "workers_wanted": status.workers_wanted,
+            "reloads": status.reloads,
+            "reload_failures": status.reload_failures,
+            "last_reload_error": status.last_reload_error,
         },
     )
 
@@ -52,9 +57,12 @@ async def metrics(request: web.BaseRequest, state: ApiState, params: dict[str, s
             snapshot,
         ),
         "docsrv_snapshot_load_seconds": ("Seconds the last successful load took.", round(store.load_seconds, 3), snapshot),
-        "docsrv_reloads_total": ("Snapshots swapped in since start.", status.get("reloads", 0), {}),
-        "docsrv_reload_failures_total": ("Snapshots that failed to load on reload.", status.get("reload_failures", 0), {}),
-        "docsrv_workers": ("Worker processes serving.", status.get("workers", 1), {}),
+        "docsrv_reloads_total": ("Snapshots swapped in since start.", status.reloads, {}),
+        "docsrv_reload_failures_total": ("Snapshots that failed to load on reload.", status.reload_failures, {}),
+        "docsrv_workers": ("Worker processes ready and serving.", status.workers, {}),
+        "docsrv_workers_wanted": ("Worker processes there should be.", status.workers_wanted, {}),
+        "docsrv_snapshot_problem": ("1 while the snapshot's files have changed on disk under the server.",
+                                    1 if (status.problem or state.problem) else 0, {}),
     }
     body = render(runtime.metrics.totals(), gauges).encode()
     return state.text(200, body, "text/plain; version=0.0.4; charset=utf-8")

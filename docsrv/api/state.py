@@ -57,6 +57,10 @@ class ApiState:
         self.last_modified = store.created_at
         self.fixed_base = settings.public_url.rstrip("/") if settings.public_url else None
         self.allowed_hosts = AllowedHosts(settings.allowed_hosts)
+        #: Set when this worker stops: every response then closes its connection.
+        self.draining = False
+        #: Why the snapshot can no longer be trusted, when a worker found its files changed.
+        self.problem: str | None = None
         self._common = {
             "Content-Type": "application/json",
             "Access-Control-Allow-Origin": "*",

@@ -24,11 +24,23 @@ from .lines import decoded_blocks, json_array
 from .records import BuildCommand
 
 
-class CommandFile:
-    """The build commands of a snapshot, by build, read from disk on demand."""
+class FileChanged(Exception):
+    """The build commands' file is no longer what was loaded: it was written to under the server."""
 
-    def __init__(self, fd: int, ranges: dict[int, tuple[int, int, int]], total: int) -> None:
+
+class CommandFile:
+    """The build commands of a snapshot, by build, read from disk on demand.
+
+    The file is the snapshot's own (a plain ``.jsonl``) or a private decompressed copy. Its own
+    could be written to under a running server (``cp other/build_commands.jsonl snapshot/``);
+    every read checks first that the file is still the one loaded (inode, size, modification
+    and change times: a write changes the change time whatever else it keeps), so no build is
+    ever answered with another build's bytes.
+    """
+
+    def __init__(self, fd: int, ranges: dict[int, tuple[int, int, int]], total: int, *, watched: bool = True) -> None:
         self._fd = fd
+        self._loaded = identity(fd) if watched else None
         #: build id -> (offset, end, how many commands) in the decompressed file.
         self.ranges = ranges
         self.total = total
@@ -40,6 +52,8 @@ class CommandFile:
         if found is None:
             return []
         offset, end, _count = found
+        if self._loaded is not None and identity(self._fd) != self._loaded:
+            raise FileChanged("build_commands.jsonl changed on disk after it was loaded")
         data = os.pread(self._fd, end - offset, offset)
         commands = self._decoder.decode(json_array(data))
         commands.sort(key=attrgetter("start_time"))
@@ -56,6 +70,11 @@ class CommandFile:
 
     def __del__(self) -> None:
         self.close()
+
+
+def identity(fd: int) -> tuple[int, int, int, int]:
+    stat = os.fstat(fd)
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
 
 
 def index_commands(
@@ -103,4 +122,4 @@ def index_commands(
     copy.flush()
     fd = os.dup(copy.fileno())
     copy.close()
-    return CommandFile(fd, ranges, total)
+    return CommandFile(fd, ranges, total, watched=False)  # a private copy: nobody else writes to it

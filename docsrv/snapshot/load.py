@@ -7,6 +7,7 @@ line by line, so that every problem is reported with its file and line.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from dataclasses import dataclass
@@ -43,6 +44,30 @@ def record_file(directory: Path, kind: str) -> list[Path]:
     return [directory / f"{kind}{suffix}" for suffix in SUFFIXES if (directory / f"{kind}{suffix}").is_file()]
 
 
+def record_files(directory: Path) -> list[Path]:
+    """Every record file of a snapshot directory."""
+    return [path for kind in KINDS for path in record_file(directory, kind)]
+
+
+def check_files(directory: Path, manifest: Manifest, problems: ProblemList) -> None:
+    """Every file the manifest lists has the size and digest it records: the snapshot is whole
+    (not half copied, not changed since it was made). Sizes first: a short file is named at once."""
+    for name, expected in manifest.files.items():
+        path = directory / name
+        if "/" in name or not path.is_file():
+            problems.add(name, None, "listed in manifest.json but missing")
+            continue
+        size = path.stat().st_size
+        if size != expected.size:
+            problems.add(name, None, f"holds {size} bytes but manifest.json records {expected.size} (incomplete or changed)")
+    if problems:
+        return
+    for name, expected in manifest.files.items():
+        with open(directory / name, "rb") as data:
+            if hashlib.file_digest(data, "sha256").hexdigest() != expected.sha256:
+                problems.add(name, None, "its SHA-256 differs from the one manifest.json records (changed or corrupt)")
+
+
 def read_snapshot(path: str | Path, *, progress: bool | None = None, page_text: bool = True) -> RawSnapshot:
     """Decode a snapshot directory; raise SnapshotError naming every file and line that is bad.
 
@@ -55,6 +80,8 @@ def read_snapshot(path: str | Path, *, progress: bool | None = None, page_text: 
         problems.add(str(directory), None, "not a snapshot directory")
         problems.raise_if_any()
     manifest = read_manifest(directory, problems)
+    if manifest is not None:
+        check_files(directory, manifest, problems)
     if progress is None:
         progress = wanted()
     records: dict[str, list] = {}

@@ -137,6 +137,13 @@ class Page(PageHead, frozen=True, gc=False, forbid_unknown_fields=True):
     text: str = ""
 
 
+class FileDigest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What one file of a snapshot holds: its size in bytes and the SHA-256 of its bytes."""
+
+    size: Annotated[int, msgspec.Meta(ge=0)]
+    sha256: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+
+
 class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     format: str
     format_version: int
@@ -146,6 +153,9 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     public_url: Annotated[str, msgspec.Meta(pattern=r"^https?://[^/\s]+$")]
     counts: dict[str, Annotated[int, msgspec.Meta(ge=0)]]
     description: str = ""
+    #: Every record file by name, with its size and digest: a snapshot is complete when its files
+    #: match. docsrv writes it for every snapshot it makes; a hand-made manifest may leave it out.
+    files: dict[str, FileDigest] = msgspec.field(default_factory=dict)
 
 
 #: Every kind of record, by the stem of its file in the snapshot directory, in load order.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -11,9 +12,15 @@ from typing import BinaryIO
 import msgspec
 import zstandard
 
-from .records import Manifest
+from .load import record_files
+from .records import FileDigest, Manifest
 
 SUFFIX = {"none": ".jsonl", "gz": ".jsonl.gz", "zst": ".jsonl.zst"}
+
+
+def digest_of(path: Path) -> FileDigest:
+    with open(path, "rb") as data:
+        return FileDigest(size=os.fstat(data.fileno()).st_size, sha256=hashlib.file_digest(data, "sha256").hexdigest())
 
 
 class RecordWriter:
@@ -60,7 +67,9 @@ class RecordWriter:
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> None:
-    """Write ``manifest.json`` in one step (a new file renamed over the old)."""
+    """Write ``manifest.json`` in one step (a new file renamed over the old), listing the size and
+    digest of every record file in ``directory``: written last, it seals the snapshot."""
+    manifest = msgspec.structs.replace(manifest, files={path.name: digest_of(path) for path in record_files(directory)})
     partial = directory / "manifest.json.partial"
     partial.write_bytes(msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n")
     os.replace(partial, directory / "manifest.json")

@@ -1,0 +1,168 @@
+"""How a server takes a snapshot: the directory resolved once, the store loaded, the search
+index made current and opened, and what the files were when they were read.
+
+Everything a worker reads is opened here, in the master, before the fork: the records are in
+memory, the build commands' file is open, the index and highlight files are mapped. A
+``current`` symlink flipped, an index directory removed or a file copied over after this point
+cannot mix another snapshot into what the workers serve. A file changed in place is what is
+left; the ``signature`` of the files read lets the master notice it (see supervisor.py), and the
+build commands' file checks itself on every read (``snapshot/commands.py``).
+
+The search index lives in ``<snapshot>/index/`` (or, where the snapshot cannot be written to, in
+a temporary directory) and records a fingerprint of the content it was built from; an index of
+other content is rebuilt beside the one in place and swapped in with renames, so an interrupted
+build leaves the previous index whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from .search import SCHEMA_VERSION, SearchIndex, build_index
+from .snapshot.errors import Problem, SnapshotError
+from .snapshot.load import record_file, record_files
+from .snapshot.records import Manifest
+from .store import Store, load_store
+
+log = logging.getLogger("docsrv")
+
+FINGERPRINT_FILE = "docsrv-index.json"
+INDEX = "index"
+
+#: What a snapshot's files were when they were read: (name, inode, size, mtime, ctime) of each.
+#: ctime changes with any write, even one that puts the old modification time back.
+Signature = tuple[tuple[str, int, int, int, int], ...]
+
+
+@dataclass(frozen=True)
+class Served:
+    store: Store
+    search: SearchIndex
+    #: The directory the snapshot was read from, every symlink resolved.
+    directory: Path
+    signature: Signature
+
+
+def resolve(snapshot: str | Path) -> Path:
+    """The real directory of a snapshot path, read once: a ``current`` link swapped later changes nothing."""
+    return Path(os.path.realpath(snapshot))
+
+
+def signature(directory: Path) -> Signature:
+    """The identity of the manifest and of every record file in ``directory``, now."""
+    found = []
+    for path in [directory / "manifest.json", *record_files(directory)]:
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        found.append((path.name, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns))
+    return tuple(found)
+
+
+def load_served(snapshot: str | Path, *, progress: bool | None = None) -> Served:
+    """A snapshot as a server keeps it, with its index open. When a current index holds the pages'
+    text, the store is loaded without it (on the large snapshot, about 1 GB of strings);
+    otherwise the whole snapshot is loaded and the index built from it first."""
+    directory = resolve(snapshot)
+    before = signature(directory)
+    digest = fingerprint(directory)
+    found = current_index(directory, digest)
+    if found is not None:
+        store = load_store(directory, progress=progress, page_text=False)
+    else:
+        store = load_store(directory, progress=progress)
+        found = ensure_index(store, digest)
+    if signature(directory) != before:
+        raise SnapshotError(str(directory), [Problem(directory.name, None, "files changed while they were being read")])
+    return Served(store, SearchIndex.open(store, found), directory, before)
+
+
+def fingerprint(snapshot: Path) -> str:
+    """A digest of everything the index is made from: the project, version and page files (by the
+    digests the manifest records, when it does: the load then checks the files against them) and
+    the index's schema version."""
+    listed: dict = {}
+    try:
+        listed = msgspec.json.decode((snapshot / "manifest.json").read_bytes(), type=Manifest).files
+    except (OSError, msgspec.DecodeError):
+        pass
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"schema {SCHEMA_VERSION}".encode())
+    for kind in ("projects", "versions", "pages"):
+        for path in record_file(snapshot, kind):
+            digest.update(path.name.encode())
+            if path.name in listed:
+                digest.update(listed[path.name].sha256.encode())
+            else:
+                with open(path, "rb") as data:
+                    digest.update(hashlib.file_digest(data, "blake2b").digest())
+    return digest.hexdigest()
+
+
+def write_marker(directory: Path, digest: str, store: Store) -> None:
+    """Record what the index in ``directory`` was built from."""
+    marker = {"fingerprint": digest, "schema_version": SCHEMA_VERSION, "snapshot": store.name, "pages": len(store.pages)}
+    (directory / FINGERPRINT_FILE).write_text(json.dumps(marker))
+
+
+def index_directories(snapshot: Path, digest: str) -> tuple[Path, Path]:
+    """Where the index of a snapshot lives: in it, or (when it cannot be written to) in a temporary directory."""
+    return snapshot / INDEX, Path(tempfile.gettempdir()) / f"docsrv-index-{digest}"
+
+
+def current_index(snapshot: Path, digest: str) -> Path | None:
+    """The directory of an index built from content with this ``digest``, if there is one."""
+    for directory in index_directories(snapshot, digest):
+        marker = directory / FINGERPRINT_FILE
+        try:
+            if json.loads(marker.read_text()).get("fingerprint") == digest:
+                return directory
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def ensure_index(store: Store, digest: str) -> Path:
+    """The directory of an index of ``store``'s content (whose fingerprint is ``digest``), built first when there is none."""
+    assert store.path is not None
+    found = current_index(store.path, digest)
+    if found is not None:
+        return found
+    for directory in index_directories(store.path, digest):
+        try:
+            seconds = build_index_aside(store, directory, digest)
+            log.info("built the search index of %s pages in %.1f s at %s", len(store.pages), seconds, directory.name)
+            return directory
+        except (OSError, ValueError) as error:
+            log.warning("cannot use %s for the search index: %s", directory, error)
+    raise RuntimeError("no usable directory for the search index")
+
+
+def build_index_aside(store: Store, directory: Path, digest: str, print_progress: bool | None = None) -> float:
+    """Build the index beside ``directory`` and swap it in: until the last rename, the index in
+    place (if any) is whole and current for what it was built from. Return the seconds taken."""
+    token = uuid.uuid4().hex[:8]
+    partial = directory.with_name(f".{directory.name}.partial-{token}")
+    try:
+        seconds = build_index(store, partial, print_progress)
+        write_marker(partial, digest, store)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    old = directory.with_name(f".{directory.name}.old-{token}")
+    if directory.exists():
+        os.rename(directory, old)
+    os.rename(partial, directory)
+    shutil.rmtree(old, ignore_errors=True)  # workers that opened it keep their open files
+    return seconds

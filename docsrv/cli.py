@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--scale", choices=["demo", "small", "medium", "large"], default="small")
     synth.add_argument("--seed", type=int, default=1)
     synth.add_argument("--compress", choices=["none", "gz", "zst"], default="none", help="compression of record files")
+    synth.add_argument("--force", action="store_true", help="replace --out if it exists")
     synth.set_defaults(run=run_synth)
 
     validate = snapshot.add_parser("validate", help="check a snapshot; exit 1 naming every problem")
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--out", type=Path, required=True, help="the snapshot directory to create")
     dump.add_argument("--name", default=None, help="the snapshot's name (default: the first dump's file name)")
     dump.add_argument("--public-url", default="https://docs.example.org", help="base URL of the hosted documentation")
+    dump.add_argument("--force", action="store_true", help="replace --out if it exists")
     dump.set_defaults(run=run_import_dump)
 
     info = snapshot.add_parser("info", help="print a snapshot's manifest and counts")
@@ -130,7 +132,7 @@ def run_serve(args: argparse.Namespace) -> int:
 def run_synth(args: argparse.Namespace) -> int:
     from .snapshot.synth import write_synthetic
 
-    counts = write_synthetic(args.out, scale=args.scale, seed=args.seed, compress=args.compress)
+    counts = write_synthetic(args.out, scale=args.scale, seed=args.seed, compress=args.compress, replace=args.force)
     print(f"wrote {args.scale} snapshot to {args.out}: " + ", ".join(f"{n} {kind}" for kind, n in counts.items()))
     return 0
 
@@ -160,7 +162,7 @@ def run_import_sphinx(args: argparse.Namespace) -> int:
 def run_import_dump(args: argparse.Namespace) -> int:
     from .snapshot.import_dump import import_dump
 
-    report = import_dump(args.dumps, args.out, name=args.name, public_url=args.public_url)
+    report = import_dump(args.dumps, args.out, name=args.name, public_url=args.public_url, replace=args.force)
     print(f"wrote {args.out}: " + ", ".join(f"{n} {kind}" for kind, n in report.counts.items()))
     if report.skipped:
         skipped = ", ".join(f"{model} ({n})" for model, n in report.skipped.most_common())

@@ -1,6 +1,7 @@
 """The synthetic generator: deterministic for a seed, valid, and skewed like real data."""
 
 import hashlib
+import json
 import subprocess
 import sys
 from collections import Counter
@@ -51,6 +52,25 @@ def test_another_seed_gives_another_snapshot(tmp_path):
     assert digest(tmp_path / "a")["projects.jsonl.zst"] != digest(tmp_path / "b")["projects.jsonl.zst"]
 
 
-def test_demo_scale_is_the_bundled_snapshot(tmp_path):
+def test_demo_scale_is_the_bundled_snapshot_sealed_by_its_manifest(tmp_path):
     synth(tmp_path / "demo", "--scale", "demo")
-    assert digest(tmp_path / "demo") == digest(DEMO)
+    copied, bundled = digest(tmp_path / "demo"), digest(DEMO)
+    assert {name: d for name, d in copied.items() if name != "manifest.json"} == \
+        {name: d for name, d in bundled.items() if name != "manifest.json"}
+    manifest = json.loads((tmp_path / "demo" / "manifest.json").read_text())
+    files = manifest.pop("files")
+    assert manifest == json.loads((DEMO / "manifest.json").read_text())
+    assert files == {name: {"size": (DEMO / name).stat().st_size, "sha256": d} for name, d in bundled.items() if name != "manifest.json"}
+
+
+def test_an_existing_out_is_refused_unless_forced_and_replaced_whole(tmp_path):
+    out = tmp_path / "snap"
+    synth(out, "--scale", "demo")
+    (out / "stray.txt").write_text("from before")
+    again = subprocess.run([sys.executable, "-m", "docsrv", "snapshot", "synth", "--out", str(out), "--scale", "demo"],
+                           capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert again.returncode == 1 and again.stderr.strip() == f"docsrv: {out} already exists: choose another directory, or --force to replace it"
+    assert (out / "stray.txt").exists()
+    synth(out, "--scale", "demo", "--force")
+    assert not (out / "stray.txt").exists() and (out / "manifest.json").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["snap"]  # nothing left beside it

@@ -10,8 +10,6 @@ The snapshot is written to a temporary directory that takes its name only when c
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,7 +24,8 @@ import msgspec
 from ..utils.progress import progress_bar, wanted
 from .errors import MAX_PROBLEMS, Problem, SnapshotError
 from .records import FORMAT, FORMAT_VERSION, KINDS, Build, BuildCommand, Manifest, Page, Project, User, Version
-from .write import RecordWriter, write_manifest
+from ..errors import CommandError
+from .write import RecordWriter, built_aside, write_manifest
 
 #: The original service's names of documentation types, and the spec's neutral ones.
 DOCUMENTATION_TYPES = {
@@ -191,11 +190,12 @@ def import_dump(
     public_url: str = "https://docs.example.org",
     created_at: datetime | None = None,
     progress: bool | None = None,
+    replace: bool = False,
 ) -> DumpReport:
-    """Write the snapshot that ``dumps`` describe to ``out``, which must not exist yet."""
+    """Write the snapshot that ``dumps`` describe to ``out`` (an existing one only with ``replace``)."""
     source = ", ".join(str(d) for d in dumps)
-    if out.exists():
-        raise SnapshotError(source, [Problem(str(out), None, "already exists; choose a new directory")], what="dump")
+    if out.exists() and not replace:
+        raise CommandError(f"{out} already exists: choose another directory, or --force to replace it")
     problems: list[Problem] = []
     records: dict[str, list] = {kind: [] for kind in KINDS}
     report = DumpReport()
@@ -221,7 +221,8 @@ def import_dump(
     check_relations(records, problems)
     if problems:
         raise SnapshotError(source, problems[:MAX_PROBLEMS], what="dump")
-    report.counts = write_snapshot(records, out, name or dumps[0].stem, public_url, created_at)
+    with built_aside(out, replace=replace) as partial:
+        report.counts = write_snapshot(records, partial, name or dumps[0].stem, public_url, created_at)
     return report
 
 
@@ -266,25 +267,19 @@ def write_snapshot(records: dict[str, list], out: Path, name: str, public_url: s
     records["build_commands"].sort(key=attrgetter("build", "start_time", "id"))
     for kind in ("users", "projects", "versions", "builds", "pages"):
         records[kind].sort(key=attrgetter("id"))
-    partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        counts = {}
-        for kind in KINDS:
-            with RecordWriter(partial, kind) as writer:
-                writer.write(records[kind])
-            counts[kind] = writer.count
-        manifest = Manifest(
-            format=FORMAT,
-            format_version=FORMAT_VERSION,
-            name=name,
-            created_at=created_at or datetime.now(timezone.utc).replace(microsecond=0),
-            public_url=public_url,
-            counts=counts,
-            description="Imported from a Django data dump.",
-        )
-        write_manifest(partial, manifest)
-        partial.rename(out)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
+    counts = {}
+    for kind in KINDS:
+        with RecordWriter(out, kind) as writer:
+            writer.write(records[kind])
+        counts[kind] = writer.count
+    manifest = Manifest(
+        format=FORMAT,
+        format_version=FORMAT_VERSION,
+        name=name,
+        created_at=created_at or datetime.now(timezone.utc).replace(microsecond=0),
+        public_url=public_url,
+        counts=counts,
+        description="Imported from a Django data dump.",
+    )
+    write_manifest(out, manifest)
     return counts

@@ -9,7 +9,9 @@ lexbor engine), which reads a large documentation build in seconds.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -18,9 +20,10 @@ from selectolax.lexbor import LexborHTMLParser
 
 from ..utils.progress import progress_bar, wanted
 from .errors import ProblemList
-from .load import read_manifest, read_records, record_file
+from ..errors import CommandError
+from .load import read_manifest, read_records, record_file, record_files
 from .records import Page, Project, Section, Version
-from .write import SUFFIX, RecordWriter, write_manifest
+from .write import SUFFIX, RecordWriter, built_aside, write_manifest
 
 #: Directories of a Sphinx build that hold no pages.
 SKIP_DIRS = {"_static", "_sources", "_images", "_downloads", "_modules", ".doctrees"}
@@ -137,10 +140,12 @@ def import_sphinx(
         problems.raise_if_any()
 
     report = ImportReport(detect_layout(root) if layout == "auto" else layout)
+    files = content_files(root)
+    if not files:
+        raise CommandError(f"{root}: no HTML pages found (not the output directory of a Sphinx build?); the snapshot is unchanged")
     kept = [p for p in pages if p.version != version.id]
     report.replaced = len(pages) - len(kept)
     next_id = max((p.id for p in pages), default=0) + 1
-    files = content_files(root)
     imported: list[Page] = []
     with progress_bar(len(files), f"import {root.name}", wanted() if progress is None else progress, unit="page") as bar:
         for path in files:
@@ -157,13 +162,28 @@ def import_sphinx(
                 next_id += 1
             if bar is not None:
                 bar.update(1)
+    if not imported:
+        raise CommandError(f"{root}: none of its {len(files)} HTML files could be read as a page; the snapshot is unchanged")
     report.pages = len(imported)
     compress = next(kind for kind, suffix in SUFFIX.items() if pages_file.name.endswith(suffix))
-    with RecordWriter(directory, "pages", compress) as writer:
-        writer.write(kept)
-        writer.write(imported)
-    write_manifest(directory, msgspec.structs.replace(manifest, counts={**manifest.counts, "pages": len(kept) + len(imported)}))
+    # The new snapshot is built beside the old one (its other files linked, not copied) and swapped in.
+    target = Path(os.path.realpath(directory))
+    with built_aside(target, replace=True) as partial:
+        for path in record_files(target):
+            if path.name != pages_file.name:
+                link_or_copy(path, partial / path.name)
+        with RecordWriter(partial, "pages", compress) as writer:
+            writer.write(kept)
+            writer.write(imported)
+        write_manifest(partial, msgspec.structs.replace(manifest, counts={**manifest.counts, "pages": len(kept) + len(imported)}))
     return report
+
+
+def link_or_copy(source: Path, destination: Path) -> None:
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copyfile(source, destination)
 
 
 def read_kind(directory: Path, kind: str, cls, problems: ProblemList) -> list:

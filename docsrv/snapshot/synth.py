@@ -18,7 +18,7 @@ import msgspec
 
 from ..utils.progress import progress_bar, wanted
 from .records import FORMAT, FORMAT_VERSION, KINDS, Build, BuildCommand, Manifest, Page, Project, Section, User, Version
-from .write import RecordWriter, write_manifest
+from .write import RecordWriter, built_aside, write_manifest
 
 DEMO = Path(__file__).resolve().parent.parent.parent / "snapshots" / "demo"
 
@@ -68,15 +68,22 @@ CREATED_AT = datetime(2026, 10, 1, tzinfo=timezone.utc)
 BATCH = 50_000
 
 
-def write_synthetic(out: str | Path, *, scale: str, seed: int = 1, compress: str = "none", progress: bool | None = None) -> dict[str, int]:
-    """Write a snapshot of ``scale`` to ``out`` (which must not exist yet); return its counts."""
-    out = Path(out)
+def write_synthetic(
+    out: str | Path, *, scale: str, seed: int = 1, compress: str = "none", progress: bool | None = None, replace: bool = False
+) -> dict[str, int]:
+    """Write a snapshot of ``scale`` to ``out`` (built aside, then renamed into place; an existing
+    ``out`` only with ``replace``); return its counts."""
+    with built_aside(Path(out), replace=replace) as partial:
+        return write_into(partial, scale=scale, seed=seed, compress=compress, progress=wanted() if progress is None else progress)
+
+
+def write_into(out: Path, *, scale: str, seed: int, compress: str, progress: bool) -> dict[str, int]:
     if scale == "demo":
-        shutil.copytree(DEMO, out, ignore=shutil.ignore_patterns("index"))
-        return msgspec.json.decode((out / "manifest.json").read_bytes(), type=Manifest).counts
-    if progress is None:
-        progress = wanted()
-    out.mkdir(parents=True, exist_ok=False)
+        for path in DEMO.glob("*.jsonl"):
+            shutil.copyfile(path, out / path.name)
+        manifest = msgspec.json.decode((DEMO / "manifest.json").read_bytes(), type=Manifest)
+        write_manifest(out, manifest)
+        return manifest.counts
     generator = Synthesizer(scale, seed)
     counts = {}
     for kind in KINDS:

@@ -1,17 +1,23 @@
-"""Writing record files: JSON Lines, optionally gzip- or zstd-compressed."""
+"""Writing snapshots: record files (JSON Lines, optionally gzip- or zstd-compressed), the
+manifest that seals them, and whole directories built aside and renamed into place."""
 
 from __future__ import annotations
 
+import ctypes
 import gzip
 import hashlib
 import os
-from collections.abc import Iterable
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 import msgspec
 import zstandard
 
+from ..errors import CommandError
 from .load import record_files
 from .records import FileDigest, Manifest
 
@@ -73,3 +79,48 @@ def write_manifest(directory: Path, manifest: Manifest) -> None:
     partial = directory / "manifest.json.partial"
     partial.write_bytes(msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n")
     os.replace(partial, directory / "manifest.json")
+
+
+@contextmanager
+def built_aside(target: Path, *, replace: bool = False) -> Iterator[Path]:
+    """A new directory beside ``target`` to build a snapshot in. When the block ends without an
+    error, it takes ``target``'s place (an existing ``target`` only with ``replace``); when it
+    fails or is interrupted, it is removed and ``target`` is as it was."""
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise CommandError(f"{target}: not a directory (name the snapshot directory itself)")
+    if target.exists() and not replace:
+        raise CommandError(f"{target} already exists: choose another directory, or --force to replace it")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        yield partial
+        partial.chmod(0o755)
+        put_in_place(partial, target)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+#: renameat2(2): exchange two paths in one step.
+AT_FDCWD = -100
+RENAME_EXCHANGE = 2
+
+
+def put_in_place(new: Path, target: Path) -> None:
+    """Rename ``new`` to ``target``. An existing ``target`` is exchanged with it in one step where
+    the system allows (Linux renameat2), else moved aside first; then it is removed."""
+    if not target.exists():
+        os.rename(new, target)
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        exchanged = libc.renameat2(AT_FDCWD, os.fsencode(new), AT_FDCWD, os.fsencode(target), RENAME_EXCHANGE) == 0
+    except (OSError, AttributeError):
+        exchanged = False
+    if exchanged:
+        shutil.rmtree(new)  # it now holds what was at target
+        return
+    old = new.with_name(new.name.replace(".partial-", ".old-"))
+    os.rename(target, old)
+    os.rename(new, target)
+    shutil.rmtree(old)

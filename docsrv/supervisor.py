@@ -162,7 +162,7 @@ class Supervisor:
             self.starting[pid] = Starting(ready, now + READY_SECONDS)
 
     def wait_for_ready(self, timeout: float) -> None:
-        fds = {s.ready_fd: pid for pid, s in self.starting.items()}
+        fds = {s.ready_fd: pid for pid, s in self.starting.items() if s.ready_fd >= 0}
         if not fds:
             time.sleep(timeout)
             return
@@ -174,13 +174,14 @@ class Supervisor:
             pid = fds[fd]
             got = os.read(fd, 1)
             os.close(fd)
-            del self.starting[pid]
             if got == b"R":
+                del self.starting[pid]
                 self.live.add(pid)
                 self.failures = 0
                 self.write_status()
                 self.announce()
-            else:  # the worker died before it was ready: reap() counts the failure
+            else:  # the worker is dying before it was ready: reap() counts the failure
+                self.starting[pid].ready_fd = -1
                 self.signal_worker(pid, signal.SIGKILL)
 
     def announce(self) -> None:
@@ -206,7 +207,8 @@ class Supervisor:
         try:
             os.close(read_end)
             for ready in self.starting.values():
-                os.close(ready.ready_fd)
+                if ready.ready_fd >= 0:
+                    os.close(ready.ready_fd)
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             runtime = Runtime(self.run_dir, access_log=self.access_log)
@@ -248,7 +250,7 @@ class Supervisor:
                 return
             retire(self.run_dir, pid)
             starting = self.starting.pop(pid, None)
-            if starting is not None:
+            if starting is not None and starting.ready_fd >= 0:
                 os.close(starting.ready_fd)
             if (starting is not None or pid in self.live) and "stop" not in self._flags:
                 self.live.discard(pid)
@@ -323,7 +325,8 @@ class Supervisor:
             return
         old = self.live | set(self.starting)
         for starting in self.starting.values():
-            os.close(starting.ready_fd)
+            if starting.ready_fd >= 0:
+                os.close(starting.ready_fd)
         self.starting.clear()
         self.live = new
         self.served = served

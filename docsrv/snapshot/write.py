@@ -96,6 +96,11 @@ def built_aside(target: Path, *, replace: bool = False) -> Iterator[Path]:
         yield partial
         partial.chmod(0o755)
         put_in_place(partial, target)
+    except OSError as error:  # a full disk, a read-only directory: named by the path being written
+        shutil.rmtree(partial, ignore_errors=True)
+        written = Path(error.filename) if isinstance(error.filename, str) else None
+        name = target / written.relative_to(partial) if written is not None and written.is_relative_to(partial) else target
+        raise OSError(error.errno, error.strerror, str(name)) from error
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise

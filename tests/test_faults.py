@@ -1,0 +1,255 @@
+"""What operators do to a running replica, each done for real to a real server: files copied over
+a serving snapshot, the master killed, workers that cannot start, snapshots published file by
+file, a `current` link flipped fast, a second server on the same port, and commands interrupted
+or given nothing to import."""
+
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from conftest import DEMO, ROOT
+from test_replica import Hammer
+
+
+def docsrv(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "docsrv", *args], capture_output=True, text=True, cwd=ROOT, timeout=120, **kwargs)
+
+
+def sealed(directory: Path, name: str, project_name: str | None = None, *, edit=None) -> Path:
+    """A demo snapshot written by docsrv (its manifest seals every file), renamed, and changed."""
+    from docsrv.snapshot.records import Manifest
+    from docsrv.snapshot.write import write_manifest
+
+    assert docsrv("snapshot", "synth", "--scale", "demo", "--out", str(directory)).returncode == 0
+    if project_name is not None:
+        lines = (directory / "projects.jsonl").read_text().splitlines(keepends=True)
+        first = json.loads(lines[0])
+        first["name"] = project_name
+        lines[0] = json.dumps(first) + "\n"
+        (directory / "projects.jsonl").write_text("".join(lines))
+    if edit is not None:
+        edit(directory)
+    manifest = msgspec.json.decode((directory / "manifest.json").read_bytes(), type=Manifest)
+    write_manifest(directory, msgspec.structs.replace(manifest, name=name))
+    return directory
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def poll(condition, timeout: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.02)
+    raise AssertionError(f"no {what} within {timeout} s")
+
+
+def refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def other_commands(directory: Path) -> None:
+    """build_commands.jsonl with every build's lines in the reverse order of builds, and each output
+    marked: the byte ranges of the old file now hold other builds' commands."""
+    path = directory / "build_commands.jsonl"
+    groups: dict[int, list[str]] = {}
+    for line in path.read_text().splitlines():
+        command = json.loads(line)
+        command["output"] = command.get("output", "") + " (b)"
+        groups.setdefault(command["build"], []).append(json.dumps(command))
+    path.write_text("".join(line + "\n" for build in reversed(list(groups)) for line in groups[build]))
+
+
+def test_a_file_copied_over_a_serving_snapshot_never_answers_another_records_data(tmp_path, start_server):
+    served = sealed(tmp_path / "a", "snap-a")
+    other = sealed(tmp_path / "b", "snap-a", edit=other_commands)
+    server = start_server("--snapshot", str(served), "--workers", "2", "--watch-interval", "0.2")
+    ids = [build["id"] for build in server.json("/api/v2/build/?limit=1000")["results"]]
+    with_commands = {json.loads(line)["build"] for line in (served / "build_commands.jsonl").read_text().splitlines()}
+    shutil.copyfile(other / "build_commands.jsonl", served / "build_commands.jsonl")  # in place, as cp does
+    for build in ids:
+        response = server.get(f"/api/v2/build/{build}/")
+        if build not in with_commands:  # nothing is read for it: its (empty) commands are still right
+            assert response.status == 200 and response.json()["commands"] == []
+            continue
+        assert response.status == 503, (build, response.body[:200])
+        assert response.json() == {"detail": "This record's file changed on disk; the snapshot is being reloaded."}
+    # Every worker says why; the files do not match the manifest yet, so nothing is reloaded.
+    for _ in range(6):
+        ready = poll(lambda: (r := server.get("/readyz")).status == 503 and r, what="a degraded /readyz")
+        assert ready.json()["status"] == "degraded" and "build_commands.jsonl" in ready.json()["problem"]
+    assert not any("reloaded" in line for line in server.log)
+    # The rest of the new snapshot arrives: it is reloaded, and answers from it alone.
+    start = len(server.log)
+    shutil.copyfile(other / "manifest.json", served / "manifest.json")
+    server.wait_for("reloaded: serving snapshot snap-a", start=start)
+    for build in ids:
+        body = server.json(f"/api/v2/build/{build}/")
+        assert all(c["build"] == build and c["output"].endswith(" (b)") for c in body["commands"]), build
+    assert poll(lambda: server.get("/readyz").status == 200, what="ready again")
+
+
+def test_kill_9_of_the_master_ends_its_workers(start_server):
+    server = start_server("--workers", "2")
+    workers = poll(lambda: len(children(server.process.pid)) == 2 and children(server.process.pid), what="two workers")
+    os.kill(server.process.pid, signal.SIGKILL)
+    server.process.wait(timeout=10)
+    poll(lambda: not any(alive(pid) for pid in workers), timeout=2.0, what="workers ending with their master")
+    assert refused(server.port)
+
+
+def test_a_worker_that_cannot_start_is_retried_with_backoff_and_the_master_gives_up(start_server):
+    server = start_server("--workers", "1", "--no-workers-timeout", "3")
+    master = server.process.pid
+    killed: list[int] = []
+
+    def kill_every_worker() -> None:  # as an OOM killer or a broken host would
+        while server.process.poll() is None:
+            for pid in children(master):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.005)
+
+    killer = threading.Thread(target=kill_every_worker, daemon=True)
+    killer.start()
+    assert server.process.wait(timeout=60) == 1
+    killer.join(timeout=10)
+    log = "".join(server.log)
+    assert "starting another in 0.5 s" in log and "starting another in 1.0 s" in log
+    assert "no worker has been able to serve for 3 s; exiting" in log
+    assert len(set(killed)) >= 3
+    assert refused(server.port)
+
+
+def test_watch_takes_a_snapshot_published_file_by_file_once_it_is_complete(tmp_path, start_server):
+    served = sealed(tmp_path / "s", "snap-s", "pip (s)")
+    new = sealed(tmp_path / "n", "snap-n", "pip (n)", edit=other_commands)
+    server = start_server("--snapshot", str(served), "--watch", "--watch-interval", "0.1", "--workers", "1")
+    # rsync-style: each file written to a temporary name, then renamed into place; the manifest first.
+    names = ["manifest.json", *sorted(p.name for p in new.glob("*.jsonl"))]
+    start = len(server.log)
+    for name in names:
+        shutil.copyfile(new / name, served / f".{name}.tmp")
+        os.replace(served / f".{name}.tmp", served / name)
+        if name == "manifest.json":
+            server.wait_for("waiting for the snapshot", start=start)
+    server.wait_for("reloaded: serving snapshot snap-n", start=start)
+    assert server.json("/api/v2/project/1/")["name"] == "pip (n)"
+    assert not any("reload failed" in line for line in server.log)
+    assert server.json("/readyz")["problem"] is None
+
+
+def test_flipping_a_current_link_fast_never_mixes_two_snapshots(tmp_path, start_server):
+    first = sealed(tmp_path / "a", "snap-a", "pip (a)")
+    second = sealed(tmp_path / "b", "snap-b", "pip (b)")
+    current = tmp_path / "current"
+    current.symlink_to(first)
+    server = start_server("--snapshot", str(current), "--watch", "--watch-interval", "0.05", "--workers", "2")
+    hammer = Hammer(server.port)
+    hammer.start()
+    for flip in range(40):  # the fault itself: a link flipped every 0.1 s
+        swap = tmp_path / "current.new"
+        swap.symlink_to(second if flip % 2 == 0 else first)
+        os.replace(swap, current)
+        time.sleep(0.1)
+    poll(lambda: server.json("/readyz")["snapshot"] == "snap-a" and "reloading" not in server.log[-1], what="settled on snap-a")
+    hammer.running = False
+    hammer.join(timeout=30)
+    assert hammer.failures == [] and hammer.results
+    assert {(snapshot, name) for _, _, snapshot, name in hammer.results} <= {("snap-a", "pip (a)"), ("snap-b", "pip (b)")}
+    assert all(status == 200 for _, status, _, _ in hammer.results)
+    assert not any("reload failed" in line for line in server.log)
+
+
+def test_a_second_server_on_a_busy_port_exits_1_at_once(start_server):
+    server = start_server("--workers", "1")
+    result = docsrv("serve", "--snapshot", str(DEMO), "--host", "127.0.0.1", "--port", str(server.port))
+    assert result.returncode == 1
+    assert f"docsrv: cannot listen on 127.0.0.1:{server.port}: Address already in use" in result.stderr
+    assert "loaded" not in result.stderr  # it failed before loading anything
+    assert server.get("/healthz").status == 200
+
+
+def files_of(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_import_sphinx_of_a_folder_with_no_pages_changes_nothing(tmp_path):
+    snapshot = sealed(tmp_path / "snap", "snap")
+    before = files_of(snapshot)
+    empty = tmp_path / "empty"
+    (empty / "_static").mkdir(parents=True)
+    (empty / "_static" / "style.css").write_text("body {}")
+    result = docsrv("snapshot", "import-sphinx", str(empty), "--into", str(snapshot), "--project", "pip", "--version", "latest")
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"docsrv: {empty}: no HTML pages found (not the output directory of a Sphinx build?); the snapshot is unchanged"
+    assert files_of(snapshot) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "snap"]
+
+
+def test_an_interrupted_index_build_leaves_the_previous_index_current(tmp_path, monkeypatch, start_server):
+    import docsrv.serving
+    from docsrv.cli import main
+
+    snapshot = sealed(tmp_path / "snap", "snap")
+    assert main(["index", str(snapshot)]) == 0
+    before = files_of(snapshot / "index")
+    real_build = docsrv.serving.build_index
+
+    def interrupted(store, directory, print_progress=None):
+        real_build(store, directory, print_progress)
+        (directory / "half-written").write_text("x")
+        raise KeyboardInterrupt  # ^C at the worst moment: the new index is all but done
+
+    monkeypatch.setattr(docsrv.serving, "build_index", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        main(["index", str(snapshot)])
+    assert files_of(snapshot / "index") == before
+    assert not [p for p in snapshot.iterdir() if p.name.startswith(".index")]
+    server = start_server("--snapshot", str(snapshot), "--workers", "1")
+    assert not any("built the search index" in line for line in server.log)  # still current: opened as it is
+
+
+def test_a_write_that_fails_is_one_line_naming_the_path_and_leaves_nothing_behind(tmp_path):
+    def small_files() -> None:  # as a full disk would: every write past 64 KB fails
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+
+    out = tmp_path / "snap"
+    result = docsrv("snapshot", "synth", "--scale", "demo", "--out", str(out), preexec_fn=small_files)
+    assert result.returncode == 1
+    assert result.stderr.startswith("docsrv: ") and result.stderr.count("\n") == 1 and "File too large" in result.stderr
+    assert str(tmp_path) in result.stderr and "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []

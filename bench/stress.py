@@ -3,6 +3,7 @@
     python bench/stress.py connections [--connections 2000] [--duration 30]
     python bench/stress.py slowloris [--slow 500] [--duration 30]
     python bench/stress.py soak [--minutes 10]
+    python bench/stress.py reloads [--reloads 10] [--duration 60]
 
 Each prints its figures as JSON and exits non-zero when a request failed or RSS grew.
 """
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import signal
 import socket
 import sys
 import threading
@@ -112,19 +115,49 @@ def soak(args) -> dict:
             "rss_growth_after_warmup": round(growth, 4), "flat": growth <= 0.05}
 
 
+def reloads(args) -> dict:
+    """SIGHUP reloads under wrk's keep-alive load: not one request may fail."""
+    snapshot = snapshot_path(args.scale, 1)
+    paths = paths_file(snapshot)
+    system = start_docsrv(snapshot, 2)
+    log = WORK / "docsrv-stress.log"
+    load: dict = {}
+    seconds: list[float] = []
+    try:
+        wrk(system, paths, 3, 50)
+        loader = threading.Thread(target=lambda: load.update(wrk(system, paths, args.duration, 50)))
+        loader.start()
+        time.sleep(2)
+        for _ in range(args.reloads):
+            done = log.read_text(errors="replace").count("reloaded: serving")
+            asked = time.monotonic()
+            os.kill(system.process.pid, signal.SIGHUP)
+            while log.read_text(errors="replace").count("reloaded: serving") == done:
+                if time.monotonic() - asked > 120:
+                    raise RuntimeError("a reload did not finish in 120 s")
+                time.sleep(0.05)
+            seconds.append(round(time.monotonic() - asked, 2))
+            time.sleep(1)
+        loader.join()
+    finally:
+        system.stop()
+    return {"reloads": len(seconds), "reload_seconds": seconds, "connections": 50, **load}
+
+
 def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(65536, hard), hard))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("test", choices=["connections", "slowloris", "soak"])
+    parser.add_argument("test", choices=["connections", "slowloris", "soak", "reloads"])
     parser.add_argument("--scale", default="small", choices=["demo", "small", "medium"])
     parser.add_argument("--connections", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--slow", type=int, default=500)
     parser.add_argument("--duration", type=int, default=30)
     parser.add_argument("--minutes", type=float, default=10)
+    parser.add_argument("--reloads", type=int, default=10)
     args = parser.parse_args()
-    result = {"connections": connections, "slowloris": slowloris, "soak": soak}[args.test](args)
+    result = {"connections": connections, "slowloris": slowloris, "soak": soak, "reloads": reloads}[args.test](args)
     print(json.dumps(result, indent=2))
     failed = result.get("errors") or (result.get("normal_load") or {}).get("errors") or result.get("flat") is False
     sys.exit(1 if failed else 0)

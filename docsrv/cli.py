@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections import Counter
 import os
 import sys
 from pathlib import Path
@@ -163,10 +164,18 @@ def run_import_dump(args: argparse.Namespace) -> int:
     from .snapshot.import_dump import import_dump
 
     report = import_dump(args.dumps, args.out, name=args.name, public_url=args.public_url, replace=args.force)
+    for model, pk, reason in report.skipped:
+        print(f"skipped {model} pk={pk}: {reason}", file=sys.stderr)
+    for model, pk, what in report.notes:
+        print(f"kept {model} pk={pk}: {what}", file=sys.stderr)
     print(f"wrote {args.out}: " + ", ".join(f"{n} {kind}" for kind, n in report.counts.items()))
     if report.skipped:
-        skipped = ", ".join(f"{model} ({n})" for model, n in report.skipped.most_common())
-        print(f"skipped {sum(report.skipped.values())} records of models docsrv does not know: {skipped}")
+        by_model = Counter(model for model, _, _ in report.skipped)
+        print(f"skipped {len(report.skipped)} records that cannot be served faithfully: "
+              + ", ".join(f"{model} ({n})" for model, n in by_model.most_common()) + " (each named above)")
+    if report.unknown:
+        skipped = ", ".join(f"{model} ({n})" for model, n in report.unknown.most_common())
+        print(f"skipped {sum(report.unknown.values())} records of models docsrv does not know: {skipped}")
     return 0
 
 

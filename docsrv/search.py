@@ -167,6 +167,13 @@ class SearchIndex:
         """A clause that narrows a search and adds nothing to its scores: ``_score`` is relevance alone."""
         return tantivy.Occur.Must, tantivy.Query.const_score_query(self._term(field, value), 0.0)
 
+    def _filter_any(self, field: str, values: list[str]) -> tuple[tantivy.Occur, tantivy.Query]:
+        """Like ``_filter``, for any of several values."""
+        if len(values) == 1:
+            return self._filter(field, values[0])
+        either = tantivy.Query.boolean_query([(tantivy.Occur.Should, self._term(field, value)) for value in values])
+        return tantivy.Occur.Must, tantivy.Query.const_score_query(either, 0.0)
+
     def _in_fields(self, tokens: list[str], scope: tuple | None = None) -> list[tuple[tantivy.Occur, tantivy.Query]]:
         """One word (a phrase when it makes several tokens) or phrase in each field, by field weight,
         as clauses of a union; with ``scope`` (a filter clause), each narrowed by it.
@@ -186,18 +193,18 @@ class SearchIndex:
             clauses.append((tantivy.Occur.Should, query))
         return clauses
 
-    def search_pages(self, q: str, *, project: str | None = None, version: str | None = None) -> Found:
+    def search_pages(self, q: str, *, scopes: list[str] | None = None) -> Found:
         """Pages matching any word of ``q``; pages holding every word and phrase rank first.
 
-        With ``project`` and ``version``, only that version's pages, narrowed by one term that
-        scores nothing.
+        With ``scopes`` (``version_scope`` terms: a project's version, and those of its
+        subprojects), only those versions' pages, narrowed by terms that score nothing.
         """
         words, phrases = read_query(q)
         words = list(dict.fromkeys(words))
         if not words and not phrases:
             return Found([], 0, query_words(()))
-        if project is not None and version is not None:
-            scope = self._filter("scope", version_scope(project, version))
+        if scopes:
+            scope = self._filter_any("scope", scopes)
         else:
             scope = self.pages_only
         searcher = self.searcher

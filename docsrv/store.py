@@ -50,6 +50,12 @@ class Store:
         self.project_by_slug: dict[str, Project] = {p.slug: p for p in projects}
         self.projects_of_user: dict[int, list[Project]] = group(projects, lambda p: p.users)
 
+        #: Public subprojects of each public project, by alias (or slug): searched with it.
+        self.subprojects: dict[int, list[Project]] = {}
+        for relation in sorted(records["relationships"], key=lambda r: (r.alias or "", r.id)):
+            if relation.parent in self.projects and relation.child in self.projects:
+                self.subprojects.setdefault(relation.parent, []).append(self.projects[relation.child])
+
         versions = [v for v in records["versions"] if v.privacy_level == "public" and v.project in self.projects]
         versions.sort(key=attrgetter("id"))
         versions.sort(key=attrgetter("verbose_name"), reverse=True)
@@ -84,6 +90,7 @@ class Store:
         self.counts = {
             "users": len(self.users),
             "projects": len(self.projects),
+            "relationships": sum(map(len, self.subprojects.values())),
             "versions": len(self.versions),
             "builds": len(self.builds),
             "build_commands": public_commands,

@@ -310,12 +310,14 @@ class Supervisor:
                 log.info("waiting for the snapshot at %s to be complete", self.snapshot)
             return
         self.tried = now
-        self.reload(f"a new snapshot at {self.snapshot}" if directory != self.loaded[0] else "its files changed")
+        self.reload(f"a new snapshot at {self.snapshot}" if directory != self.loaded[0] else "its files changed", directory)
 
-    def reload(self, why: str) -> None:
+    def reload(self, why: str, directory: Path | None = None) -> None:
+        """Load the snapshot in ``directory`` (by default, where the snapshot path points now):
+        the directory that was looked at, not wherever a link flipped since points."""
         log.info("reloading (%s): loading %s beside the snapshot being served", why, self.snapshot)
         try:
-            served = load_served(self.snapshot)
+            served = load_served(directory or self.snapshot)
             new = self.spawn_all(served)
         except Exception as error:  # a bad snapshot of any kind: the old one keeps serving
             self.status.reload_failures += 1

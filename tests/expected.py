@@ -14,11 +14,12 @@ PROJECT_FIELDS = [
     "default_version", "default_branch", "documentation_type", "users", "canonical_url",
 ]  # fmt: skip
 VERSION_FIELDS = ["id", "project", "slug", "identifier", "verbose_name", "active", "built", "downloads", "type"]
+# The original's serializers (DECISIONS.md section 2): declared fields first, then the model's, then relations.
 BUILD_FIELDS = [
-    "id", "project", "project_slug", "version", "version_slug", "date", "length", "type", "state", "success",
-    "error", "commit", "docs_url", "commands",
-]  # fmt: skip
-COMMAND_FIELDS = ["id", "build", "command", "description", "start_time", "end_time", "run_time", "exit_code", "output"]
+    "id", "commands", "project_slug", "version_slug", "docs_url", "type", "state", "date", "success", "error",
+    "commit", "length", "project", "version",
+]
+COMMAND_FIELDS = ["id", "run_time", "command", "description", "output", "exit_code", "start_time", "end_time", "build"]
 
 
 class Public:

@@ -60,14 +60,15 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def poll(condition, timeout: float = 30.0, what: str = "condition"):
+def poll(condition, timeout: float = 30.0, what="condition"):
+    """``condition()`` once it is true; ``what`` (or what it returns) names it if it never is."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = condition()
         if found:
             return found
         time.sleep(0.02)
-    raise AssertionError(f"no {what} within {timeout} s")
+    raise AssertionError(f"no {what() if callable(what) else what} within {timeout} s")
 
 
 def refused(port: int) -> bool:
@@ -185,7 +186,8 @@ def test_flipping_a_current_link_fast_never_mixes_two_snapshots(tmp_path, start_
         swap.symlink_to(second if flip % 2 == 0 else first)
         os.replace(swap, current)
         time.sleep(0.1)
-    poll(lambda: server.json("/readyz")["snapshot"] == "snap-a" and "reloading" not in server.log[-1], what="settled on snap-a")
+    poll(lambda: server.json("/readyz")["snapshot"] == "snap-a" and "reloading" not in server.log[-1],
+         what=lambda: "settling on snap-a:\n" + "".join(server.log[-10:]))
     hammer.running = False
     hammer.join(timeout=30)
     assert hammer.failures == [] and hammer.results

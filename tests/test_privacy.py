@@ -67,7 +67,10 @@ def generate(rng: random.Random, directory):
                 pages.append(page)
                 if unseen:
                     secrets |= {page["title"], page["path"], *page["sections"][0], page["text"].split()[-1]}
-    kinds = {"users": users, "projects": projects, "versions": versions, "builds": builds, "build_commands": commands, "pages": pages}
+    # Project 1 is the parent of some others, public or private: its searches reach the public ones only.
+    relationships = [{"id": n + 1, "parent": 1, "child": pid} for n, pid in enumerate(p["id"] for p in projects[1:] if rng.random() < 0.6)]
+    kinds = {"users": users, "projects": projects, "relationships": relationships, "versions": versions, "builds": builds,
+             "build_commands": commands, "pages": pages}
     for kind, items in kinds.items():
         (directory / f"{kind}.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items))
     (directory / "manifest.json").write_text(json.dumps({

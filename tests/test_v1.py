@@ -5,15 +5,16 @@ import slumber
 
 from expected import PUBLIC_URL, parse
 
-V1_PROJECT_FIELDS = [
+# Keys sorted, as the original's v1 serializer wrote them (DECISIONS.md section 4).
+V1_PROJECT_FIELDS = sorted([
     "id", "name", "slug", "description", "absolute_url", "analytics_code", "copyright", "crate_url",
     "framework_packages_url", "default_branch", "default_version", "documentation_type", "modified_date", "pub_date",
     "project_url", "repo", "repo_type", "requirements_file", "resource_uri", "subdomain", "suffix", "theme",
     "use_virtualenv", "users", "version",
-]  # fmt: skip
-V1_VERSION_FIELDS = ["id", "slug", "verbose_name", "identifier", "active", "built", "uploaded", "project", "resource_uri"]
-V1_BUILD_FIELDS = ["id", "date", "state", "success", "type", "error", "output", "setup", "setup_error", "project", "version", "resource_uri"]
-V1_FILE_FIELDS = ["id", "name", "path", "absolute_url", "project", "resource_uri"]
+])
+V1_VERSION_FIELDS = sorted(["id", "slug", "verbose_name", "identifier", "active", "built", "uploaded", "project", "resource_uri"])
+V1_BUILD_FIELDS = sorted(["id", "date", "state", "success", "type", "error", "output", "setup", "setup_error", "project", "version", "resource_uri"])
+V1_FILE_FIELDS = sorted(["id", "name", "path", "absolute_url", "project", "resource_uri"])
 FOLD = {"triggered": "triggered", "building": "building", "installing": "building", "cloning": "building", "finished": "finished"}
 
 

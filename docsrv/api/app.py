@@ -35,7 +35,7 @@ PAGE = ("limit", "offset")
 V1_ONE = params("format")
 
 ROUTES = (
-    Route("/api/v2/project/", v2.project_list, params("slug", *PAGE)),
+    Route("/api/v2/project/", v2.project_list, params("slug", "page", *PAGE)),
     Route("/api/v2/project/{id}/", v2.project_detail),
     Route("/api/v2/project/{id}/active_versions/", v2.active_versions),
     Route("/api/v2/version/", v2.version_list, params("project__slug", "active", *PAGE)),

@@ -9,11 +9,12 @@ from __future__ import annotations
 from aiohttp import web
 
 from ..http.purge import page_keys
+from ..search import version_scope
 from ..snapshot.records import Project
 from .params import last
 from ..http.reply import Reply
 from .errors import ApiError
-from .state import ApiState
+from .state import V1_JSON, ApiState
 from .v1 import FILE, V1Shapes
 from .v1 import error as v1_error
 from .v2 import NOT_FOUND
@@ -30,23 +31,27 @@ async def docsearch(request: web.BaseRequest, state: ApiState, params: dict[str,
     if missing:
         raise ApiError(400, missing)
     store = state.store
+    version = values["version"]
     project = store.project_by_slug.get(values["project"])
-    if project is None or (project.id, values["version"]) not in store.version_by_slug:
+    if project is None or (project.id, version) not in store.version_by_slug:
         raise ApiError(404, NOT_FOUND)
-    body = await state.searches.run(request, docsearch_body, state, project, values["version"], values["q"])
-    keys = ["search", "v2", f"project-{project.slug}", f"version-{project.slug}-{values['version']}"]
+    # The project and its public subprojects that have the same version (DECISIONS.md section 3).
+    searched = [project, *(child for child in store.subprojects.get(project.id, ()) if (child.id, version) in store.version_by_slug)]
+    body = await state.searches.run(request, docsearch_body, state, searched, version, values["q"])
+    keys = ["search", "v2", *(key for p in searched for key in (f"project-{p.slug}", f"version-{p.slug}-{version}"))]
     return state.ok(body, keys)
 
 
-def docsearch_body(state: ApiState, project: Project, version: str, q: str) -> dict:
+def docsearch_body(state: ApiState, searched: list[Project], version: str, q: str) -> dict:
     """The search and its highlighting, done together off the event loop."""
     store = state.store
-    found = state.search.search_pages(q, project=project.slug, version=version)
+    found = state.search.search_pages(q, scopes=[version_scope(p.slug, version) for p in searched])
     highlights = state.search.highlights
-    base = store.version_url(project, version)  # every hit is a page of this version
+    bases = {p.id: store.version_url(p, version) for p in searched}  # every hit is a page of one of these
     hits = []
     for hit in found.hits:
         page = store.pages[hit.page_id]
+        owner = store.projects[page.project]
         marked = highlights.fragments(
             hit.slot, found.words, count=HIGHLIGHT_FRAGMENTS, width=HIGHLIGHT_WIDTH, open_tag=b"<em>", close_tag=b"</em>", ellipsis=False
         )
@@ -54,9 +59,9 @@ def docsearch_body(state: ApiState, project: Project, version: str, q: str) -> d
             {
                 "_score": hit.score,
                 "fields": {
-                    "link": base + page.path,
+                    "link": bases[owner.id] + page.path,
                     "path": [page.path],
-                    "project": [project.slug],
+                    "project": [owner.slug],
                     "title": [page.title],
                     "version": [version],
                 },
@@ -76,7 +81,7 @@ def v1_query(request: web.BaseRequest) -> str:
 
 async def file_search(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     objects, keys = await state.searches.run(request, file_search_body, state, v1_query(request))
-    return state.ok({"objects": objects}, ["search", "v1", *keys])
+    return state.ok({"objects": objects}, ["search", "v1", *keys], V1_JSON)
 
 
 def file_search_body(state: ApiState, q: str) -> tuple[list[dict], list[str]]:
@@ -106,4 +111,4 @@ async def anchor_search(request: web.BaseRequest, state: ApiState, params: dict[
         page = store.pages[page_id]
         urls.append(f"{store.page_url(page)}#{anchor}")
         keys.extend(page_keys(store, page))
-    return state.ok({"objects": urls}, keys)
+    return state.ok({"objects": urls}, keys, V1_JSON)

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import sys
 from functools import cache
+from typing import get_args
 from pathlib import Path
 from urllib.parse import quote
 
 import orjson
 from aiohttp import web
 
+from ..snapshot.records import BuildState, BuildType, VersionType
 from . import v1
 from ..http.reply import Reply
 from .state import ApiState
@@ -73,38 +75,38 @@ SCHEMAS: dict[str, dict] = {
                 "properties": {k: STRING for k in ("pdf", "htmlzip", "epub")},
                 "additionalProperties": False,
             },
-            "type": {"type": "string", "enum": ["tag", "branch", "external", "unknown"]},
+            "type": {"type": "string", "enum": list(get_args(VersionType))},
         }
     ),
     "BuildCommand": obj(
         {
             "id": INTEGER,
-            "build": INTEGER,
+            "run_time": INTEGER,
             "command": STRING,
             "description": STRING,
+            "output": STRING,
+            "exit_code": INTEGER,
             "start_time": DATETIME,
             "end_time": DATETIME,
-            "run_time": INTEGER,
-            "exit_code": INTEGER,
-            "output": STRING,
+            "build": INTEGER,
         }
     ),
     "Build": obj(
         {
             "id": INTEGER,
-            "project": INTEGER,
+            "commands": {"type": "array", "items": ref("BuildCommand")},
             "project_slug": STRING,
-            "version": INTEGER,
             "version_slug": STRING,
+            "docs_url": {"type": "string", "format": "uri"},
+            "type": {"type": "string", "enum": list(get_args(BuildType))},
+            "state": {"type": "string", "enum": list(get_args(BuildState))},
             "date": DATETIME,
-            "length": INTEGER,
-            "type": {"type": "string", "enum": ["html", "pdf", "epub", "man"]},
-            "state": {"type": "string", "enum": ["triggered", "building", "installing", "cloning", "finished"]},
             "success": BOOLEAN,
             "error": STRING,
             "commit": STRING,
-            "docs_url": {"type": "string", "format": "uri"},
-            "commands": {"type": "array", "items": ref("BuildCommand")},
+            "length": INTEGER,
+            "project": INTEGER,
+            "version": INTEGER,
         }
     ),
     "ActiveVersions": obj({"versions": {"type": "array", "items": ref("Version")}}),
@@ -310,10 +312,15 @@ ACTIVE = {"type": "string", "enum": ["true", "false", "True", "False", "TRUE", "
 PATHS: dict[str, dict] = {
     "/api/v2/project/": operation(
         "Projects, by slug.",
-        [query("slug", "Exact project slug.", example="pip"), *pagination()],
+        [
+            query("slug", "Exact project slug.", example="pip"),
+            *pagination(),
+            query("page", "Page number, as the original service paged projects: 100 a page; limit and offset are then "
+                  "ignored, and next/previous carry page.", {"type": "integer", "minimum": 1}),
+        ],
         json_response("A page of projects.", ref("ProjectList")),
         tag="v2",
-        errors={"400": BAD_PARAMETER},
+        errors={"400": BAD_PARAMETER, "404": json_response("A page that is not a positive integer, or past the last page.", ref("Detail"))},
     ),
     "/api/v2/project/{id}/": operation(
         "One project.", [path_id(1)], json_response("The project.", ref("Project")), tag="v2", errors={"404": NOT_FOUND}

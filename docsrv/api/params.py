@@ -111,9 +111,18 @@ def page_link(request: web.BaseRequest, base: str, limit: int, offset: int | Non
     The other parameters keep their values and order of repetition; keys are sorted so that
     equal requests get equal links. ``offset`` None (the first page) drops the parameter.
     """
-    params = [(k, v) for k, v in request.query.items() if k not in ("limit", "offset")]
-    params.append(("limit", str(limit)))
-    if offset:
-        params.append(("offset", str(offset)))
+    return link(request, base, {"limit": str(limit), "offset": str(offset) if offset else None})
+
+
+def page_number_link(request: web.BaseRequest, base: str, number: int) -> str:
+    """The link to page ``number`` of a list paged by number: ``page`` replaced (dropped for the
+    first page), ``limit`` and ``offset`` dropped (they mean nothing beside ``page``)."""
+    return link(request, base, {"page": str(number) if number > 1 else None, "limit": None, "offset": None})
+
+
+def link(request: web.BaseRequest, base: str, replaced: dict[str, str | None]) -> str:
+    params = [(k, v) for k, v in request.query.items() if k not in replaced]
+    params += [(k, v) for k, v in replaced.items() if v is not None]
     params.sort(key=lambda kv: kv[0])
-    return f"{base}{request.rel_url.raw_path}?{urlencode(params)}"
+    query = urlencode(params)
+    return f"{base}{request.rel_url.raw_path}?{query}" if query else f"{base}{request.rel_url.raw_path}"

@@ -28,10 +28,15 @@ T = TypeVar("T")
 OFFLOAD_ITEMS = 100
 
 
-def encoded_each(render, items: list) -> list[orjson.Fragment]:
+#: How v1 encodes every object, envelope and schema document: keys sorted, as the original's v1
+#: serializer wrote them (DECISIONS.md section 4).
+V1_JSON = orjson.OPT_UTC_Z | orjson.OPT_SORT_KEYS
+
+
+def encoded_each(render, items: list, option: int = orjson.OPT_UTC_Z) -> list[orjson.Fragment]:
     """Each item rendered and encoded on its own: encoding a long page in one call would hold the
     GIL (and so the event loop, when the page is made in the heavy-work thread) for milliseconds."""
-    return [orjson.Fragment(orjson.dumps(render(item), option=orjson.OPT_UTC_Z)) for item in items]
+    return [orjson.Fragment(orjson.dumps(render(item), option=option)) for item in items]
 
 
 ALLOW = "GET, HEAD, OPTIONS"
@@ -84,24 +89,24 @@ class ApiState:
             found = self._shapes[cls] = cls(self.store)
         return found  # type: ignore[return-value]
 
-    def ok(self, data: object, keys: Iterable[str]) -> Reply:
+    def ok(self, data: object, keys: Iterable[str], option: int = orjson.OPT_UTC_Z) -> Reply:
         """A 200 whose body is ``data`` as JSON, with validators and the purge keys ``keys``."""
-        body = data if isinstance(data, bytes) else orjson.dumps(data, option=orjson.OPT_UTC_Z)
+        body = data if isinstance(data, bytes) else orjson.dumps(data, option=option)
         etag = strong_etag(body)
         named = purge_keys(keys)
         headers = {**self._ok, "ETag": etag, "Surrogate-Key": " ".join(named), "Cache-Tag": ",".join(named)}
         return Reply(200, body, headers, etag=etag)
 
-    async def rendered(self, count: int, make: Callable[[], tuple[object, Iterable[str]]]) -> Reply:
+    async def rendered(self, count: int, make: Callable[[], tuple[object, Iterable[str]]], option: int = orjson.OPT_UTC_Z) -> Reply:
         """A 200 of what ``make()`` returns (the data and its purge keys), made in the heavy-work
         thread when it renders more than OFFLOAD_ITEMS items."""
         if count > OFFLOAD_ITEMS:
-            return await offload(self._made, make)
-        return self._made(make)
+            return await offload(self._made, make, option)
+        return self._made(make, option)
 
-    def _made(self, make: Callable[[], tuple[object, Iterable[str]]]) -> Reply:
+    def _made(self, make: Callable[[], tuple[object, Iterable[str]]], option: int) -> Reply:
         data, keys = make()
-        return self.ok(data, keys)
+        return self.ok(data, keys, option)
 
     async def compressed(self, reply: Reply, coding: str) -> Reply:
         """The variant of ``reply`` compressed with ``coding``: made once (a large body off the

@@ -22,7 +22,7 @@ from ..utils.timefmt import utc
 from .params import boolean, excerpt, last, page_link, parse_page, positive_id, whole_number
 from ..http.reply import Reply
 from .errors import ApiError
-from .state import ApiState, encoded_each
+from .state import V1_JSON, ApiState, encoded_each
 
 NOT_FOUND = {"error": "Not found."}
 RESERVED = frozenset(("format", "limit", "offset"))
@@ -48,14 +48,14 @@ class V1Shapes:
     def __init__(self, store: Store) -> None:
         self.store = store
         scheme, host = store.public_url.split("://", 1)
-        self.subdomain = f"{scheme}://{{slug}}.{host}/"
+        self.subdomain = f"{scheme}://{{slug}}.{host}/"  # the slug with "_" as "-": a host name takes no underscore
         self._projects: dict[int, orjson.Fragment] = {}
 
     def project(self, project: Project) -> orjson.Fragment:
         found = self._projects.get(project.id)
         if found is None:
             found = self._projects[project.id] = orjson.Fragment(
-                orjson.dumps(PROJECT.render(self, project), option=orjson.OPT_UTC_Z)
+                orjson.dumps(PROJECT.render(self, project), option=V1_JSON)
             )
         return found
 
@@ -184,7 +184,7 @@ PROJECT = Resource(
         text("repo_type", "Type of repository."),
         text("requirements_file", "Requirements file of packages needed to build the docs."),
         resource_uri("project"),
-        Field("subdomain", "string", "Subdomain of the hosted docs.", lambda shapes, p: shapes.subdomain.format(slug=p.slug)),
+        Field("subdomain", "string", "Subdomain of the hosted docs.", lambda shapes, p: shapes.subdomain.format(slug=p.slug.replace("_", "-"))),
         text("suffix", "File suffix of doc files."),
         text("theme", "Theme of the documentation generator."),
         flag("use_virtualenv", "Whether the project is built in a virtualenv."),
@@ -302,14 +302,14 @@ async def listing(request: web.BaseRequest, state: ApiState, resource: Resource,
     shapes = state.shapes(V1Shapes)
 
     def make() -> tuple[dict, list[str]]:
-        objects = encoded_each(lambda item: resource.render(shapes, item), shown)
+        objects = encoded_each(lambda item: resource.render(shapes, item), shown, V1_JSON)
         return {"meta": meta, "objects": objects}, ["v1", *(key for item in shown for key in keys_of(item))]
 
-    return await state.rendered(len(shown), make)
+    return await state.rendered(len(shown), make, V1_JSON)
 
 
 def one(state: ApiState, resource: Resource, item, keys: tuple[str, ...]) -> Reply:
-    return state.ok(resource.render(state.shapes(V1Shapes), item), ["v1", *keys])
+    return state.ok(resource.render(state.shapes(V1Shapes), item), ["v1", *keys], V1_JSON)
 
 
 def id_of(value: str, name: str) -> int:
@@ -364,13 +364,13 @@ def select_versions(store: Store, filters: dict[str, str], active: bool | None) 
 @endpoint
 async def root(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     body = {name: {"list_endpoint": f"/api/v1/{name}/", "schema": f"/api/v1/{name}/schema/"} for name in RESOURCES}
-    return state.ok(body, ["v1"])
+    return state.ok(body, ["v1"], V1_JSON)
 
 
 def schema_handler(resource: Resource):
     @endpoint
     async def schema(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-        return state.ok(resource.schema(), ["v1"])
+        return state.ok(resource.schema(), ["v1"], V1_JSON)
 
     return schema
 

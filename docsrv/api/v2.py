@@ -9,12 +9,14 @@ from ..snapshot.records import Build, BuildCommand, Project, Version
 from ..http.purge import build_keys, project_keys, version_keys
 from ..store import Store
 from ..utils.timefmt import utc
-from .params import boolean, last, page_link, parse_page, positive_id
+from .params import boolean, last, page_link, page_number_link, parse_page, positive_id
 from ..http.reply import Reply
 from .errors import ApiError
 from .state import ApiState, encoded_each
 
 NOT_FOUND = {"detail": "Not found."}
+#: Projects a page when the project list is paged by number, as the original paged it.
+PROJECTS_PER_PAGE = 100
 DOWNLOAD_FORMATS = ("pdf", "htmlzip", "epub")
 
 
@@ -84,33 +86,33 @@ class V2Shapes:
         version = self.store.versions[build.version]
         return {
             "id": build.id,
-            "project": build.project,
+            "commands": [self.command(c) for c in self.store.commands_of(build)],
             "project_slug": project.slug,
-            "version": build.version,
             "version_slug": version.slug,
-            "date": utc(build.date),
-            "length": build.length,
+            "docs_url": self.store.version_url(project, version.slug),
             "type": build.type,
             "state": build.state,
+            "date": utc(build.date),
             "success": build.success,
             "error": build.error,
             "commit": build.commit,
-            "docs_url": self.store.version_url(project, version.slug),
-            "commands": [self.command(c) for c in self.store.commands_of(build)],
+            "length": build.length,
+            "project": build.project,
+            "version": build.version,
         }
 
     @staticmethod
     def command(command: BuildCommand) -> dict:
         return {
             "id": command.id,
-            "build": command.build,
+            "run_time": int((command.end_time - command.start_time).total_seconds()),
             "command": command.command,
             "description": command.description,
+            "output": command.output,
+            "exit_code": command.exit_code,
             "start_time": utc(command.start_time),
             "end_time": utc(command.end_time),
-            "run_time": int((command.end_time - command.start_time).total_seconds()),
-            "exit_code": command.exit_code,
-            "output": command.output,
+            "build": command.build,
         }
 
 
@@ -148,7 +150,30 @@ async def project_list(request: web.BaseRequest, state: ApiState, params: dict[s
     else:
         found = store.project_by_slug.get(slug)
         items = [found] if found else []
+    if "page" in request.query:
+        return await numbered_page(request, state, items)
     return await paginated(request, state, items, state.shapes(V2Shapes).project, project_keys)
+
+
+async def numbered_page(request: web.BaseRequest, state: ApiState, items: list[Project]) -> Reply:
+    """Projects as the original paged them: ``page=N``, PROJECTS_PER_PAGE a page (DECISIONS.md section 2)."""
+    number = positive_id(last(request.query, "page") or "")
+    pages = max(1, -(-len(items) // PROJECTS_PER_PAGE))
+    if number is None or number > pages:
+        raise ApiError(404, {"detail": "Invalid page."})
+    shown = items[(number - 1) * PROJECTS_PER_PAGE : number * PROJECTS_PER_PAGE]
+    base = state.fixed_base or f"{request.scheme}://{request.host.lower()}"
+    envelope = {
+        "count": len(items),
+        "next": page_number_link(request, base, number + 1) if number < pages else None,
+        "previous": page_number_link(request, base, number - 1) if number > 1 else None,
+    }
+    render = state.shapes(V2Shapes).project
+
+    def make() -> tuple[dict, list[str]]:
+        return {**envelope, "results": encoded_each(render, shown)}, ["v2", *(key for p in shown for key in project_keys(p))]
+
+    return await state.rendered(len(shown), make)
 
 
 async def project_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:

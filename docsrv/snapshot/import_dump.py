@@ -10,8 +10,9 @@ The snapshot is written to a temporary directory that takes its name only when c
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from operator import attrgetter
@@ -21,10 +22,10 @@ from typing import Any
 import ijson
 import msgspec
 
-from ..utils.progress import progress_bar, wanted
-from .errors import MAX_PROBLEMS, Problem, SnapshotError
-from .records import FORMAT, FORMAT_VERSION, KINDS, Build, BuildCommand, Manifest, Page, Project, User, Version
 from ..errors import CommandError
+from ..utils.progress import progress_bar, wanted
+from .errors import Problem, SnapshotError
+from .records import FORMAT, FORMAT_VERSION, KINDS, Build, BuildCommand, Manifest, Page, Project, ProjectRelationship, User, Version
 from .write import RecordWriter, built_aside, write_manifest
 
 #: The original service's names of documentation types, and the spec's neutral ones.
@@ -40,7 +41,28 @@ PAGE_MODELS = {"projects.importedfile", "projects.htmlfile", "projects.importedh
 @dataclass
 class DumpReport:
     counts: dict[str, int] = field(default_factory=dict)
-    skipped: Counter = field(default_factory=Counter)
+    #: Records of models docsrv does not serve, by model.
+    unknown: Counter = field(default_factory=Counter)
+    #: (model, pk, reason) of every record of a served model that was left out.
+    skipped: list[tuple[str, Any, str]] = field(default_factory=list)
+    #: (model, pk, what was done) of records kept with a reference fixed or dropped.
+    notes: list[tuple[str, Any, str]] = field(default_factory=list)
+
+    def skip(self, model: str, pk: Any, reason: str) -> None:
+        self.skipped.append((model, pk, reason))
+
+    def note(self, model: str, pk: Any, what: str) -> None:
+        self.notes.append((model, pk, what))
+
+
+#: What must be unique within a kind of record; a later record that repeats it is left out.
+UNIQUE: dict[str, Callable[[Any], Any]] = {
+    "users": attrgetter("username"),
+    "projects": attrgetter("slug"),
+    "relationships": attrgetter("parent", "child"),
+    "versions": attrgetter("project", "slug"),
+    "pages": attrgetter("version", "path"),
+}
 
 
 def read_dump(path: Path) -> Iterator[dict]:
@@ -67,6 +89,16 @@ def moment(value: Any) -> Any:
     if isinstance(value, str) and value and not value.endswith("Z") and "+" not in value[10:] and "-" not in value[10:]:
         return value + "Z"
     return value
+
+
+def privacy(value: Any) -> str:
+    """The original's API served ``public`` only: ``protected``, and any level docsrv does not
+    know, are private (DECISIONS.md section 1). A dump older than the field: public, its default."""
+    return "public" if value is None or value == "public" else "private"
+
+
+def relationship(pk: Any, f: dict) -> dict:
+    return {"id": pk, "parent": f.get("parent"), "child": f.get("child"), "alias": f.get("alias") or None}
 
 
 def user(pk: Any, f: dict) -> dict:
@@ -96,7 +128,7 @@ def project(pk: Any, f: dict) -> dict:
         "default_branch": text(f.get("default_branch")),
         "documentation_type": DOCUMENTATION_TYPES.get(documentation_type, documentation_type),
         "users": f.get("users") or [],
-        "privacy_level": text(f.get("privacy_level"), "public"),
+        "privacy_level": privacy(f.get("privacy_level")),
         "analytics_code": text(f.get("analytics_code")),
         "copyright": text(f.get("copyright")),
         "crate_url": text(f.get("crate_url")),
@@ -123,7 +155,7 @@ def version(pk: Any, f: dict) -> dict:
         "built": bool(f.get("built") or False),
         "uploaded": bool(f.get("uploaded") or False),
         "type": text(f.get("type"), "unknown"),
-        "privacy_level": text(f.get("privacy_level"), "public"),
+        "privacy_level": privacy(f.get("privacy_level")),
         "downloads": downloads,
     }
 
@@ -175,6 +207,7 @@ def page(pk: Any, f: dict) -> dict:
 MODELS = {
     "auth.user": ("users", User, user),
     "projects.project": ("projects", Project, project),
+    "projects.projectrelationship": ("relationships", ProjectRelationship, relationship),
     "builds.version": ("versions", Version, version),
     "builds.build": ("builds", Build, build),
     "builds.buildcommandresult": ("build_commands", BuildCommand, command),
@@ -196,8 +229,7 @@ def import_dump(
     source = ", ".join(str(d) for d in dumps)
     if out.exists() and not replace:
         raise CommandError(f"{out} already exists: choose another directory, or --force to replace it")
-    problems: list[Problem] = []
-    records: dict[str, list] = {kind: [] for kind in KINDS}
+    by_pk: dict[str, dict[int, tuple[str, Any]]] = {kind: {} for kind in KINDS}
     report = DumpReport()
     show = wanted() if progress is None else progress
     for dump in dumps:
@@ -205,67 +237,102 @@ def import_dump(
             for record in read_dump(dump):
                 label = str(record.get("model", "")) if isinstance(record, dict) else ""
                 known = MODELS.get(label)
+                if bar is not None:
+                    bar.update(1)
                 if known is None:
-                    report.skipped[label or "(not a dumpdata record)"] += 1
+                    report.unknown[label or "(not a dumpdata record)"] += 1
                     continue
                 kind, cls, fields_of = known
                 pk = record.get("pk")
+                if not isinstance(pk, int) or isinstance(pk, bool) or pk < 1:
+                    reason = "django-guardian's AnonymousUser" if label == "auth.user" and pk == -1 else "its pk is not a positive id"
+                    report.skip(label, pk, reason)
+                    continue
                 try:
-                    records[kind].append(msgspec.convert(fields_of(pk, record.get("fields") or {}), cls))
+                    converted = msgspec.convert(fields_of(pk, record.get("fields") or {}), cls)
                 except msgspec.ValidationError as error:
-                    problems.append(Problem(dump.name, None, f"{label} pk={pk!r}: {error}"))
-                if bar is not None:
-                    bar.update(1)
-                if len(problems) >= MAX_PROBLEMS:
-                    raise SnapshotError(source, problems, what="dump")
-    check_relations(records, problems)
-    if problems:
-        raise SnapshotError(source, problems[:MAX_PROBLEMS], what="dump")
+                    report.skip(label, pk, str(error))
+                    by_pk[kind].pop(pk, None)  # a later record replaces an earlier one, even a bad one
+                    continue
+                by_pk[kind][pk] = (label, converted)  # as loaddata does: the later record of a pk wins
+    records = keep_what_can_be_served(by_pk, report)
+    if not records["projects"]:
+        raise SnapshotError(source, [Problem(source, None, "holds no project that can be served: no snapshot written")], what="dump")
     with built_aside(out, replace=replace) as partial:
-        report.counts = write_snapshot(records, partial, name or dumps[0].stem, public_url, created_at)
+        report.counts = write_snapshot(records, partial, snapshot_name(name or dumps[0].stem), public_url, created_at)
     return report
 
 
-def check_relations(records: dict[str, list], problems: list[Problem]) -> None:
-    """Every key names a record of the dump, and every id and slug is unique where it must be."""
+def snapshot_name(text: str) -> str:
+    """A valid snapshot name from a file name: other characters than letters, digits, ``.``, ``_``
+    and ``-`` become ``-`` (DECISIONS.md section 6)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", text) or "dump"
 
-    def refer(label: str, item, name: str, target: str, ids: set) -> None:
-        value = getattr(item, name)
-        if value not in ids:
-            problems.append(Problem("dump", None, f"{label} pk={item.id}: {name} {value} is not in the dump ({target})"))
 
-    ids = {kind: set() for kind in records}
-    for kind, items in records.items():
-        for item in items:
-            if item.id in ids[kind]:
-                problems.append(Problem("dump", None, f"{kind} pk={item.id} appears twice"))
-            ids[kind].add(item.id)
-    for item in records["projects"]:
-        for member in item.users:
-            if member not in ids["users"]:
-                problems.append(Problem("dump", None, f"projects.project pk={item.id}: user {member} is not in the dump (auth.user)"))
-    for item in records["versions"]:
-        refer("builds.version", item, "project", "projects.project", ids["projects"])
-    version_project = {v.id: v.project for v in records["versions"]}
-    for label, kind in (("builds.build", "builds"), ("projects.importedfile", "pages")):
-        for item in records[kind]:
-            refer(label, item, "version", "builds.version", ids["versions"])
-            owner = version_project.get(item.version)
-            if owner is not None and owner != item.project:
-                problems.append(Problem("dump", None, f"{label} pk={item.id}: project {item.project} is not the project of its version"))
-    for item in records["build_commands"]:
-        refer("builds.buildcommandresult", item, "build", "builds.build", ids["builds"])
-    for label, key, kind in (("projects.project", attrgetter("slug"), "projects"), ("auth.user", attrgetter("username"), "users")):
-        seen: set = set()
-        for item in records[kind]:
-            if key(item) in seen:
-                problems.append(Problem("dump", None, f"{label} pk={item.id}: {key(item)!r} is taken by another record"))
-            seen.add(key(item))
+def keep_what_can_be_served(by_pk: dict[str, dict[int, tuple[str, Any]]], report: DumpReport) -> dict[str, list]:
+    """The records whose every reference is kept too, in order of dependence; every record left
+    out is reported with its reason, and a reference fixed (a build filed under another project
+    than its version's) is kept as the rulings say (DECISIONS.md section 6)."""
+    records: dict[str, list] = {kind: [] for kind in KINDS}
+
+    def keep(kind: str, ok: Callable[[str, Any], Any]) -> dict[int, Any]:
+        kept: dict[int, Any] = {}
+        taken: dict = {}
+        for pk, (label, item) in sorted(by_pk[kind].items()):
+            item = ok(label, item)
+            if item is None:
+                continue
+            unique_key = UNIQUE.get(kind)
+            if unique_key is not None:
+                value = unique_key(item)
+                if value in taken:
+                    report.skip(label, pk, f"{value!r} is taken by another record (pk={taken[value]})")
+                    continue
+                taken[value] = pk
+            kept[pk] = item
+        records[kind] = list(kept.values())
+        return kept
+
+    users = keep("users", lambda label, u: u)
+
+    def project_ok(label: str, p: Project) -> Project:
+        missing = [u for u in p.users if u not in users]
+        if missing:
+            report.note(label, p.id, f"users {missing} are not in the dump: left out of its users")
+            p = msgspec.structs.replace(p, users=tuple(u for u in p.users if u in users))
+        return p
+
+    projects = keep("projects", project_ok)
+
+    def relationship_ok(label: str, r: ProjectRelationship) -> ProjectRelationship | None:
+        for end in ("parent", "child"):
+            if getattr(r, end) not in projects:
+                return report.skip(label, r.id, f"its {end} project {getattr(r, end)} is not kept")
+        if r.parent == r.child:
+            return report.skip(label, r.id, "a project cannot be its own subproject")
+        return r
+
+    keep("relationships", relationship_ok)
+    versions = keep("versions", lambda label, v: v if v.project in projects else report.skip(label, v.id, f"its project {v.project} is not kept"))
+
+    def under_version(label: str, item: Any) -> Any:
+        version = versions.get(item.version)
+        if version is None:
+            return report.skip(label, item.id, f"its version {item.version} is not kept")
+        if item.project != version.project:
+            report.note(label, item.id, f"filed under project {item.project}; kept under its version's project {version.project}")
+            item = msgspec.structs.replace(item, project=version.project)
+        return item
+
+    builds = keep("builds", under_version)
+    keep("build_commands", lambda label, c: c if c.build in builds else report.skip(label, c.id, f"its build {c.build} is not kept"))
+    keep("pages", under_version)
+    return records
 
 
 def write_snapshot(records: dict[str, list], out: Path, name: str, public_url: str, created_at: datetime | None) -> dict[str, int]:
     records["build_commands"].sort(key=attrgetter("build", "start_time", "id"))
-    for kind in ("users", "projects", "versions", "builds", "pages"):
+    for kind in ("users", "projects", "relationships", "versions", "builds", "pages"):
         records[kind].sort(key=attrgetter("id"))
     counts = {}
     for kind in KINDS:

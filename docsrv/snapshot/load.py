@@ -19,7 +19,7 @@ from ..utils.progress import wanted
 from .commands import CommandFile, index_commands
 from .errors import ProblemList, SnapshotError
 from .lines import decoded_blocks, describe
-from .records import FORMAT, FORMAT_VERSION, KINDS, BuildCommand, Manifest, Page, PageHead, Record
+from .records import FORMAT, FORMAT_VERSION, KINDS, OPTIONAL_KINDS, BuildCommand, Manifest, Page, PageHead, Record
 
 #: Endings a record file may have, by how it is compressed.
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
@@ -92,6 +92,9 @@ def read_snapshot(path: str | Path, *, progress: bool | None = None, page_text: 
         if cls is Page and not page_text:
             cls = PageHead
         found = record_file(directory, kind)
+        if not found and kind in OPTIONAL_KINDS:
+            records[kind] = []
+            continue
         if not found:
             problems.add(f"{kind}.jsonl", None, "missing: every snapshot has this file (it may be empty)")
             continue

@@ -23,7 +23,8 @@ Id = Annotated[int, msgspec.Meta(ge=1)]
 Slug = Annotated[str, msgspec.Meta(min_length=1, max_length=255, pattern=r"^[^/\s?#]+$")]
 
 Privacy = Literal["public", "private"]
-BuildType = Literal["html", "pdf", "epub", "man"]
+#: html, pdf and epub; man and dash are legacy types that old databases still hold, served as recorded.
+BuildType = Literal["html", "pdf", "epub", "man", "dash"]
 BuildState = Literal["triggered", "building", "installing", "cloning", "finished"]
 VersionType = Literal["tag", "branch", "external", "unknown"]
 DownloadFormat = Literal["pdf", "htmlzip", "epub"]
@@ -70,6 +71,15 @@ class Project(Record, frozen=True, gc=False):
     theme: str = "default"
     use_virtualenv: bool = False
     version: str = ""
+
+
+class ProjectRelationship(Record, frozen=True, gc=False):
+    """A subproject: ``child`` is served under ``parent`` (the original's projects.projectrelationship).
+    Doc search on the parent also searches its public subprojects (DECISIONS.md section 3)."""
+
+    parent: Id
+    child: Id
+    alias: str | None = None
 
 
 class Version(Record, frozen=True, gc=False):
@@ -162,8 +172,11 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 KINDS: dict[str, type[Record]] = {
     "users": User,
     "projects": Project,
+    "relationships": ProjectRelationship,
     "versions": Version,
     "builds": Build,
     "build_commands": BuildCommand,
     "pages": Page,
 }
+#: Kinds a snapshot may leave out (written by every docsrv that knows them): none of that kind.
+OPTIONAL_KINDS = frozenset({"relationships"})

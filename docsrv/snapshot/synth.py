@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 
 from ..utils.progress import progress_bar, wanted
-from .records import FORMAT, FORMAT_VERSION, KINDS, Build, BuildCommand, Manifest, Page, Project, Section, User, Version
+from .records import FORMAT, FORMAT_VERSION, KINDS, Build, BuildCommand, Manifest, Page, Project, ProjectRelationship, Section, User, Version
 from .write import RecordWriter, built_aside, write_manifest
 
 DEMO = Path(__file__).resolve().parent.parent.parent / "snapshots" / "demo"
@@ -118,6 +118,7 @@ class Synthesizer:
 
     def __init__(self, scale: str, seed: int) -> None:
         self.scale = scale
+        self.seed = seed
         self.rng = random.Random(seed)
         self.n_projects, self.n_versions, self.n_builds, self.n_pages = SCALES[scale]
         self.n_users = max(self.n_projects // 2, 10)
@@ -193,6 +194,21 @@ class Synthesizer:
                 pub_date=created,
                 modified_date=created + timedelta(seconds=rng.randrange(SPAN_SECONDS // 2)),
             )
+
+    def relationships(self):
+        """Subprojects: one project in twenty is a parent of one to three others (which are
+        neither parents nor another's subproject), drawn from a generator of their own so that
+        every other kind of record is the same as without them."""
+        rng = random.Random(f"{self.seed}-relationships")
+        ids = list(range(1, self.n_projects + 1))
+        rng.shuffle(ids)
+        parents = ids[: self.n_projects // 20]
+        children = iter(ids[self.n_projects // 20 :])
+        rid = 0
+        for parent in sorted(parents):
+            for child in itertools.islice(children, rng.randint(1, 3)):
+                rid += 1
+                yield ProjectRelationship(id=rid, parent=parent, child=child, alias=self.project_slugs[child - 1].split("-")[-1])
 
     def versions(self):
         rng = self.rng

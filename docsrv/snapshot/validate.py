@@ -14,7 +14,7 @@ from .load import RawSnapshot
 def check_snapshot(raw: RawSnapshot) -> None:
     """Raise SnapshotError naming file and line of every cross-record problem in ``raw``."""
     problems = ProblemList(str(raw.path))
-    files = raw.files
+    files = {**{kind: f"{kind}.jsonl" for kind in raw.records}, **raw.files}
     records = raw.records
     lines = {kind: unique_ids(files[kind], items, problems) for kind, items in records.items()}
 
@@ -27,6 +27,16 @@ def check_snapshot(raw: RawSnapshot) -> None:
                 problems.add(files["projects"], i + 1, f"project {project.id} names user {user}, which does not exist")
 
     project_lines = lines["projects"]
+    relationships = records["relationships"]
+    for i, relation in enumerate(relationships):
+        for end in ("parent", "child"):
+            if getattr(relation, end) not in project_lines:
+                problems.add(files["relationships"], i + 1,
+                             f"relationship {relation.id} names {end} project {getattr(relation, end)}, which does not exist")
+        if relation.parent == relation.child:
+            problems.add(files["relationships"], i + 1, f"relationship {relation.id} makes project {relation.parent} its own subproject")
+    if relationships:
+        unique(files["relationships"], (((r.parent, r.child), i) for i, r in enumerate(relationships)), "subproject of a parent", problems)
     unique(
         files["versions"],
         (((v.project, v.slug), i) for i, v in enumerate(records["versions"])),

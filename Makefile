@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SNAPSHOT ?= snapshots/demo
-HOST ?= 127.0.0.1
-PORT ?= 8000
+# make serve [SNAPSHOT=dir] [HOST=address] [PORT=n]: unset, docsrv's own defaults (docsrv/config.py).
+SNAPSHOT ?=
+HOST ?=
+PORT ?=
 
 .PHONY: serve test install clean bench bench-full
 
@@ -20,7 +21,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 serve: $(STAMP)
-	$(BIN)/docsrv serve --snapshot $(SNAPSHOT) --host $(HOST) --port $(PORT)
+	$(BIN)/docsrv serve $(if $(SNAPSHOT),--snapshot $(SNAPSHOT)) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

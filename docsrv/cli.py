@@ -9,12 +9,11 @@ import os
 import sys
 from pathlib import Path
 
-from .config import Settings
+from importlib.metadata import version
+
+from .config import SERVE_OPTIONS, Settings, add_options, listed
 from .errors import CommandError, StartError
 from .snapshot.errors import SnapshotError
-
-DEFAULTS = Settings()
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
@@ -33,33 +32,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="docsrv", description="A read replica of a documentation-hosting JSON API.")
+    parser.add_argument("--version", action="version", version=f"docsrv {version('docsrv')}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="serve a snapshot over HTTP")
-    serve.add_argument("--snapshot", type=Path, default=None, help="snapshot directory (default: the bundled demo)")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--public-url", default=None, help="base of absolute links in lists (default: the request's host)")
-    serve.add_argument("--max-age", type=int, default=DEFAULTS.max_age, help="Cache-Control max-age of 200s, seconds")
-    serve.add_argument("--stale-while-revalidate", type=int, default=DEFAULTS.stale_while_revalidate)
-    serve.add_argument("--stale-if-error", type=int, default=DEFAULTS.stale_if_error)
-    serve.add_argument(
-        "--response-cache-mb", type=int, default=DEFAULTS.response_cache_bytes >> 20, help="encoded replies kept per worker"
-    )
-    serve.add_argument(
-        "--allowed-host", action="append", default=None, metavar="HOST",
-        help="a Host header answered when --public-url is unset (repeatable; a name, .domain or *; "
-        "default: the listening address and localhost)",
-    )
-    serve.add_argument("--search-queue", type=int, default=DEFAULTS.search_queue,
-                       help="searches that may wait in each worker; more are refused with 503")
-    serve.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (default: the number of cores)")
-    serve.add_argument("--watch", action="store_true", help="reload when a new snapshot appears at --snapshot")
-    serve.add_argument("--watch-interval", type=float, default=2.0,
-                       help="seconds between looks at the snapshot's files (for a new snapshot, or files changed on disk)")
-    serve.add_argument("--no-workers-timeout", type=float, default=60.0,
-                       help="exit 1 when no worker has been able to serve for this many seconds")
-    serve.add_argument("--access-log", action="store_true", help="write one JSON line per request to standard output")
+    add_options(serve, SERVE_OPTIONS)
     serve.set_defaults(run=run_serve)
 
     index = commands.add_parser("index", help="build the search index of a snapshot")
@@ -97,6 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--force", action="store_true", help="replace --out if it exists")
     dump.set_defaults(run=run_import_dump)
 
+    pull = snapshot.add_parser("pull", help="pull a published snapshot from an origin and point DIR/current at it")
+    pull.add_argument("url", help="the base URL of a published snapshot (its manifest.json is URL/manifest.json)")
+    pull.add_argument("--into", type=Path, required=True, help="the directory of pulled snapshots and of the current link")
+    pull.add_argument("--every", type=float, default=None, metavar="SECONDS",
+                      help="pull again every SECONDS, for ever (a sidecar); failures are logged and retried with backoff")
+    pull.add_argument("--keep", type=int, default=2, help="snapshots kept (the current one always)")
+    pull.set_defaults(run=run_pull)
+
     info = snapshot.add_parser("info", help="print a snapshot's manifest and counts")
     info.add_argument("path", type=Path)
     info.set_defaults(run=run_info)
@@ -114,7 +99,7 @@ def run_serve(args: argparse.Namespace) -> int:
         stale_while_revalidate=args.stale_while_revalidate,
         stale_if_error=args.stale_if_error,
         response_cache_bytes=args.response_cache_mb << 20,
-        allowed_hosts=tuple(args.allowed_host or default_allowed_hosts(args.host)),
+        allowed_hosts=tuple(listed(args, "allowed_host") or default_allowed_hosts(args.host)),
         search_queue=args.search_queue,
     )
     return serve(
@@ -122,7 +107,7 @@ def run_serve(args: argparse.Namespace) -> int:
         settings,
         args.host,
         args.port,
-        workers=args.workers,
+        workers=args.workers or os.cpu_count() or 1,
         watch=args.watch_interval if args.watch else None,
         look_interval=args.watch_interval,
         access_log=args.access_log,
@@ -176,6 +161,27 @@ def run_import_dump(args: argparse.Namespace) -> int:
     if report.unknown:
         skipped = ", ".join(f"{model} ({n})" for model, n in report.unknown.most_common())
         print(f"skipped {sum(report.unknown.values())} records of models docsrv does not know: {skipped}")
+    return 0
+
+
+def run_pull(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .snapshot.pull import PullError, describe, pull, pull_every
+
+    if args.every is not None:
+        asyncio.run(pull_every(args.url, args.into, args.every, keep=args.keep))
+        return 0
+    try:
+        pulled = asyncio.run(pull(args.url, args.into, keep=args.keep))
+    except (PullError, OSError) as error:
+        print(f"docsrv: pull failed: {describe(error)}", file=sys.stderr)
+        return 1
+    if pulled.changed:
+        print(f"pulled snapshot {pulled.name} ({pulled.files} files, {pulled.bytes / 1e6:.1f} MB in {pulled.seconds:.1f} s); "
+              f"{args.into / 'current'} -> {pulled.name}")
+    else:
+        print(f"snapshot {pulled.name} is current; nothing to pull")
     return 0
 
 

@@ -7,7 +7,7 @@ import resource
 import socket
 import time
 
-from test_hostile import raw_request
+from helpers import raw_request
 
 
 def metric(server, name: str, labels: str = "") -> float:

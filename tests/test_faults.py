@@ -8,75 +8,14 @@ import os
 import resource
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
-import msgspec
 import pytest
 
-from conftest import DEMO, ROOT
-from test_replica import Hammer
-
-
-def docsrv(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "docsrv", *args], capture_output=True, text=True, cwd=ROOT, timeout=120, **kwargs)
-
-
-def sealed(directory: Path, name: str, project_name: str | None = None, *, edit=None) -> Path:
-    """A demo snapshot written by docsrv (its manifest seals every file), renamed, and changed."""
-    from docsrv.snapshot.records import Manifest
-    from docsrv.snapshot.write import write_manifest
-
-    assert docsrv("snapshot", "synth", "--scale", "demo", "--out", str(directory)).returncode == 0
-    if project_name is not None:
-        lines = (directory / "projects.jsonl").read_text().splitlines(keepends=True)
-        first = json.loads(lines[0])
-        first["name"] = project_name
-        lines[0] = json.dumps(first) + "\n"
-        (directory / "projects.jsonl").write_text("".join(lines))
-    if edit is not None:
-        edit(directory)
-    manifest = msgspec.json.decode((directory / "manifest.json").read_bytes(), type=Manifest)
-    write_manifest(directory, msgspec.structs.replace(manifest, name=name))
-    return directory
-
-
-def children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def poll(condition, timeout: float = 30.0, what="condition"):
-    """``condition()`` once it is true; ``what`` (or what it returns) names it if it never is."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.02)
-    raise AssertionError(f"no {what() if callable(what) else what} within {timeout} s")
-
-
-def refused(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-    except ConnectionRefusedError:
-        return True
-    return False
+from conftest import DEMO
+from helpers import Hammer, alive, children, docsrv, poll, refused, sealed
 
 
 def other_commands(directory: Path) -> None:

@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from docsrv.api.app import ROUTES
+from helpers import raw_request
 
 PATHS = [r.template.replace("{id}", "1") for r in ROUTES] + [
     "/api/v1/project/pip/", "/api/v1/user/eric/", "/api/v1/version/pip/", "/api/v2/docsearch/",
@@ -20,27 +21,6 @@ values = st.one_of(words.map(lambda w: "".join(c if c.isalnum() else f"%{ord(c):
 names = st.sampled_from(["limit", "offset", "q", "project", "version", "slug", "project__slug", "active", "commit", "users",
                          "username", "format", "name", "language", "x", "", "limit[]", "slug__in"])
 query = st.lists(st.tuples(names, values), max_size=6).map(lambda pairs: "&".join(f"{k}={v}" for k, v in pairs))
-
-
-def raw_request(port: int, request: bytes) -> tuple[int, dict, bytes] | None:
-    """Send bytes as they are, and read the whole answer (the connection is closed after it).
-
-    None when the server closed the connection without answering: right only when the bytes
-    held no request at all (empty lines before a request line are to be ignored).
-    """
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.sendall(request)
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-    if not data:
-        assert not request.strip(), request
-        return None
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    return status, headers, body
 
 
 def check(status: int, headers: dict, body: bytes, method: str = "GET") -> None:

@@ -5,26 +5,13 @@ import gzip
 import http.client
 import json
 import os
-import shutil
 import signal
-import threading
 import time
 
 import brotli
 import pytest
 
-from conftest import DEMO
-
-
-def fresh_get(port, path, headers=None):
-    """A request on a new connection (Connection: close), as a load balancer's health check makes."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        connection.request("GET", path, headers={"Connection": "close", **(headers or {})})
-        response = connection.getresponse()
-        return response.status, response.headers, response.read()
-    finally:
-        connection.close()
+from helpers import BROKEN, Hammer, fresh_get, make_snapshot
 
 
 @pytest.mark.parametrize(("accept", "coding"), [
@@ -107,39 +94,6 @@ def test_no_access_log_by_default(demo):
     assert not any("from=quiet" in line for line in demo.log)
 
 
-def make_snapshot(directory, name, project_name):
-    """A copy of the demo snapshot with its own name and its first project renamed."""
-    shutil.copytree(DEMO, directory, ignore=shutil.ignore_patterns("index"))
-    manifest = json.loads((directory / "manifest.json").read_text())
-    manifest["name"] = name
-    (directory / "manifest.json").write_text(json.dumps(manifest))
-    lines = (directory / "projects.jsonl").read_text().splitlines(keepends=True)
-    first = json.loads(lines[0])
-    first["name"] = project_name
-    lines[0] = json.dumps(first) + "\n"
-    (directory / "projects.jsonl").write_text("".join(lines))
-    return directory
-
-
-class Hammer(threading.Thread):
-    """Requests the first project over and over on fresh connections, recording every answer."""
-
-    def __init__(self, port):
-        super().__init__(daemon=True)
-        self.port = port
-        self.results = []
-        self.failures = []
-        self.running = True
-
-    def run(self):
-        while self.running:
-            try:
-                status, headers, body = fresh_get(self.port, "/api/v2/project/1/")
-                self.results.append((time.monotonic(), status, headers["X-Snapshot"], json.loads(body)["name"]))
-            except Exception as error:  # noqa: BLE001 - every failure is what the test counts
-                self.failures.append(repr(error))
-
-
 def test_reload_under_load_swaps_cleanly(tmp_path, start_server):
     first = make_snapshot(tmp_path / "a", "snap-a", "pip (a)")
     second = make_snapshot(tmp_path / "b", "snap-b", "pip (b)")
@@ -189,8 +143,6 @@ def test_a_corrupt_snapshot_on_reload_leaves_the_old_one_serving(tmp_path, start
 
 @pytest.mark.parametrize("case", ["truncated file", "duplicate slug", "wrong format version", "missing file", "missing project"])
 def test_each_kind_of_broken_snapshot_on_reload_leaves_the_old_one_serving(tmp_path, start_server, case):
-    from test_snapshot import BROKEN
-
     snapshot = make_snapshot(tmp_path / "a", "snap-a", "pip (a)")
     server = start_server("--snapshot", str(snapshot), "--workers", "1")
     spoil, message = BROKEN[case]

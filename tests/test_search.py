@@ -82,7 +82,7 @@ def test_reimport_replaces_the_versions_pages(built, tmp_path):
 
 def test_pages_keep_main_content_only(server):
     page = next(o for o in server.json("/api/v1/file/?limit=0")["objects"] if o["absolute_url"].endswith("attrs/en/latest/security.html"))
-    text = server.json(f"/api/v1/file/search/?q=vulnerability")
+    text = server.json("/api/v1/file/search/?q=vulnerability")
     assert any(o["id"] == page["id"] for o in text["objects"])
     assert search(server, "trackingPixel")["results"]["hits"]["total"] == 0  # scripts are not content
     assert search(server, "Navigation")["results"]["hits"]["total"] == 0  # nor is the sidebar

@@ -32,12 +32,12 @@ class SnapshotError(Exception):
         super().__init__(f"{what} {path} has {len(problems)} problem(s){more}:\n{shown}")
 
 
-    def summary(self, most: int = 3) -> str:
-        """The problems without filesystem paths: the snapshot by its directory's name, files by
-        their names (for /readyz, which anyone may read)."""
+    def summary(self, most: int = 3, name: str | None = None) -> str:
+        """The problems without filesystem paths: the snapshot by ``name`` or its directory's
+        name, files by their names (for /readyz, which anyone may read)."""
         shown = "; ".join(f"{Problem(PurePath(p.file).name, p.line, p.message)}" for p in self.problems[:most])
         more = f" (and {len(self.problems) - most} more)" if len(self.problems) > most else ""
-        return f"{self.what} {PurePath(self.path).name} has {len(self.problems)} problem(s): {shown}{more}"
+        return f"{self.what} {name or PurePath(self.path).name} has {len(self.problems)} problem(s): {shown}{more}"
 
 
 class ProblemList(list[Problem]):

@@ -125,7 +125,7 @@ def put_in_place(new: Path, target: Path) -> None:
     if exchanged:
         shutil.rmtree(new)  # it now holds what was at target
         return
-    old = new.with_name(new.name.replace(".partial-", ".old-"))
+    old = new.with_name(new.name + ".old")
     os.rename(target, old)
     os.rename(new, target)
     shutil.rmtree(old)

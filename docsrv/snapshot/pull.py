@@ -1,0 +1,261 @@
+"""Pulling a published snapshot from an origin: any static HTTP(S) server, a CDN, an object store.
+
+``URL/manifest.json`` names every file of the snapshot with its size and SHA-256; each file
+lies beside it. A pull fetches the manifest (conditionally: an unchanged snapshot costs one
+small request), then every file it lists, in parallel, streamed to disk without blocking the
+event loop, into ``DIR/.pull-<name>-<digest>/``; an interrupted pull resumes there (files
+already whole are kept; a partial one continues with a Range request where the origin allows).
+Each file's size and digest are checked as it arrives. Then the snapshot is loaded and checked
+as a server would, its search index built, and only then is it renamed to ``DIR/<name>`` and
+``DIR/current`` pointed at it, with the atomic rename of a new symlink: a server watching
+``DIR/current`` reloads. Any failure leaves ``current`` where it was. The last ``keep``
+snapshots stay; older ones that ``current`` does not name are removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiofiles
+import aiohttp
+import msgspec
+
+from ..utils.progress import progress_bar, wanted
+from .errors import SnapshotError
+from .records import FileDigest, Manifest
+from .write import put_in_place
+
+log = logging.getLogger("docsrv")
+
+CURRENT = "current"
+STATE_FILE = ".pull-state.json"
+#: Files fetched at once, the size of a read, and the longest a manifest may be.
+PARALLEL = 4
+CHUNK = 256 << 10
+MAX_MANIFEST_BYTES = 4 << 20
+TIMEOUT = aiohttp.ClientTimeout(total=None, connect=30, sock_read=60)
+#: Pauses between failed pulls with --every: doubling from the first to the last.
+RETRY_SECONDS = (5.0, 300.0)
+
+
+class PullError(Exception):
+    """A pull that failed; the message says what, in one line."""
+
+
+@dataclass
+class Pulled:
+    name: str
+    #: False when the origin's snapshot is the one ``current`` already names.
+    changed: bool
+    files: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+
+
+class PullState(msgspec.Struct):
+    """What the last pull saw of the manifest, for a conditional request."""
+
+    etag: str | None = None
+    last_modified: str | None = None
+    name: str | None = None
+
+
+async def pull(url: str, into: Path, *, keep: int = 2, progress: bool | None = None, build_index: bool = True) -> Pulled:
+    """Pull the snapshot published at ``url`` into ``into`` and point ``into/current`` at it."""
+    started = time.perf_counter()
+    base = url.rstrip("/")
+    into.mkdir(parents=True, exist_ok=True)
+    state = read_state(into)
+    current = current_name(into)
+    async with aiohttp.ClientSession(timeout=TIMEOUT, raise_for_status=False) as session:
+        headers = {}
+        if state.name is not None and state.name == current:
+            if state.etag:
+                headers["If-None-Match"] = state.etag
+            if state.last_modified:
+                headers["If-Modified-Since"] = state.last_modified
+        async with session.get(f"{base}/manifest.json", headers=headers) as response:
+            if response.status == 304:
+                return Pulled(current or "", changed=False, seconds=time.perf_counter() - started)
+            if response.status != 200:
+                raise PullError(f"{base}/manifest.json: HTTP {response.status} {response.reason}")
+            raw = await read_bounded(response, MAX_MANIFEST_BYTES, f"{base}/manifest.json")
+            validators = PullState(response.headers.get("ETag"), response.headers.get("Last-Modified"))
+        manifest = decode_manifest(raw, base)
+        validators.name = manifest.name
+        target = into / manifest.name
+        if current == manifest.name and (target / "manifest.json").is_file() and (target / "manifest.json").read_bytes() == raw:
+            write_state(into, validators)
+            return Pulled(manifest.name, changed=False, seconds=time.perf_counter() - started)
+        partial = into / f".pull-{manifest.name}-{hashlib.sha256(raw).hexdigest()[:12]}"
+        partial.mkdir(exist_ok=True)
+        total = sum(entry.size for entry in manifest.files.values())
+        show = wanted() if progress is None else progress
+        with progress_bar(total, f"pull {manifest.name}", show) as bar:
+            limit = asyncio.Semaphore(PARALLEL)
+
+            async def one(name: str, entry: FileDigest) -> None:
+                async with limit:
+                    await fetch_file(session, f"{base}/{name}", partial / name, entry, bar)
+
+            await asyncio.gather(*(one(name, entry) for name, entry in manifest.files.items()))
+    async with aiofiles.open(partial / "manifest.json", "wb") as out:  # last: it seals the snapshot
+        await out.write(raw)
+    await asyncio.to_thread(check_and_index, partial, manifest.name, build_index)
+    put_in_place(partial, target)
+    point_current(into, manifest.name)
+    write_state(into, validators)
+    prune(into, keep)
+    return Pulled(manifest.name, changed=True, files=len(manifest.files), bytes=total, seconds=time.perf_counter() - started)
+
+
+def decode_manifest(raw: bytes, base: str) -> Manifest:
+    try:
+        manifest = msgspec.json.decode(raw, type=Manifest)
+    except msgspec.DecodeError as error:
+        raise PullError(f"{base}/manifest.json: not a snapshot manifest: {error}") from None
+    if not manifest.files:
+        raise PullError(f"{base}/manifest.json: lists no files (publish a snapshot written by docsrv: its manifest seals every file)")
+    for name in manifest.files:
+        if "/" in name or name.startswith(".") or name in ("manifest.json", CURRENT):
+            raise PullError(f"{base}/manifest.json: lists a file docsrv does not take: {name!r}")
+    return manifest
+
+
+async def read_bounded(response: aiohttp.ClientResponse, most: int, where: str) -> bytes:
+    data = bytearray()
+    async for chunk in response.content.iter_chunked(CHUNK):
+        data += chunk
+        if len(data) > most:
+            raise PullError(f"{where}: larger than {most >> 20} MiB")
+    return bytes(data)
+
+
+async def fetch_file(session: aiohttp.ClientSession, url: str, path: Path, entry: FileDigest, bar) -> None:
+    """Download ``url`` to ``path``, resuming what is there, and check its size and digest."""
+    digest = hashlib.sha256()
+    have = path.stat().st_size if path.exists() else 0
+    if have > entry.size:
+        path.unlink()
+        have = 0
+    if have:
+        async with aiofiles.open(path, "rb") as existing:
+            while chunk := await existing.read(CHUNK):
+                digest.update(chunk)
+        if have == entry.size and digest.hexdigest() == entry.sha256:
+            if bar is not None:
+                bar.update(have)
+            return
+    headers = {"Range": f"bytes={have}-"} if 0 < have < entry.size else {}
+    try:
+        async with session.get(url, headers=headers) as response:
+            if response.status == 200 and headers:  # the origin does not resume: start again
+                digest, have = hashlib.sha256(), 0
+            elif response.status not in (200, 206):
+                raise PullError(f"{url}: HTTP {response.status} {response.reason}")
+            if bar is not None:
+                bar.update(have)
+            async with aiofiles.open(path, "ab" if have else "wb") as out:
+                async for chunk in response.content.iter_chunked(CHUNK):
+                    have += len(chunk)
+                    if have > entry.size:
+                        raise PullError(f"{url}: more than the {entry.size} bytes manifest.json records")
+                    digest.update(chunk)
+                    await out.write(chunk)
+                    if bar is not None:
+                        bar.update(len(chunk))
+    except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+        raise PullError(f"{url}: transfer failed after {have} of {entry.size} bytes ({type(error).__name__}); a new pull resumes it") from None
+    if have != entry.size:
+        raise PullError(f"{url}: {have} bytes, but manifest.json records {entry.size} (truncated); a new pull resumes it")
+    if digest.hexdigest() != entry.sha256:
+        path.unlink()
+        raise PullError(f"{url}: its SHA-256 differs from the one manifest.json records (corrupt); the file was removed")
+
+
+def check_and_index(directory: Path, name: str, build_index: bool) -> None:
+    """Load the snapshot as a server would (every record checked) and build its search index."""
+    from ..serving import build_index_aside, fingerprint, index_directories
+    from ..store import load_store
+
+    try:
+        store = load_store(directory, progress=False)
+    except SnapshotError as error:
+        raise PullError(error.summary(name=name)) from None
+    if build_index:
+        digest = fingerprint(directory)
+        build_index_aside(store, index_directories(directory, digest)[0], digest, False)
+
+
+def current_name(into: Path) -> str | None:
+    link = into / CURRENT
+    return os.readlink(link) if link.is_symlink() else None
+
+
+def point_current(into: Path, name: str) -> None:
+    """``into/current`` -> ``name``, swapped in one rename (a reader sees the old link or the new)."""
+    fresh = into / f".{CURRENT}.{os.getpid()}"
+    fresh.unlink(missing_ok=True)
+    fresh.symlink_to(name)
+    os.replace(fresh, into / CURRENT)
+
+
+def prune(into: Path, keep: int) -> list[str]:
+    """Remove pulled snapshots beyond the newest ``keep``, never the one ``current`` names."""
+    current = current_name(into)
+    snapshots = [p for p in into.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
+                 and (p / "manifest.json").is_file()]
+    snapshots.sort(key=lambda p: (p / "manifest.json").stat().st_mtime, reverse=True)
+    removed = []
+    for old in snapshots[max(keep, 1):]:
+        if old.name != current:
+            shutil.rmtree(old, ignore_errors=True)
+            removed.append(old.name)
+    return removed
+
+
+def read_state(into: Path) -> PullState:
+    try:
+        return msgspec.json.decode((into / STATE_FILE).read_bytes(), type=PullState)
+    except (OSError, msgspec.DecodeError):
+        return PullState()
+
+
+def write_state(into: Path, state: PullState) -> None:
+    partial = into / (STATE_FILE + ".partial")
+    partial.write_bytes(msgspec.json.encode(state))
+    os.replace(partial, into / STATE_FILE)
+
+
+async def pull_every(url: str, into: Path, seconds: float, *, keep: int, progress: bool | None = None) -> None:
+    """Pull now and every ``seconds``; a failure is logged in one line and tried again after a
+    pause that doubles with each failure in a row (from 5 s to 5 minutes, never past ``seconds``)."""
+    failures = 0
+    while True:
+        try:
+            pulled = await pull(url, into, keep=keep, progress=progress)
+        except (PullError, OSError) as error:
+            failures += 1
+            pause = min(RETRY_SECONDS[0] * 2 ** (failures - 1), RETRY_SECONDS[1], max(seconds, RETRY_SECONDS[0]))
+            log.error("pull failed (%s); trying again in %.0f s", describe(error), pause)
+            await asyncio.sleep(pause)
+            continue
+        failures = 0
+        if pulled.changed:
+            log.info("pulled snapshot %s (%d files, %.1f MB in %.1f s); current -> %s",
+                     pulled.name, pulled.files, pulled.bytes / 1e6, pulled.seconds, pulled.name)
+        await asyncio.sleep(seconds)
+
+
+def describe(error: Exception) -> str:
+    if isinstance(error, OSError):
+        where = f"{error.filename}: " if error.filename else ""
+        return f"{where}{error.strerror or error}"
+    return str(error)

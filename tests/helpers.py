@@ -1,0 +1,269 @@
+"""What several test modules share: clients that speak raw HTTP, snapshots made for a test, a
+client that hammers a server, and polling for a condition (tests never sleep a fixed time)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+
+from conftest import DEMO, ROOT
+
+
+def docsrv(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    """The command line, run to its end."""
+    return subprocess.run([sys.executable, "-m", "docsrv", *args], capture_output=True, text=True, cwd=ROOT, timeout=300, **kwargs)
+
+
+def fresh_get(port, path, headers=None):
+    """A request on a new connection (Connection: close), as a load balancer's health check makes."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("GET", path, headers={"Connection": "close", **(headers or {})})
+        response = connection.getresponse()
+        return response.status, response.headers, response.read()
+    finally:
+        connection.close()
+
+
+def raw_request(port: int, request: bytes) -> tuple[int, dict, bytes] | None:
+    """Send bytes as they are, and read the whole answer (the connection is closed after it).
+
+    None when the server closed the connection without answering: right only when the bytes
+    held no request at all (empty lines before a request line are to be ignored).
+    """
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    if not data:
+        assert not request.strip(), request
+        return None
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return status, headers, body
+
+
+def make_snapshot(directory, name, project_name):
+    """A copy of the demo snapshot with its own name and its first project renamed."""
+    shutil.copytree(DEMO, directory, ignore=shutil.ignore_patterns("index"))
+    manifest = json.loads((directory / "manifest.json").read_text())
+    manifest["name"] = name
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    lines = (directory / "projects.jsonl").read_text().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    first["name"] = project_name
+    lines[0] = json.dumps(first) + "\n"
+    (directory / "projects.jsonl").write_text("".join(lines))
+    return directory
+
+
+class Hammer(threading.Thread):
+    """Requests the first project over and over on fresh connections, recording every answer."""
+
+    def __init__(self, port):
+        super().__init__(daemon=True)
+        self.port = port
+        self.results = []
+        self.failures = []
+        self.running = True
+
+    def run(self):
+        while self.running:
+            try:
+                status, headers, body = fresh_get(self.port, "/api/v2/project/1/")
+                self.results.append((time.monotonic(), status, headers["X-Snapshot"], json.loads(body)["name"]))
+            except Exception as error:  # noqa: BLE001 - every failure is what the test counts
+                self.failures.append(repr(error))
+
+
+def sealed(directory: Path, name: str, project_name: str | None = None, *, edit=None) -> Path:
+    """A demo snapshot written by docsrv (its manifest seals every file), renamed, and changed."""
+    from docsrv.snapshot.records import Manifest
+    from docsrv.snapshot.write import write_manifest
+
+    assert docsrv("snapshot", "synth", "--scale", "demo", "--out", str(directory)).returncode == 0
+    if project_name is not None:
+        lines = (directory / "projects.jsonl").read_text().splitlines(keepends=True)
+        first = json.loads(lines[0])
+        first["name"] = project_name
+        lines[0] = json.dumps(first) + "\n"
+        (directory / "projects.jsonl").write_text("".join(lines))
+    if edit is not None:
+        edit(directory)
+    manifest = msgspec.json.decode((directory / "manifest.json").read_bytes(), type=Manifest)
+    write_manifest(directory, msgspec.structs.replace(manifest, name=name))
+    return directory
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def poll(condition, timeout: float = 30.0, what="condition"):
+    """``condition()`` once it is true; ``what`` (or what it returns) names it if it never is."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.02)
+    raise AssertionError(f"no {what() if callable(what) else what} within {timeout} s")
+
+
+def refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def edit_line(path, number, change):
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[number - 1] = change(lines[number - 1])
+    path.write_text("".join(lines), encoding="utf-8")
+
+
+def edit_record(path, number, **fields):
+    def change(line):
+        record = json.loads(line)
+        record.update(fields)
+        return json.dumps(record, ensure_ascii=False) + "\n"
+
+    edit_line(path, number, change)
+
+
+BROKEN = {
+    "invalid JSON": (lambda s: edit_line(s / "versions.jsonl", 5, lambda line: line[:-10] + "\n"), "versions.jsonl:5: invalid JSON"),
+    "wrong type": (lambda s: edit_record(s / "projects.jsonl", 3, id="three"), "projects.jsonl:3: Expected `int`, got `str` - at `$.id`"),
+    "naive datetime": (lambda s: edit_record(s / "builds.jsonl", 2, date="2023-01-01T00:00:00"), "builds.jsonl:2:"),
+    "unknown field": (lambda s: edit_record(s / "users.jsonl", 4, pasword="x"), "users.jsonl:4: Object contains unknown field `pasword`"),
+    "bad enum": (lambda s: edit_record(s / "builds.jsonl", 7, state="exploded"), "builds.jsonl:7: Invalid enum value 'exploded'"),
+    "duplicate id": (lambda s: edit_record(s / "versions.jsonl", 9, id=1), "versions.jsonl:9: duplicate id 1 (first on line 1)"),
+    "duplicate slug": (lambda s: edit_record(s / "projects.jsonl", 2, slug="pip"), "projects.jsonl:2: duplicate project slug 'pip' (first on line 1)"),
+    "missing project": (lambda s: edit_record(s / "versions.jsonl", 3, project=404), "versions.jsonl:3: version 3 names project 404, which does not exist"),
+    "missing user": (lambda s: edit_record(s / "projects.jsonl", 1, users=[2, 77]), "projects.jsonl:1: project 1 names user 77"),
+    "build of another project's version": (lambda s: edit_record(s / "builds.jsonl", 1, project=2), "builds.jsonl:1: build 101 names project 2, but its version"),
+    "command of a missing build": (lambda s: edit_record(s / "build_commands.jsonl", 10, build=1), "build_commands.jsonl:10: command"),
+    "commands of a build apart": (
+        lambda s: (s / "build_commands.jsonl").write_text(
+            "".join((lines := (s / "build_commands.jsonl").read_text().splitlines(keepends=True))[1:]) + lines[0]
+        ),
+        "build_commands.jsonl:687: command 1001 of build 101 is not next to the other commands of that build",
+    ),
+    "command ending before it starts": (
+        lambda s: edit_record(s / "build_commands.jsonl", 4, end_time="2000-01-01T00:00:00Z"),
+        "build_commands.jsonl:4: command 1004 ends before it starts",
+    ),
+    "blank line": (lambda s: edit_line(s / "users.jsonl", 2, lambda line: line + "\n"), "users.jsonl:3: blank line"),
+    "truncated file": (lambda s: (s / "builds.jsonl").write_bytes((s / "builds.jsonl").read_bytes()[:-300]), "builds.jsonl:"),
+    "count mismatch": (lambda s: edit_line(s / "users.jsonl", 12, lambda line: ""), "users.jsonl: holds 11 records but manifest.json counts 12"),
+    "missing file": (lambda s: (s / "pages.jsonl").unlink(), "pages.jsonl: missing"),
+    "missing manifest": (lambda s: (s / "manifest.json").unlink(), "manifest.json: cannot be read"),
+    "manifest not JSON": (lambda s: (s / "manifest.json").write_text('{\n  "format": "docsrv-snapshot",\n  oops\n}'), "manifest.json:3: invalid JSON"),
+    "wrong format version": (
+        lambda s: (s / "manifest.json").write_text((s / "manifest.json").read_text().replace('"format_version": 1', '"format_version": 7')),
+        "manifest.json: format_version 7 is not supported (this docsrv reads 1)",
+    ),
+    "10 MB line": (lambda s: edit_record(s / "pages.jsonl", 2, text="x" * (10 << 20)), "pages.jsonl:2: line is longer than 4 MiB"),
+}
+
+
+class Origin:
+    """A real HTTP server on a loopback port serving the files of a directory, as a static origin,
+    CDN or object store does (ETag, conditional requests, byte ranges), with faults on demand:
+    ``faults[name]`` is "404", "short" (a truncated file, consistently framed), "corrupt" (the same
+    size, other bytes) or "drop" (the connection closed half way through the body)."""
+
+    def __init__(self, root: Path) -> None:
+        import asyncio
+
+        from aiohttp import web
+
+        self.root = root
+        self.faults: dict[str, str] = {}
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        app = web.Application()
+        app.router.add_get("/snapshot/{name}", self.serve)
+        self.loop = asyncio.new_event_loop()
+        self.runner = web.AppRunner(app)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/snapshot"
+        self.loop.run_until_complete(self.runner.setup())
+        self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    async def serve(self, request):
+        import asyncio
+        import hashlib
+
+        from aiohttp import web
+
+        name = request.match_info["name"]
+        self.requests.append((name, dict(request.headers)))
+        path = self.root / name
+        fault = self.faults.get(name)
+        if fault == "404" or not path.is_file():
+            return web.json_response({"detail": "Not found."}, status=404)
+        data = path.read_bytes()
+        etag = '"' + hashlib.sha256(data).hexdigest()[:16] + '"'
+        if request.headers.get("If-None-Match") == etag:
+            return web.Response(status=304, headers={"ETag": etag})
+        if fault == "short":
+            data = data[: len(data) // 2]
+        elif fault == "corrupt":
+            data = bytes(b ^ 1 for b in data)
+        start = 0
+        wanted = request.headers.get("Range", "")
+        if wanted.startswith("bytes=") and wanted.endswith("-") and fault is None:
+            start = int(wanted[6:-1])
+        response = web.StreamResponse(status=206 if start else 200, headers={"ETag": etag})
+        response.content_length = len(data) - start
+        await response.prepare(request)
+        if fault == "drop":  # half the body arrives, then the origin goes away
+            await response.write(data[: len(data) // 2])
+            await asyncio.sleep(0.3)
+            request.transport.close()
+            return response
+        await response.write(data[start:])
+        await response.write_eof()
+        return response
+
+    def publish(self, snapshot: Path) -> None:
+        """Put a snapshot on the origin: its record files first, its manifest last."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for path in sorted(snapshot.glob("*.jsonl*")):
+            shutil.copyfile(path, self.root / path.name)
+        shutil.copyfile(snapshot / "manifest.json", self.root / "manifest.json")
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        self.loop.run_until_complete(self.runner.cleanup())
+        self.loop.close()

@@ -1,0 +1,139 @@
+"""Snapshots pulled from an origin (a real HTTP server on loopback): a fleet's path from a
+published snapshot to a replica serving it, and every failure leaving the old one serving."""
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import ROOT
+from helpers import Hammer, Origin, docsrv, poll, sealed
+
+
+@pytest.fixture
+def origin(tmp_path):
+    running = Origin(tmp_path / "origin")
+    yield running
+    running.close()
+
+
+def current_of(into):
+    return os.readlink(into / "current")
+
+
+def test_pull_serve_publish_again_and_the_server_follows_with_no_failed_request(tmp_path, origin, start_server):
+    origin.publish(sealed(tmp_path / "a", "snap-a", "pip (a)"))
+    into = tmp_path / "replica"
+    first = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("pulled snapshot snap-a (6 files") and current_of(into) == "snap-a"
+    assert (into / "snap-a" / "index" / "docsrv-index.json").exists()  # indexed before it became current
+    server = start_server("--snapshot", str(into / "current"), "--watch", "--watch-interval", "0.2", "--workers", "2")
+    assert not any("built the search index" in line for line in server.log)
+    hammer = Hammer(server.port)
+    hammer.start()
+    poll(lambda: len(hammer.results) > 20, what="requests before the swap")
+    origin.publish(sealed(tmp_path / "b", "snap-b", "pip (b)"))
+    second = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert second.returncode == 0, second.stderr and current_of(into) == "snap-b"
+    server.wait_for("reloaded: serving snapshot snap-b")
+    poll(lambda: hammer.results and hammer.results[-1][2] == "snap-b", what="answers from snap-b")
+    hammer.running = False
+    hammer.join(timeout=30)
+    assert hammer.failures == [] and all(status == 200 for _, status, _, _ in hammer.results)
+    assert {(s, n) for _, _, s, n in hammer.results} == {("snap-a", "pip (a)"), ("snap-b", "pip (b)")}
+    # An unchanged snapshot costs one small, conditional request.
+    before = len(origin.requests)
+    third = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert third.returncode == 0 and third.stdout.strip() == "snapshot snap-b is current; nothing to pull"
+    assert [name for name, _ in origin.requests[before:]] == ["manifest.json"]
+    assert "If-None-Match" in origin.requests[-1][1]
+
+
+def spoil_versions(directory):
+    lines = (directory / "versions.jsonl").read_text().splitlines(keepends=True)
+    lines[0] = lines[0].replace('"project":4,', '"project":999,', 1)
+    (directory / "versions.jsonl").write_text("".join(lines))
+
+
+@pytest.mark.parametrize(("fault", "message"), [
+    ({"manifest.json": "404"}, "manifest.json: HTTP 404 Not Found"),
+    ({"pages.jsonl": "404"}, "pages.jsonl: HTTP 404 Not Found"),
+    ({"builds.jsonl": "short"}, "builds.jsonl: 39442 bytes, but manifest.json records 78884 (truncated)"),
+    ({"projects.jsonl": "corrupt"}, "projects.jsonl: its SHA-256 differs from the one manifest.json records (corrupt)"),
+    ({"build_commands.jsonl": "drop"}, "build_commands.jsonl: transfer failed after"),
+    ("invalid", "snapshot snap-b has 6 problem(s): versions.jsonl:1: version 1 names project 999, which does not exist"),
+])
+def test_every_failure_leaves_current_where_it_was_and_says_what_failed(tmp_path, origin, fault, message):
+    origin.publish(sealed(tmp_path / "a", "snap-a"))
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    origin.publish(sealed(tmp_path / "b", "snap-b", edit=spoil_versions if fault == "invalid" else None))
+    if isinstance(fault, dict):
+        origin.faults.update(fault)
+    result = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert result.returncode == 1
+    assert result.stderr.startswith("docsrv: pull failed: ") and result.stderr.count("\n") == 1, result.stderr
+    assert message in result.stderr, result.stderr
+    assert current_of(into) == "snap-a" and not (into / "snap-b").exists()
+    if isinstance(fault, dict):  # once the origin is right again, the pull completes (resuming what it has)
+        origin.faults.clear()
+        again = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+        assert again.returncode == 0, again.stderr
+        assert current_of(into) == "snap-b"
+
+
+def test_an_interrupted_transfer_resumes_with_a_range_request(tmp_path, origin):
+    origin.publish(sealed(tmp_path / "a", "snap-a"))
+    origin.faults["build_commands.jsonl"] = "drop"
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 1
+    origin.faults.clear()
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    ranged = [headers.get("Range") for name, headers in origin.requests if name == "build_commands.jsonl"]
+    assert ranged[0] is None and ranged[-1] is not None and int(ranged[-1][len("bytes="):-1]) > 0, ranged
+    assert json.loads((into / "snap-a" / "manifest.json").read_text())["name"] == "snap-a"
+
+
+def test_a_full_disk_leaves_current_where_it_was(tmp_path, origin):
+    origin.publish(sealed(tmp_path / "a", "snap-a"))
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    origin.publish(sealed(tmp_path / "b", "snap-b"))
+
+    def small_files() -> None:  # as a full disk would: every write past 16 KB fails
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 10, 16 << 10))
+
+    result = docsrv("snapshot", "pull", origin.url, "--into", str(into), preexec_fn=small_files)
+    assert result.returncode == 1 and "File too large" in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert current_of(into) == "snap-a"
+
+
+def test_keep_removes_older_snapshots_but_never_the_current_one(tmp_path, origin):
+    into = tmp_path / "replica"
+    for name in ("snap-1", "snap-2", "snap-3"):
+        origin.publish(sealed(tmp_path / name, name))
+        assert docsrv("snapshot", "pull", origin.url, "--into", str(into), "--keep", "2").returncode == 0
+    assert sorted(p.name for p in into.iterdir() if not p.name.startswith(".")) == ["current", "snap-2", "snap-3"]
+    assert current_of(into) == "snap-3"
+
+
+def test_every_pulls_as_a_sidecar_until_stopped(tmp_path, origin):
+    origin.publish(sealed(tmp_path / "a", "snap-a"))
+    into = tmp_path / "replica"
+    sidecar = subprocess.Popen([sys.executable, "-m", "docsrv", "snapshot", "pull", origin.url, "--into", str(into), "--every", "0.2"],
+                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        poll(lambda: (into / "current").is_symlink() and current_of(into) == "snap-a", what="the first pull")
+        origin.publish(sealed(tmp_path / "b", "snap-b"))
+        poll(lambda: current_of(into) == "snap-b", what="the next pull")
+    finally:
+        sidecar.send_signal(signal.SIGTERM)
+        sidecar.wait(timeout=30)
+    assert "pulled snapshot snap-b" in sidecar.stderr.read()

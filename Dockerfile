@@ -4,8 +4,10 @@ COPY pyproject.toml README.md ./
 COPY docsrv ./docsrv
 COPY snapshots ./snapshots
 RUN pip install --no-cache-dir .
-# Mount the snapshot to serve at /snapshot.
+# Mount the snapshot to serve at /snapshot (or pull one: deploy/kubernetes/). Every setting of
+# `docsrv serve` is also its DOCSRV_* environment variable.
 VOLUME ["/snapshot"]
+ENV DOCSRV_SNAPSHOT=/snapshot DOCSRV_HOST=0.0.0.0 DOCSRV_PORT=8000
 EXPOSE 8000
 USER nobody
-CMD ["docsrv", "serve", "--snapshot", "/snapshot", "--host", "0.0.0.0", "--port", "8000"]
+CMD ["docsrv", "serve"]

@@ -8,7 +8,7 @@ SNAPSHOT ?=
 HOST ?=
 PORT ?=
 
-.PHONY: serve test install clean bench bench-full
+.PHONY: serve test lint install clean bench bench-full
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# ruff (rules chosen in pyproject.toml) over the code, tests and benches; mypy over docsrv/.
+lint: $(STAMP)
+	$(BIN)/ruff check docsrv tests bench
+	$(BIN)/mypy
 
 # Quick (under 10 minutes): every system and endpoint class on the small snapshot.
 bench: $(STAMP)

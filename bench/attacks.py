@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import HERE, WORK, System, ensure_tools, free_port, pinned, snapshot_path, tree, wrk  # noqa: E402
+from run import HERE, WORK, System, ensure_tools, free_port, pinned, snapshot_path, tree, wrk
 
 
 def serve(snapshot: Path, *extra: str, limit_files: int | None = None) -> System:
@@ -245,7 +245,7 @@ def abandoned(args) -> dict:
 
 
 def main() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(65536, hard), hard))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("attack", choices=["flood", "heavy", "descriptors", "abandoned", "all"])

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import RESULTS, WORK, Workload, docsrv_url, snapshot_path, start, tree, wrk  # noqa: E402
+from run import RESULTS, WORK, Workload, docsrv_url, snapshot_path, start, tree, wrk
 
 
 def main() -> None:

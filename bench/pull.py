@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import System, free_port, snapshot_path  # noqa: E402
+from run import System, free_port, snapshot_path
 
 
 def timed(command: list[str]) -> tuple[float, float, str]:

@@ -260,14 +260,14 @@ def start(name: str, snapshot: Path, database: Path, bodies: Path) -> System:
 
 
 def wrk(system: System, paths_file: Path, seconds: float, connections: int, *, threads: int = 1) -> dict:
-    command = pinned(["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s", "--latency", "-s", str(HERE / "wrk-rotate.lua"),
-                      f"http://127.0.0.1:{system.port}"], 0)
+    command = pinned(["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s", "--latency",
+                      "-s", str(HERE / "wrk-rotate.lua"), f"http://127.0.0.1:{system.port}"], 0)
     out = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "BENCH_PATHS": str(paths_file)}, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     latency = {p: to_ms(v, u) for p, v, u in re.findall(r"^\s*(50|99)(?:\.0+)?%\s+([\d.]+)(us|ms|s|m)\s*$", out, re.M)}
     non_2xx = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
     sockets = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-    socket_errors = dict(zip(("connect", "read", "write", "timeout"), map(int, sockets.groups()))) if sockets else {}
+    socket_errors = dict(zip(("connect", "read", "write", "timeout"), map(int, sockets.groups()), strict=True)) if sockets else {}
     return {"rps": rps, "p50_ms": latency.get("50"), "p99_ms": latency.get("99"), "errors": non_2xx + sum(socket_errors.values()),
             "non_2xx": non_2xx, "socket_errors": socket_errors}
 
@@ -500,7 +500,8 @@ def main() -> None:
                         print(f"{name} {kind}: {paths[0]} answers {status}; skipped", file=sys.stderr)
                         continue
                     cells.setdefault(name, {})[kind] = measure(system, paths_file, args)
-                    print(f"{name:10} {kind:16} {cells[name][kind]['rps']:>10,.0f} req/s  p99 {ms(cells[name][kind]['p99_ms'])}", flush=True)
+                    cell = cells[name][kind]
+                    print(f"{name:10} {kind:16} {cell['rps']:>10,.0f} req/s  p99 {ms(cell['p99_ms'])}", flush=True)
         finally:
             system.stop()
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import WORK, System, free_port, pinned, snapshot_path, wrk  # noqa: E402
+from run import WORK, System, free_port, pinned, snapshot_path, wrk
 
 PYTHON_DOCS = Path("/usr/share/doc/python3.11/html")
 QUERIES = ["asyncio", "dictionary comprehension", "context manager", "os.path", "subprocess run timeout", '"keyword argument"',

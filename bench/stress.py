@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import WORK, System, Workload, docsrv_url, free_port, snapshot_path, tree, wrk  # noqa: E402
+from run import WORK, System, Workload, docsrv_url, free_port, snapshot_path, tree, wrk
 
 
 def rss_mb(pids: list[int]) -> float:
@@ -145,7 +145,7 @@ def reloads(args) -> dict:
 
 
 def main() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(65536, hard), hard))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("test", choices=["connections", "slowloris", "soak", "reloads"])

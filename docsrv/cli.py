@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections import Counter
 import os
 import sys
-from pathlib import Path
-
+from collections import Counter
 from importlib.metadata import version
+from pathlib import Path
 
 from .config import SERVE_OPTIONS, Settings, add_options, listed
 from .errors import CommandError, StartError
 from .snapshot.errors import SnapshotError
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()

@@ -35,6 +35,7 @@ import struct
 import sys
 from array import array
 from bisect import bisect_left
+from collections.abc import Iterable
 from functools import lru_cache
 from itertools import repeat
 from pathlib import Path
@@ -86,7 +87,7 @@ class Words(NamedTuple):
     keys: tuple[int, ...]
 
 
-def query_words(terms) -> Words:
+def query_words(terms: Iterable[str]) -> Words:
     terms = tuple(dict.fromkeys(terms))
     return Words(terms, tuple(term_key(term) for term in terms))
 
@@ -133,7 +134,7 @@ class HighlightWriter:
         directory.mkdir(parents=True, exist_ok=True)
         self.arrays = {name: array(code) for name, code in _ARRAYS.items()}
         self.records = {name: bytearray() for name in _RECORDS}
-        self.files = {name: open(directory / name, "wb") for name in ("text", *_ARRAYS, *_RECORDS)}
+        self.files = {name: open(directory / name, "wb") for name in ("text", *_ARRAYS, *_RECORDS)}  # noqa: SIM115 - closed in close()
         self.slots = self.text_size = self.entries = self.positions = 0
 
     def add(self, page_id: int, text: str) -> int:
@@ -162,9 +163,9 @@ class HighlightWriter:
         for name, values in self.arrays.items():
             values.tofile(self.files[name])
             del values[:]
-        for name, values in self.records.items():
-            self.files[name].write(values)
-            del values[:]
+        for name, record in self.records.items():
+            self.files[name].write(record)
+            del record[:]
 
     def close(self) -> None:
         self._flush()
@@ -174,7 +175,7 @@ class HighlightWriter:
     def __enter__(self) -> HighlightWriter:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
@@ -190,7 +191,7 @@ def _mapped(path: Path) -> mmap.mmap | bytes:
         return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
 
 
-def _boundary(text, at: int, floor: int) -> int:
+def _boundary(text: mmap.mmap | bytes, at: int, floor: int) -> int:
     """``at``, moved back to the start of a UTF-8 character and out of an escaped entity."""
     while at > floor and text[at] & 0xC0 == 0x80:
         at -= 1
@@ -315,7 +316,7 @@ class Highlights:
             else:
                 space = text.find(b" ", end, end + END_SLACK if end + END_SLACK < known else known)
                 end = space if space >= 0 else _boundary(text, end, start)
-            pieces = []
+            pieces: list[bytes] = []
             cursor = start
             while index < total:
                 if single:

@@ -18,10 +18,10 @@ from typing import NamedTuple
 
 import tantivy
 
-from .highlight import HighlightWriter, Highlights, Words, query_words
+from .highlight import Highlights, HighlightWriter, Words, query_words
+from .snapshot.records import Page
 from .store import Store
 from .utils.progress import progress_bar, wanted
-
 
 #: Changes whenever what the index holds changes: an index of another schema is rebuilt.
 SCHEMA_VERSION = 2
@@ -68,6 +68,8 @@ def build_index(store: Store, directory: Path, print_progress: bool | None = Non
         directory / "highlight"
     ) as highlights:
         for page in store.pages_ordered:
+            if not isinstance(page, Page):
+                raise TypeError("the index is built from a store loaded with the pages' text")
             writer.add_document(
                 tantivy.Document(
                     kind="page",
@@ -185,9 +187,8 @@ class SearchIndex:
         one = len(tokens) == 1
         clauses = []
         for field, boost in BOOSTS.items():
-            query = tantivy.Query.boost_query(
-                tantivy.Query.term_query(schema, field, tokens[0]) if one else tantivy.Query.phrase_query(schema, field, tokens), boost
-            )
+            matched = tantivy.Query.term_query(schema, field, tokens[0]) if one else tantivy.Query.phrase_query(schema, field, list(tokens))
+            query = tantivy.Query.boost_query(matched, boost)
             if scope is not None:
                 query = tantivy.Query.boolean_query([(tantivy.Occur.Must, query), scope])
             clauses.append((tantivy.Occur.Should, query))
@@ -203,10 +204,7 @@ class SearchIndex:
         words = list(dict.fromkeys(words))
         if not words and not phrases:
             return Found([], 0, query_words(()))
-        if scopes:
-            scope = self._filter_any("scope", scopes)
-        else:
-            scope = self.pages_only
+        scope = self._filter_any("scope", scopes) if scopes else self.pages_only
         searcher = self.searcher
         parts = [tokens for tokens in map(index_tokens, words + [" ".join(p) for p in phrases]) if tokens]
         # The filter goes inside each word of "some": tantivy runs a union of long posting lists
@@ -228,11 +226,14 @@ class SearchIndex:
         for found in results:
             slots = searcher.fast_field_values("slot", [address for _score, address in found])
             # Equal scores come back in no set order across index segments: the page id decides.
-            for negated, page_id, slot in sorted([(-score, page_ids[slot], slot) for (score, _address), slot in zip(found, slots)]):
+            pairs = zip(found, slots, strict=True)
+            ranked = sorted((-score, page_ids[int(slot or 0)], int(slot or 0)) for (score, _address), slot in pairs)
+            for negated, page_id, slot in ranked:
                 if page_id not in seen and len(hits) < MAX_HITS:
                     seen.add(page_id)
                     hits.append(Hit(page_id, slot, -negated))
-        return Found(hits, max(rest.count or 0, len(hits)), query_words(words + [word for phrase in phrases for word in phrase]))
+        counted: int = rest.count or 0  # type: ignore[attr-defined]  # tantivy-py's stub lacks it
+        return Found(hits, max(counted, len(hits)), query_words(words + [word for phrase in phrases for word in phrase]))
 
     def search_anchors(self, q: str) -> list[tuple[int, str]]:
         """(page id, anchor id) of sections whose heading or anchor id contains ``q``, best first."""

@@ -14,9 +14,10 @@ import resource
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -171,7 +172,7 @@ async def every_second(runtime: Runtime, master: int, stop: asyncio.Event) -> No
             stop.set()
 
 
-def run(main) -> None:
+def run(main: Coroutine[Any, Any, None]) -> None:
     """Run a coroutine on uvloop where it is installed."""
     try:
         import uvloop

@@ -16,6 +16,7 @@ build leaves the previous index whole.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -93,10 +94,8 @@ def fingerprint(snapshot: Path) -> str:
     digests the manifest records, when it does: the load then checks the files against them) and
     the index's schema version."""
     listed: dict = {}
-    try:
+    with contextlib.suppress(OSError, msgspec.DecodeError):
         listed = msgspec.json.decode((snapshot / "manifest.json").read_bytes(), type=Manifest).files
-    except (OSError, msgspec.DecodeError):
-        pass
     digest = hashlib.blake2b(digest_size=16)
     digest.update(f"schema {SCHEMA_VERSION}".encode())
     for kind in ("projects", "versions", "pages"):

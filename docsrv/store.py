@@ -10,14 +10,18 @@ from __future__ import annotations
 import gc
 import time
 from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable
 from datetime import datetime
 from operator import attrgetter
 from pathlib import Path
+from typing import Any, TypeVar
 
 from .snapshot.commands import CommandFile
 from .snapshot.load import read_snapshot
 from .snapshot.records import Build, BuildCommand, Manifest, PageHead, Project, User, Version
 from .snapshot.validate import check_snapshot
+
+T = TypeVar("T")
 
 
 class Store:
@@ -110,7 +114,7 @@ class Store:
         return self.version_url(project, self.versions[page.version].slug) + page.path
 
 
-def group(items, keys_of) -> dict:
+def group(items: Iterable[T], keys_of: Callable[[T], Iterable[Hashable]]) -> dict[Any, list[T]]:
     """Index ``items`` by every key ``keys_of(item)`` yields, keeping the order of ``items``."""
     index: dict = defaultdict(list)
     for item in items:

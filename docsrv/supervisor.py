@@ -22,6 +22,7 @@ being copied is waited for, not loaded); a failed load is tried again when the f
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -29,8 +30,10 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 import msgspec
 
@@ -112,7 +115,7 @@ class Supervisor:
             self.status.load_seconds = round(self.served.store.load_seconds, 3)
             self.write_status()
             for signum, flag in ((signal.SIGHUP, "reload"), (signal.SIGTERM, "stop"), (signal.SIGINT, "stop"), (signal.SIGCHLD, "reap")):
-                signal.signal(signum, lambda _signum, _frame, flag=flag: self._flags.add(flag))
+                signal.signal(signum, self.flagger(flag))
             self.loop()
             return 0
         except NoWorkers as error:
@@ -138,6 +141,10 @@ class Supervisor:
                 next_look = time.monotonic() + self.look_interval
                 self.look()
         log.info("stopping: workers finish the requests in flight")
+
+    def flagger(self, flag: str) -> Callable[[int, FrameType | None], None]:
+        """A signal handler that only notes the signal: the loop acts on it."""
+        return lambda _signum, _frame: self._flags.add(flag)
 
     def write_status(self) -> None:
         self.status.workers = len(self.live)
@@ -262,10 +269,8 @@ class Supervisor:
                 self.write_status()
 
     def signal_worker(self, pid: int, signum: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
 
     def stop_all(self) -> None:
         """Ask every worker to drain and stop; wait for them; kill what is left."""

@@ -6,6 +6,7 @@ import re
 import resource
 import socket
 import time
+from pathlib import Path
 
 from helpers import raw_request
 
@@ -72,7 +73,7 @@ def test_out_of_file_descriptors_a_worker_pauses_logs_little_and_serves_again(st
 
     server = start_server("--workers", "1", preexec_fn=limit)
     worker = server.json("/readyz")["worker"]
-    limits = open(f"/proc/{worker}/limits").read()
+    limits = Path(f"/proc/{worker}/limits").read_text()
     assert re.search(rf"Max open files\s+{hard}\s+{hard}", limits), "the soft limit is raised to the hard one"
     held = []
     try:

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from docsrv import highlight
-from docsrv.highlight import MAX_POSITIONS, HighlightWriter, Highlights, query_words
+from docsrv.highlight import MAX_POSITIONS, Highlights, HighlightWriter, query_words
 
 V2 = {"count": 3, "width": 100, "open_tag": b"<em>", "close_tag": b"</em>", "ellipsis": False}
 
@@ -61,7 +61,7 @@ def test_fragments_do_not_overlap_and_follow_the_page(pages):
     fragments = [unmarked(f) for f in highlights.fragments(slot, words("needle"), **V2)]
     where = [text.index(f) for f in fragments]
     assert where == sorted(where)
-    for (start, fragment), next_start in zip(zip(where, fragments), where[1:]):
+    for (start, fragment), next_start in zip(zip(where, fragments, strict=True), where[1:], strict=False):
         assert start + len(fragment) <= next_start
 
 

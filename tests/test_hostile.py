@@ -92,12 +92,12 @@ def test_non_utf8_in_query_and_path(demo):
 
 
 def test_oversized_request_line_and_headers_are_refused_in_json(demo):
-    status, headers, body = raw_request(demo.port, b"GET /" + b"a" * 10000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    status, headers, _body = raw_request(demo.port, b"GET /" + b"a" * 10000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")
     assert status in (400, 414) and headers["content-type"] == "application/json"
-    status, headers, body = raw_request(demo.port, b"GET / HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"b" * 10000 + b"\r\n\r\n")
+    status, headers, _body = raw_request(demo.port, b"GET / HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"b" * 10000 + b"\r\n\r\n")
     assert status in (400, 431) and headers["content-type"] == "application/json"
     many = b"".join(b"X-%d: 1\r\n" % i for i in range(200))
-    status, headers, body = raw_request(demo.port, b"GET / HTTP/1.1\r\nHost: localhost\r\n" + many + b"\r\n")
+    status, headers, _body = raw_request(demo.port, b"GET / HTTP/1.1\r\nHost: localhost\r\n" + many + b"\r\n")
     assert status in (400, 431) and headers["content-type"] == "application/json"
 
 

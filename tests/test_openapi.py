@@ -32,7 +32,7 @@ def test_every_example_is_the_real_response(document, start_server):
         if "example" not in content:
             continue
         assert server.json(example_request(template)) == content["example"], (
-            f"{template}: example is stale; rewrite with `python -m docsrv.api.openapi snapshots/demo`"
+            f"{template}: example is stale; rewrite with `python tests/record_openapi_examples.py`"
         )
         checked += 1
     assert checked == len(PATHS) - len(LIVE)

@@ -1,7 +1,8 @@
 """v2 pagination: limit and offset, absolute next/previous links both ways, and their 400s."""
 
-import pytest
 from urllib.parse import parse_qsl, urlsplit
+
+import pytest
 
 from expected import PUBLIC_URL
 

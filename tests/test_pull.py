@@ -7,8 +7,6 @@ import resource
 import signal
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 

@@ -68,7 +68,7 @@ def test_metrics_count_requests_by_route_template_over_all_workers(demo):
     assert demo.get("/metrics").headers["Content-Type"].startswith("text/plain")
 
     def count(body):
-        line = next((l for l in body.splitlines() if l.startswith('docsrv_requests_total{route="/api/v2/build/{id}/",status="200"}')), None)
+        line = next((row for row in body.splitlines() if row.startswith('docsrv_requests_total{route="/api/v2/build/{id}/",status="200"}')), None)
         return int(line.split()[-1]) if line else 0
 
     assert count(text) - count(before) == 6

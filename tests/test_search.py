@@ -225,7 +225,6 @@ def test_index_command_and_fingerprint(built, tmp_path):
 
 def test_a_restart_with_a_current_index_serves_the_same_searches_without_page_text(built, server):
     from conftest import Server
-
     from docsrv.serving import load_served
 
     snapshot, _ = built

@@ -112,7 +112,7 @@ def test_build_shape_and_folded_states(demo, public):
     body = demo.json("/api/v1/build/?limit=1000")
     expected = public.builds_in_order()
     assert [b["id"] for b in body["objects"]] == [str(b["id"]) for b in expected]
-    for build, raw_build in zip(body["objects"], expected):
+    for build, raw_build in zip(body["objects"], expected, strict=True):
         assert list(build) == V1_BUILD_FIELDS
         assert build["state"] == FOLD[raw_build["state"]]
         assert build["project"] == f"/api/v1/project/{raw_build['project']}/"

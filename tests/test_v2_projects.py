@@ -20,7 +20,7 @@ def test_project_fields_order_and_types(demo, public):
         assert body == public.project(project)
         for name in ("id",):
             assert type(body[name]) is int
-        for name in PROJECT_FIELDS[1:11] + ["canonical_url"]:
+        for name in [*PROJECT_FIELDS[1:11], "canonical_url"]:
             assert type(body[name]) is str, name
         assert all(type(u) is int for u in body["users"])
 
@@ -48,7 +48,7 @@ def test_active_versions_are_active_public_and_in_list_order(demo, public):
     for project in public.projects.values():
         body = demo.json(f"/api/v2/project/{project['id']}/active_versions/")
         assert list(body) == ["versions"]
-        expected = public.versions_in_order(lambda v: v["project"] == project["id"] and v.get("active", True))
+        expected = public.versions_in_order(lambda v, project=project: v["project"] == project["id"] and v.get("active", True))
         assert body["versions"] == [public.version(v) for v in expected]
         for version in body["versions"]:
             assert list(version) == VERSION_FIELDS

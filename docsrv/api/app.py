@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from operator import itemgetter
 from time import perf_counter
+from typing import Any
 from urllib.parse import quote
 
 from aiohttp import hdrs, web
@@ -24,9 +25,9 @@ from ..http.reply import Reply
 from ..http.reply_cache import Key
 from ..snapshot.commands import FileChanged
 from . import docsearch, openapi, ops, v1, v2
+from .errors import ApiError
 from .params import excerpt
 from .routing import Route, Router, params
-from .errors import ApiError
 from .state import ALLOW, ApiState
 
 log = logging.getLogger("docsrv")
@@ -107,10 +108,10 @@ class Dispatcher:
                 coding = choose(headers.get(hdrs.ACCEPT_ENCODING, ""))
                 if coding is not None:
                     reply = reply.variants.get(coding) or await state.compressed(reply, coding)
-            if reply.etag is not None and (hdrs.IF_NONE_MATCH in headers or hdrs.IF_MODIFIED_SINCE in headers):
-                if not_modified(headers, reply.etag, state.last_modified):
-                    status = 304
-                    response = web.Response(status=304, headers=reply.headers_304)
+            conditional = hdrs.IF_NONE_MATCH in headers or hdrs.IF_MODIFIED_SINCE in headers
+            if conditional and reply.etag is not None and not_modified(headers, reply.etag, state.last_modified):
+                status = 304
+                response = web.Response(status=304, headers=reply.headers_304)
         elif method == "OPTIONS":
             reply = state.preflight
         else:
@@ -155,9 +156,11 @@ class Dispatcher:
         url = URL.build(path=request.path, query=query)
         target = str(url)
         canonical: Key = target if state.fixed_base else (request.scheme, request.host.lower(), target)
-        reply = state.cache.get(canonical)
-        hit = reply is not None
-        if reply is None:
+        cached = state.cache.get(canonical)
+        hit = cached is not None
+        if cached is not None:
+            reply = cached
+        else:
             if target != request.raw_path:
                 request = request.clone(rel_url=url)
             reply = await self.answer(request, state, route, params)
@@ -195,6 +198,6 @@ class Dispatcher:
         return state.uncached(404, v2.NOT_FOUND)
 
 
-def init_server(state: ApiState, **kwargs) -> web.Server:
+def init_server(state: ApiState, **kwargs: Any) -> web.Server:
     """The low-level aiohttp server answering every route above from ``state``."""
     return JsonErrorServer(Dispatcher(state), **kwargs)

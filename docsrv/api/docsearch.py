@@ -9,11 +9,11 @@ from __future__ import annotations
 from aiohttp import web
 
 from ..http.purge import page_keys
+from ..http.reply import Reply
 from ..search import version_scope
 from ..snapshot.records import Project
-from .params import last
-from ..http.reply import Reply
 from .errors import ApiError
+from .params import last
 from .state import V1_JSON, ApiState
 from .v1 import FILE, V1Shapes
 from .v1 import error as v1_error
@@ -89,7 +89,8 @@ def file_search_body(state: ApiState, q: str) -> tuple[list[dict], list[str]]:
     found = state.search.search_pages(q)
     highlights = state.search.highlights
     shapes = state.shapes(V1Shapes)
-    objects, keys = [], []
+    objects: list[dict] = []
+    keys: list[str] = []
     for hit in found.hits:
         page = store.pages[hit.page_id]
         snippet = highlights.fragments(

@@ -4,24 +4,22 @@ Each operation's parameters carry an ``example``; the request they make is answe
 bundled demo snapshot, by the response ``example`` stored in ``openapi-examples.json``. A
 test replays every example against the real server, so the document cannot drift from what
 is served. After a deliberate change of shape, rewrite the examples with
-``python -m docsrv.api.openapi snapshots/demo``.
+``python tests/record_openapi_examples.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from functools import cache
-from typing import get_args
 from pathlib import Path
+from typing import get_args
 from urllib.parse import quote
 
 import orjson
 from aiohttp import web
 
+from ..http.reply import Reply
 from ..snapshot.records import BuildState, BuildType, VersionType
 from . import v1
-from ..http.reply import Reply
 from .state import ApiState
 
 EXAMPLES_FILE = Path(__file__).with_name("openapi-examples.json")
@@ -218,7 +216,7 @@ SEARCH_BUSY = json_response(
 BAD_PARAMETER = json_response("A known query parameter has a malformed value; the body names it.", ref("FieldErrors"))
 
 
-def query(name: str, description: str, schema: dict | None = None, example=None) -> dict:
+def query(name: str, description: str, schema: dict | None = None, example: object = None) -> dict:
     parameter = {"name": name, "in": "query", "required": False, "description": description, "schema": schema or STRING}
     if example is not None:
         parameter["example"] = example
@@ -229,7 +227,7 @@ def path_id(example: int) -> dict:
     return {"name": "id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}, "example": example}
 
 
-def pagination(limit_example=None, offset_example=None) -> list[dict]:
+def pagination(limit_example: int | None = None, offset_example: int | None = None) -> list[dict]:
     return [
         query("limit", "Page size: 1 to 1000 (larger is clamped), default 10.", {"type": "integer", "minimum": 1}, limit_example),
         query("offset", "Index of the first item, default 0.", {"type": "integer", "minimum": 0}, offset_example),
@@ -448,26 +446,3 @@ def build_document() -> bytes:
 
 async def document(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     return state.ok(build_document(), ["openapi"])
-
-
-async def record_examples(snapshot: str) -> dict:
-    """Answer every example request from ``snapshot`` with a real server; the bodies, by template."""
-    from aiohttp import ClientSession
-
-    from ..config import Settings
-    from ..server import running_server
-
-    examples = {}
-    async with running_server(snapshot, Settings(public_url=EXAMPLES_PUBLIC_URL)) as base, ClientSession() as session:
-        for template in PATHS:
-            if template in LIVE:
-                continue
-            async with session.get(base + example_request(template)) as response:
-                examples[template] = await response.json()
-    return examples
-
-
-if __name__ == "__main__":
-    recorded = asyncio.run(record_examples(sys.argv[1]))
-    EXAMPLES_FILE.write_bytes(orjson.dumps(recorded, option=orjson.OPT_INDENT_2) + b"\n")
-    print(f"wrote {len(recorded)} examples to {EXAMPLES_FILE.name}")

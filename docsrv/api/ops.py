@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from aiohttp import web
 
-from ..metrics import render
 from ..http.reply import Reply
+from ..metrics import render
 from .state import ApiState
 
 
@@ -22,7 +22,7 @@ async def readyz(request: web.BaseRequest, state: ApiState, params: dict[str, st
     store = state.store
     status = state.runtime.status()
     problem = status.problem or state.problem
-    age = (datetime.now(timezone.utc) - store.created_at).total_seconds()
+    age = (datetime.now(UTC) - store.created_at).total_seconds()
     return state.uncached(
         503 if problem else 200,
         {
@@ -53,7 +53,7 @@ async def metrics(request: web.BaseRequest, state: ApiState, params: dict[str, s
         "docsrv_snapshot_info": ("The snapshot being served.", 1, snapshot),
         "docsrv_snapshot_age_seconds": (
             "Seconds since the snapshot was taken.",
-            round((datetime.now(timezone.utc) - store.created_at).total_seconds()),
+            round((datetime.now(UTC) - store.created_at).total_seconds()),
             snapshot,
         ),
         "docsrv_snapshot_load_seconds": ("Seconds the last successful load took.", round(store.load_seconds, 3), snapshot),

@@ -6,14 +6,16 @@ ignored. A repeated parameter counts by its last value, as Django's QueryDict do
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 from urllib.parse import urlencode
 
 from aiohttp import web
-from multidict import MultiDictProxy
+from multidict import MultiMapping
 
 from .errors import ApiError
 
+T = TypeVar("T")
 #: Query values longer than this are refused before they are looked at.
 MAX_NUMBER_DIGITS = 18
 
@@ -28,7 +30,7 @@ def excerpt(text: str, limit: int = EXCERPT_CHARACTERS) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in shown)
 
 
-def last(query: MultiDictProxy[str], name: str) -> str | None:
+def last(query: MultiMapping[str], name: str) -> str | None:
     values = query.getall(name, None)
     return None if values is None else values[-1]
 
@@ -45,7 +47,7 @@ def positive_id(text: str) -> int | None:
     return number if number else None
 
 
-def boolean(query: MultiDictProxy[str], name: str, error: Callable[[str, str], ApiError]) -> bool | None:
+def boolean(query: MultiMapping[str], name: str, error: Callable[[str, str], ApiError]) -> bool | None:
     """The value of a true/false parameter (also 1/0, any case); None when it is absent."""
     text = last(query, name)
     if text is None:
@@ -67,7 +69,7 @@ class Page:
         self.limit = limit
         self.offset = offset
 
-    def slice(self, items: list) -> list:
+    def slice(self, items: Sequence[T]) -> Sequence[T]:
         return items[self.offset : self.offset + self.limit]
 
     def next_offset(self, count: int) -> int | None:
@@ -81,7 +83,7 @@ class Page:
 
 
 def parse_page(
-    query: MultiDictProxy[str],
+    query: MultiMapping[str],
     *,
     default_limit: int,
     max_limit: int,

@@ -5,8 +5,8 @@ the new snapshot (see supervisor.py), so every response comes wholly from one sn
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import orjson
 
@@ -15,9 +15,9 @@ from ..http.caching import http_date, strong_etag
 from ..http.compression import OFFLOAD_BYTES, compress
 from ..http.hosts import AllowedHosts
 from ..http.offload import offload
+from ..http.purge import purge_keys
 from ..http.reply import Reply
 from ..http.reply_cache import ReplyCache
-from ..http.purge import purge_keys
 from ..runtime import Runtime
 from ..search import SearchIndex
 from ..store import Store
@@ -33,7 +33,7 @@ OFFLOAD_ITEMS = 100
 V1_JSON = orjson.OPT_UTC_Z | orjson.OPT_SORT_KEYS
 
 
-def encoded_each(render, items: list, option: int = orjson.OPT_UTC_Z) -> list[orjson.Fragment]:
+def encoded_each(render: Callable[[Any], Any], items: Sequence[Any], option: int = orjson.OPT_UTC_Z) -> list[orjson.Fragment]:
     """Each item rendered and encoded on its own: encoding a long page in one call would hold the
     GIL (and so the event loop, when the page is made in the heavy-work thread) for milliseconds."""
     return [orjson.Fragment(orjson.dumps(render(item), option=option)) for item in items]
@@ -86,7 +86,7 @@ class ApiState:
         """The renderer ``cls(store)`` of this snapshot, made once."""
         found = self._shapes.get(cls)
         if found is None:
-            found = self._shapes[cls] = cls(self.store)
+            found = self._shapes[cls] = cls(self.store)  # type: ignore[call-arg]
         return found  # type: ignore[return-value]
 
     def ok(self, data: object, keys: Iterable[str], option: int = orjson.OPT_UTC_Z) -> Reply:

@@ -8,21 +8,26 @@ from __future__ import annotations
 
 import functools
 import posixpath
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from aiohttp import web
+from multidict import MultiMapping
 
 from ..http.purge import build_keys, page_keys, project_keys, version_keys
-from ..snapshot.records import Build, Page, Project, User, Version
+from ..http.reply import Reply
+from ..snapshot.records import Build, Project, User, Version
 from ..store import Store
 from ..utils.timefmt import utc
-from .params import boolean, excerpt, last, page_link, parse_page, positive_id, whole_number
-from ..http.reply import Reply
 from .errors import ApiError
+from .params import boolean, excerpt, last, page_link, parse_page, positive_id, whole_number
 from .state import V1_JSON, ApiState, encoded_each
+
+T = TypeVar("T")
+#: A handler of a route (as routing.Handler, which imports this module's neighbours).
+Handler = Callable[[web.BaseRequest, "ApiState", dict[str, str]], Awaitable[Reply]]
 
 NOT_FOUND = {"error": "Not found."}
 RESERVED = frozenset(("format", "limit", "offset"))
@@ -95,7 +100,7 @@ def attr(name: str) -> Callable[[V1Shapes, Any], Any]:
     return lambda shapes, item: getattr(item, name)
 
 
-def text(name: str, help_text: str, **kwargs) -> Field:
+def text(name: str, help_text: str, **kwargs: Any) -> Field:
     return Field(name, "string", help_text, attr(name), **kwargs)
 
 
@@ -131,7 +136,7 @@ class Resource:
         and any naming a field (a filter, or an error for a field that allows no filtering)."""
         return key in RESERVED or key.partition("__")[0] in self.names
 
-    def render(self, shapes: V1Shapes, item) -> dict:
+    def render(self, shapes: V1Shapes, item: Any) -> dict:
         return {f.name: f.value(shapes, item) for f in self.fields}
 
     def schema(self) -> dict:
@@ -144,16 +149,16 @@ class Resource:
             "filtering": {name: list(lookups) for name, lookups in self.filtering.items()},
         }
 
-    def filters(self, query) -> dict[str, str]:
+    def filters(self, query: MultiMapping[str]) -> dict[str, str]:
         """The filters a query asks for; a filter on a field that allows none is an error."""
         names = self.names
-        chosen = {}
-        for key in query.keys():
+        chosen: dict[str, str] = {}
+        for key in query:
             if key in RESERVED or key in chosen:
                 continue
             head, _, lookup = key.partition("__")
             if head in self.filtering and (lookup or "exact") in self.filtering[head]:
-                chosen[key] = last(query, key)
+                chosen[key] = query.getall(key)[-1]
             elif head in self.filtering:
                 raise error(f"'{excerpt(lookup)}' is not an allowed filter on the '{head}' field.")
             elif head in names:
@@ -184,7 +189,8 @@ PROJECT = Resource(
         text("repo_type", "Type of repository."),
         text("requirements_file", "Requirements file of packages needed to build the docs."),
         resource_uri("project"),
-        Field("subdomain", "string", "Subdomain of the hosted docs.", lambda shapes, p: shapes.subdomain.format(slug=p.slug.replace("_", "-"))),
+        Field("subdomain", "string", "Subdomain of the hosted docs.",
+              lambda shapes, p: shapes.subdomain.format(slug=p.slug.replace("_", "-"))),
         text("suffix", "File suffix of doc files."),
         text("theme", "Theme of the documentation generator."),
         flag("use_virtualenv", "Whether the project is built in a virtualenv."),
@@ -268,7 +274,7 @@ def check_format(request: web.BaseRequest) -> None:
         raise error(f"The format '{excerpt(wanted)}' is not served; use format=json or leave it out.")
 
 
-def endpoint(handler):
+def endpoint(handler: Handler) -> Handler:
     """A v1 handler: every v1 endpoint takes ``format=json`` and refuses any other format."""
 
     @functools.wraps(handler)
@@ -279,14 +285,16 @@ def endpoint(handler):
     return checked
 
 
-def by_id(items: dict, params: dict[str, str]):
-    found = items.get(positive_id(params["id"]))
+def by_id(items: dict[int, T], params: dict[str, str]) -> T:
+    found = items.get(positive_id(params["id"]) or 0)
     if found is None:
         raise not_found()
     return found
 
 
-async def listing(request: web.BaseRequest, state: ApiState, resource: Resource, items: list, keys_of) -> Reply:
+async def listing(
+    request: web.BaseRequest, state: ApiState, resource: Resource, items: Sequence[T], keys_of: Callable[[T], Iterable[str]]
+) -> Reply:
     """One page of ``items`` in the v1 envelope; next/previous are paths."""
     page = parse_page(request.query, default_limit=20, max_limit=1000, zero_limit_means_max=True, error=param_error)
     shown = page.slice(items)
@@ -308,7 +316,7 @@ async def listing(request: web.BaseRequest, state: ApiState, resource: Resource,
     return await state.rendered(len(shown), make, V1_JSON)
 
 
-def one(state: ApiState, resource: Resource, item, keys: tuple[str, ...]) -> Reply:
+def one(state: ApiState, resource: Resource, item: Any, keys: tuple[str, ...]) -> Reply:
     return state.ok(resource.render(state.shapes(V1Shapes), item), ["v1", *keys], V1_JSON)
 
 
@@ -367,7 +375,7 @@ async def root(request: web.BaseRequest, state: ApiState, params: dict[str, str]
     return state.ok(body, ["v1"], V1_JSON)
 
 
-def schema_handler(resource: Resource):
+def schema_handler(resource: Resource) -> Handler:
     @endpoint
     async def schema(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
         return state.ok(resource.schema(), ["v1"], V1_JSON)
@@ -444,7 +452,7 @@ async def file_list(request: web.BaseRequest, state: ApiState, params: dict[str,
 
 @endpoint
 async def file_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    page: Page = by_id(state.store.pages, params)
+    page = by_id(state.store.pages, params)
     return one(state, FILE, page, page_keys(state.store, page))
 
 

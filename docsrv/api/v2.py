@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
 import orjson
 from aiohttp import web
 
-from ..snapshot.records import Build, BuildCommand, Project, Version
 from ..http.purge import build_keys, project_keys, version_keys
+from ..http.reply import Reply
+from ..snapshot.records import Build, BuildCommand, Project, Version
 from ..store import Store
 from ..utils.timefmt import utc
-from .params import boolean, last, page_link, page_number_link, parse_page, positive_id
-from ..http.reply import Reply
 from .errors import ApiError
+from .params import boolean, last, page_link, page_number_link, parse_page, positive_id
 from .state import ApiState, encoded_each
 
+T = TypeVar("T")
 NOT_FOUND = {"detail": "Not found."}
 #: Projects a page when the project list is paged by number, as the original paged it.
 PROJECTS_PER_PAGE = 100
@@ -116,7 +120,9 @@ class V2Shapes:
         }
 
 
-async def paginated(request: web.BaseRequest, state: ApiState, items: list, render, keys_of) -> Reply:
+async def paginated(
+    request: web.BaseRequest, state: ApiState, items: Sequence[T], render: Callable[[T], Any], keys_of: Callable[[T], Iterable[str]]
+) -> Reply:
     """One page of ``items`` in the v2 list envelope, with absolute next/previous links."""
     page = parse_page(request.query, default_limit=10, max_limit=1000, zero_limit_means_max=False, error=bad_param)
     shown = page.slice(items)
@@ -135,8 +141,8 @@ async def paginated(request: web.BaseRequest, state: ApiState, items: list, rend
     return await state.rendered(len(shown), make)
 
 
-def detail(items: dict, params: dict[str, str]):
-    found = items.get(positive_id(params["id"]))
+def detail(items: dict[int, T], params: dict[str, str]) -> T:
+    found = items.get(positive_id(params["id"]) or 0)
     if found is None:
         raise not_found()
     return found

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
 
 from multidict import CIMultiDictProxy
@@ -15,7 +15,7 @@ def strong_etag(body: bytes) -> str:
 
 
 def http_date(moment: datetime) -> str:
-    return format_datetime(moment.astimezone(timezone.utc).replace(microsecond=0), usegmt=True)
+    return format_datetime(moment.astimezone(UTC).replace(microsecond=0), usegmt=True)
 
 
 def not_modified(headers: CIMultiDictProxy[str], etag: str, last_modified: datetime) -> bool:
@@ -40,5 +40,5 @@ def not_modified(headers: CIMultiDictProxy[str], etag: str, last_modified: datet
     except (TypeError, ValueError, IndexError):
         return False
     if since.tzinfo is None:
-        since = since.replace(tzinfo=timezone.utc)
+        since = since.replace(tzinfo=UTC)
     return last_modified.replace(microsecond=0) <= since

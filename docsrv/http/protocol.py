@@ -9,6 +9,7 @@ was sent, so the connection handler is replaced by one that does.
 
 from __future__ import annotations
 
+import asyncio
 from http import HTTPStatus
 
 import orjson
@@ -24,7 +25,6 @@ from aiohttp.http_exceptions import (
     TransferEncodingError,
 )
 from aiohttp.web_protocol import RequestHandler
-
 
 #: What an error of aiohttp's HTTP parser is called in the JSON body: never the bytes that were
 #: sent (the parser's own messages quote them whole).
@@ -49,7 +49,7 @@ FIRST_REQUEST_SECONDS = 10.0
 
 
 class JsonErrorRequestHandler(RequestHandler):
-    def connection_made(self, transport) -> None:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._loop.call_later(FIRST_REQUEST_SECONDS, self._close_if_silent)
 
@@ -57,7 +57,9 @@ class JsonErrorRequestHandler(RequestHandler):
         if self._request_count == 0 and self.transport is not None:
             self.transport.close()
 
-    def handle_error(self, request, status: int = 500, exc: BaseException | None = None, message: str | None = None):
+    def handle_error(
+        self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
         if status >= 500:
             self.log_exception("Error handling request from %s", request.remote, exc_info=exc)
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..snapshot.records import Build, Page, Project, Version
+from ..snapshot.records import Build, PageHead, Project, Version
 from ..store import Store
 
 MAX_BYTES = 8000
@@ -30,7 +30,7 @@ def build_keys(store: Store, build: Build) -> tuple[str, ...]:
     return (*version_keys(store, store.versions[build.version]), f"build-{build.id}")
 
 
-def page_keys(store: Store, page: Page) -> tuple[str, ...]:
+def page_keys(store: Store, page: PageHead) -> tuple[str, ...]:
     return version_keys(store, store.versions[page.version])
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 class Reply:
     """A response ready to send: status, encoded body, and every header that goes with it."""
 
-    __slots__ = ("status", "body", "etag", "headers", "headers_304", "route", "compressible", "variants", "entry")
+    __slots__ = ("body", "compressible", "entry", "etag", "headers", "headers_304", "route", "status", "variants")
 
     def __init__(self, status: int, body: bytes, headers: dict[str, str], *, etag: str | None = None) -> None:
         self.status = status

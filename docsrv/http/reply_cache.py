@@ -25,13 +25,12 @@ from __future__ import annotations
 
 from collections import deque
 from sys import getsizeof
-from typing import Union
 
 from .reply import Reply
 
 #: A cache key: the request's path and query, or (scheme, host, path and query) when links
 #: are built from the request's own host.
-Key = Union[str, tuple[str, str, str]]
+Key = str | tuple[str, str, str]
 
 #: What one dictionary slot and one queue slot cost beyond the objects they point to: a
 #: dict keeps 8 bytes of index and 24 of entry per slot at a load of at most 2/3, and grows
@@ -46,7 +45,7 @@ GHOST_SHARE = 0.02
 
 
 class Entry:
-    __slots__ = ("key", "reply", "target", "nbytes", "visited", "main", "dead")
+    __slots__ = ("dead", "key", "main", "nbytes", "reply", "target", "visited")
 
     def __init__(self, key: Key, reply: Reply | None, target: Key | None) -> None:
         self.key = key

@@ -85,7 +85,7 @@ def index_commands(
     ``builds`` (id -> line) are the builds commands may name; None leaves that unchecked.
     """
     name = path.name
-    copy = None if name.endswith(".jsonl") else tempfile.TemporaryFile(prefix="docsrv-commands-")
+    copy = None if name.endswith(".jsonl") else tempfile.TemporaryFile(prefix="docsrv-commands-")  # noqa: SIM115 - closed below
     ranges: dict[int, tuple[int, int, int]] = {}
     before = len(problems)
     offset = 0  # where the next block starts in the decompressed file
@@ -100,7 +100,9 @@ def index_commands(
                 if current is not None:
                     ranges[current] = (current_start, position, current_count)
                 if command.build in ranges:
-                    problems.add(name, line, f"command {command.id} of build {command.build} is not next to the other commands of that build")
+                    problems.add(
+                        name, line, f"command {command.id} of build {command.build} is not next to the other commands of that build"
+                    )
                 elif builds is not None and command.build not in builds:
                     problems.add(name, line, f"command {command.id} names build {command.build}, which does not exist")
                 current, current_start, current_count = command.build, position, 0

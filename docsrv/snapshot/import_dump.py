@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -48,8 +48,10 @@ class DumpReport:
     #: (model, pk, what was done) of records kept with a reference fixed or dropped.
     notes: list[tuple[str, Any, str]] = field(default_factory=list)
 
-    def skip(self, model: str, pk: Any, reason: str) -> None:
+    def skip(self, model: str, pk: Any, reason: str) -> Any:
+        """Record a record left out; None, for the caller that keeps nothing of it."""
         self.skipped.append((model, pk, reason))
+        return None
 
     def note(self, model: str, pk: Any, what: str) -> None:
         self.notes.append((model, pk, what))
@@ -313,7 +315,9 @@ def keep_what_can_be_served(by_pk: dict[str, dict[int, tuple[str, Any]]], report
         return r
 
     keep("relationships", relationship_ok)
-    versions = keep("versions", lambda label, v: v if v.project in projects else report.skip(label, v.id, f"its project {v.project} is not kept"))
+    versions = keep(
+        "versions", lambda label, v: v if v.project in projects else report.skip(label, v.id, f"its project {v.project} is not kept")
+    )
 
     def under_version(label: str, item: Any) -> Any:
         version = versions.get(item.version)
@@ -343,7 +347,7 @@ def write_snapshot(records: dict[str, list], out: Path, name: str, public_url: s
         format=FORMAT,
         format_version=FORMAT_VERSION,
         name=name,
-        created_at=created_at or datetime.now(timezone.utc).replace(microsecond=0),
+        created_at=created_at or datetime.now(UTC).replace(microsecond=0),
         public_url=public_url,
         counts=counts,
         description="Imported from a Django data dump.",

@@ -14,15 +14,16 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import msgspec
 from selectolax.lexbor import LexborHTMLParser
 
-from ..utils.progress import progress_bar, wanted
-from .errors import ProblemList
 from ..errors import CommandError
+from ..utils.progress import progress_bar, wanted
+from .errors import ProblemList, SnapshotError
 from .load import read_manifest, read_records, record_file, record_files
-from .records import Page, Project, Section, Version
+from .records import Page, Project, Record, Section, Version
 from .write import SUFFIX, RecordWriter, built_aside, write_manifest
 
 #: Directories of a Sphinx build that hold no pages.
@@ -133,11 +134,11 @@ def import_sphinx(
     project = next((p for p in projects if p.slug == project_slug), None)
     if project is None:
         problems.add("projects.jsonl", None, f"no project {project_slug!r}")
-        problems.raise_if_any()
+        raise SnapshotError(str(directory), list(problems))
     version = next((v for v in versions if v.project == project.id and v.slug == version_slug), None)
     if version is None:
         problems.add("versions.jsonl", None, f"project {project_slug!r} has no version {version_slug!r}")
-        problems.raise_if_any()
+        raise SnapshotError(str(directory), list(problems))
 
     report = ImportReport(detect_layout(root) if layout == "auto" else layout)
     files = content_files(root)
@@ -186,7 +187,7 @@ def link_or_copy(source: Path, destination: Path) -> None:
         shutil.copyfile(source, destination)
 
 
-def read_kind(directory: Path, kind: str, cls, problems: ProblemList) -> list:
+def read_kind(directory: Path, kind: str, cls: type[Record], problems: ProblemList) -> list[Any]:
     found = record_file(directory, kind)
     if len(found) != 1:
         problems.add(f"{kind}.jsonl", None, "missing or ambiguous")

@@ -6,7 +6,7 @@ import gzip
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, Any
 
 import msgspec
 import zstandard
@@ -28,7 +28,7 @@ def json_array(lines: bytes) -> bytes:
     return b"[" + lines.rstrip(b"\n").replace(b"\n", b",") + b"]"
 
 
-def report_bad_lines(body: bytes, first_line: int, decoder, name: str, problems: ProblemList) -> None:
+def report_bad_lines(body: bytes, first_line: int, decoder: msgspec.json.Decoder[Any], name: str, problems: ProblemList) -> None:
     """Decode a block that did not decode whole line by line, naming each bad line."""
     for number, line in enumerate(body.split(b"\n"), start=first_line):
         if not line.strip():
@@ -40,7 +40,7 @@ def report_bad_lines(body: bytes, first_line: int, decoder, name: str, problems:
             problems.add(name, number, describe(exc))
 
 
-def line_blocks(stream: BinaryIO, name: str, problems: ProblemList) -> Iterator[bytes]:
+def line_blocks(stream: IO[bytes] | gzip.GzipFile, name: str, problems: ProblemList) -> Iterator[bytes]:
     """Blocks of whole lines, each at most MAX_LINE_BYTES long; a longer line is a problem."""
     carry = b""
     line = 1
@@ -65,10 +65,10 @@ def line_blocks(stream: BinaryIO, name: str, problems: ProblemList) -> Iterator[
 
 
 @contextmanager
-def open_records(path: Path, progress: bool) -> Iterator[BinaryIO]:
+def open_records(path: Path, progress: bool) -> Iterator[IO[bytes] | gzip.GzipFile]:
     """The decompressed bytes of a record file, with a progress bar over the file when asked."""
     with open(path, "rb") as raw, progress_bar(path.stat().st_size, f"read {path.name}", progress) as bar:
-        source = ReadProgress(raw, bar) if bar is not None else raw
+        source: Any = ReadProgress(raw, bar) if bar is not None else raw
         if path.name.endswith(".gz"):
             yield gzip.GzipFile(fileobj=source, mode="rb")
         elif path.name.endswith(".zst"):
@@ -90,8 +90,8 @@ def decoded_blocks(path: Path, cls: type, problems: ProblemList, *, progress: bo
     record, its lines are decoded one by one so that each problem is named by file and line,
     and the block is not yielded. A file that cannot be read to its end is a problem too.
     """
-    many = msgspec.json.Decoder(list[cls])
-    one = msgspec.json.Decoder(cls)
+    many: msgspec.json.Decoder[list[Any]] = msgspec.json.Decoder(list[cls])  # type: ignore[valid-type]
+    one: msgspec.json.Decoder[Any] = msgspec.json.Decoder(cls)
     first_line = 1
     try:
         with open_records(path, progress) as stream:

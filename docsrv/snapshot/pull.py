@@ -26,6 +26,7 @@ from pathlib import Path
 import aiofiles
 import aiohttp
 import msgspec
+from tqdm import tqdm
 
 from ..utils.progress import progress_bar, wanted
 from .errors import SnapshotError
@@ -138,7 +139,7 @@ async def read_bounded(response: aiohttp.ClientResponse, most: int, where: str) 
     return bytes(data)
 
 
-async def fetch_file(session: aiohttp.ClientSession, url: str, path: Path, entry: FileDigest, bar) -> None:
+async def fetch_file(session: aiohttp.ClientSession, url: str, path: Path, entry: FileDigest, bar: tqdm | None) -> None:
     """Download ``url`` to ``path``, resuming what is there, and check its size and digest."""
     digest = hashlib.sha256()
     have = path.stat().st_size if path.exists() else 0
@@ -171,8 +172,9 @@ async def fetch_file(session: aiohttp.ClientSession, url: str, path: Path, entry
                     await out.write(chunk)
                     if bar is not None:
                         bar.update(len(chunk))
-    except (aiohttp.ClientError, asyncio.TimeoutError) as error:
-        raise PullError(f"{url}: transfer failed after {have} of {entry.size} bytes ({type(error).__name__}); a new pull resumes it") from None
+    except (TimeoutError, aiohttp.ClientError) as error:
+        failed = f"{url}: transfer failed after {have} of {entry.size} bytes ({type(error).__name__}); a new pull resumes it"
+        raise PullError(failed) from None
     if have != entry.size:
         raise PullError(f"{url}: {have} bytes, but manifest.json records {entry.size} (truncated); a new pull resumes it")
     if digest.hexdigest() != entry.sha256:

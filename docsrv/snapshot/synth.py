@@ -11,15 +11,33 @@ from __future__ import annotations
 import itertools
 import random
 import shutil
-from datetime import datetime, timedelta, timezone
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
 from ..utils.progress import progress_bar, wanted
-from .records import FORMAT, FORMAT_VERSION, KINDS, Build, BuildCommand, Manifest, Page, Project, ProjectRelationship, Section, User, Version
+from .records import (
+    FORMAT,
+    FORMAT_VERSION,
+    KINDS,
+    Build,
+    BuildCommand,
+    BuildState,
+    DownloadFormat,
+    Manifest,
+    Page,
+    Project,
+    ProjectRelationship,
+    Section,
+    User,
+    Version,
+)
 from .write import RecordWriter, built_aside, write_manifest
 
+T = TypeVar("T")
 DEMO = Path(__file__).resolve().parent.parent.parent / "snapshots" / "demo"
 
 #: projects, versions, builds, pages
@@ -62,9 +80,9 @@ STEPS = [
     ("python -m pip install -r docs/requirements.txt", "Installing requirements", "Successfully installed Sphinx-7.2.6\n"),
     ("python -m sphinx -T -b html -d _build/doctrees . $READTHEDOCS_OUTPUT/html", "Building HTML", "build succeeded.\n"),
 ]
-EPOCH = datetime(2019, 1, 1, tzinfo=timezone.utc)
-SPAN_SECONDS = int((datetime(2026, 10, 1, tzinfo=timezone.utc) - EPOCH).total_seconds())
-CREATED_AT = datetime(2026, 10, 1, tzinfo=timezone.utc)
+EPOCH = datetime(2019, 1, 1, tzinfo=UTC)
+SPAN_SECONDS = int((datetime(2026, 10, 1, tzinfo=UTC) - EPOCH).total_seconds())
+CREATED_AT = datetime(2026, 10, 1, tzinfo=UTC)
 BATCH = 50_000
 
 
@@ -88,7 +106,8 @@ def write_into(out: Path, *, scale: str, seed: int, compress: str, progress: boo
     counts = {}
     for kind in KINDS:
         items = getattr(generator, kind)()
-        with RecordWriter(out, kind, compress) as writer, progress_bar(generator.expected(kind), f"write {kind}", progress, unit="rec") as bar:
+        expected = generator.expected(kind)
+        with RecordWriter(out, kind, compress) as writer, progress_bar(expected, f"write {kind}", progress, unit="rec") as bar:
             for batch in chunked(items, BATCH):
                 writer.write(batch)
                 if bar is not None:
@@ -107,7 +126,7 @@ def write_into(out: Path, *, scale: str, seed: int, compress: str, progress: boo
     return counts
 
 
-def chunked(items, size):
+def chunked(items: Iterable[T], size: int) -> Iterator[tuple[T, ...]]:
     iterator = iter(items)
     while batch := tuple(itertools.islice(iterator, size)):
         yield batch
@@ -150,14 +169,14 @@ class Synthesizer:
             "pages": self.n_pages,
         }.get(kind)
 
-    def users(self):
+    def users(self) -> Iterator[User]:
         rng = self.rng
         for uid in range(1, self.n_users + 1):
             first, second = rng.choice(SECTION_WORDS), rng.choice(SECTION_WORDS)
             name = f"{first}-{second}-{uid}"
             yield User(id=uid, username=name, email=f"{name}@mail.example.com", first_name=first.title(), last_name=second.title())
 
-    def projects(self):
+    def projects(self) -> Iterator[Project]:
         rng = self.rng
         used: set[str] = set()
         for index in range(self.n_projects):
@@ -195,7 +214,7 @@ class Synthesizer:
                 modified_date=created + timedelta(seconds=rng.randrange(SPAN_SECONDS // 2)),
             )
 
-    def relationships(self):
+    def relationships(self) -> Iterator[ProjectRelationship]:
         """Subprojects: one project in twenty is a parent of one to three others (which are
         neither parents nor another's subproject), drawn from a generator of their own so that
         every other kind of record is the same as without them."""
@@ -210,7 +229,7 @@ class Synthesizer:
                 rid += 1
                 yield ProjectRelationship(id=rid, parent=parent, child=child, alias=self.project_slugs[child - 1].split("-")[-1])
 
-    def versions(self):
+    def versions(self) -> Iterator[Version]:
         rng = self.rng
         vid = 0
         for index, count in enumerate(self.versions_per_project):
@@ -233,7 +252,7 @@ class Synthesizer:
                 self.version_slugs.append(name)
                 self.version_project.append(pid)
                 is_tag = position >= 2
-                formats = tuple(f for f in ("pdf", "htmlzip", "epub") if rng.random() < 0.3)
+                formats: tuple[DownloadFormat, ...] = tuple(f for f in ("pdf", "htmlzip", "epub") if rng.random() < 0.3)
                 yield Version(
                     id=vid,
                     project=pid,
@@ -248,7 +267,7 @@ class Synthesizer:
                 )
             self.versions_of.append(ids)
 
-    def builds(self):
+    def builds(self) -> Iterator[Build]:
         rng = self.rng
         projects = rng.choices(range(self.n_projects), cum_weights=self.cum_weights, k=self.n_builds)
         # Build ids follow time, as in the original service; newer builds are denser.
@@ -261,7 +280,7 @@ class Synthesizer:
             vid = ids[0] if rng.random() < 0.5 or len(ids) == 1 else rng.choice(ids)
             date = EPOCH + timedelta(seconds=offset)
             commit = f"{rng.getrandbits(160):040x}"
-            state = "finished" if rng.random() < 0.97 else rng.choice(("triggered", "building", "installing", "cloning"))
+            state: BuildState = "finished" if rng.random() < 0.97 else rng.choice(("triggered", "building", "installing", "cloning"))
             success = state == "finished" and rng.random() < 0.85
             self.build_starts.append(date)
             self.build_commits.append(commit)
@@ -282,7 +301,7 @@ class Synthesizer:
                 output="build succeeded." if success else "",
             )
 
-    def build_commands(self):
+    def build_commands(self) -> Iterator[BuildCommand]:
         rng = self.rng
         cid = 0
         for index, start in enumerate(self.build_starts):
@@ -306,7 +325,7 @@ class Synthesizer:
                 moment = end + timedelta(seconds=1)
         self.n_commands = cid
 
-    def pages(self):
+    def pages(self) -> Iterator[Page]:
         rng = self.rng
         projects = rng.choices(range(self.n_projects), cum_weights=self.cum_weights, k=self.n_pages)
         used: set[tuple[int, str]] = set()

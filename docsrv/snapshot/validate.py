@@ -7,6 +7,8 @@ Build commands are checked as they are indexed (see commands.py).
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable
+
 from .errors import ProblemList
 from .load import RawSnapshot
 
@@ -79,7 +81,7 @@ def unique_ids(file: str, items: list, problems: ProblemList) -> dict[int, int]:
     return index
 
 
-def unique(file: str, keyed, what: str, problems: ProblemList) -> None:
+def unique(file: str, keyed: Iterable[tuple[Hashable, int]], what: str, problems: ProblemList) -> None:
     seen: dict = {}
     for key, i in keyed:
         first = seen.setdefault(key, i)

@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 import msgspec
 import zstandard
@@ -42,7 +42,7 @@ class RecordWriter:
         self.count = 0
         self._encoder = msgspec.json.Encoder()
         self._raw = open(self._partial, "wb")  # noqa: SIM115 - closed in close()
-        self._stream: BinaryIO
+        self._stream: IO[bytes] | gzip.GzipFile
         if compress == "gz":
             self._stream = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6, mtime=0)
         elif compress == "zst":
@@ -68,7 +68,7 @@ class RecordWriter:
     def __enter__(self) -> RecordWriter:
         return self
 
-    def __exit__(self, kind, value, traceback) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, traceback: object) -> None:
         self.close(keep=kind is None)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import BinaryIO
+from io import BufferedReader
+from typing import Any
 
 from tqdm import tqdm
 
@@ -27,7 +28,7 @@ def progress_bar(total: int | None, desc: str, enabled: bool, *, unit: str = "B"
 class ReadProgress:
     """A binary file whose reads advance a progress bar by the bytes read."""
 
-    def __init__(self, raw: BinaryIO, bar: tqdm) -> None:
+    def __init__(self, raw: BufferedReader, bar: tqdm) -> None:
         self._raw = raw
         self._bar = bar
 
@@ -36,10 +37,10 @@ class ReadProgress:
         self._bar.update(len(data))
         return data
 
-    def readinto(self, buffer) -> int:
+    def readinto(self, buffer: bytearray | memoryview) -> int:
         count = self._raw.readinto(buffer)
         self._bar.update(count or 0)
         return count
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)

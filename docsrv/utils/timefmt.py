@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def utc(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is timezone.utc else moment.astimezone(timezone.utc)
+    return moment if moment.tzinfo is UTC else moment.astimezone(UTC)

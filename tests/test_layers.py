@@ -1,0 +1,90 @@
+"""The package's layering: data flows one way (snapshot files -> loader -> store (+ search index)
+-> handlers -> bytes), so no module imports one of a layer above its own. Imports made only for
+type checking are left out: they cost nothing at run time and make no cycle."""
+
+import ast
+from pathlib import Path
+
+from conftest import ROOT
+
+PACKAGE = ROOT / "docsrv"
+#: Lowest first. A module's layer is that of the longest prefix listed.
+LAYERS = [
+    ["docsrv.errors", "docsrv.utils"],
+    ["docsrv.config"],
+    ["docsrv.snapshot"],
+    ["docsrv.store"],
+    ["docsrv.highlight", "docsrv.search"],
+    ["docsrv.serving", "docsrv.snapshot.pull"],
+    ["docsrv.http", "docsrv.metrics", "docsrv.runtime"],
+    ["docsrv.api"],
+    ["docsrv.server"],
+    ["docsrv.supervisor"],
+    ["docsrv.cli", "docsrv.__main__"],
+]
+
+
+def layer_of(module: str) -> int:
+    if module == "docsrv":  # the package itself: its version, nothing else
+        return 0
+    best, level = "", None
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > len(best):
+                best, level = prefix, index
+    assert level is not None, f"{module} is in no layer: add it to LAYERS"
+    return level
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def runtime_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import of a docsrv module that runs (not under TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text())
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped |= {id(child) for child in ast.walk(node)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            targets = [target] + [f"{target}.{alias.name}" for alias in node.names]
+            for candidate in targets:
+                if (PACKAGE.parent / (candidate.replace(".", "/") + ".py")).exists() or (
+                    PACKAGE.parent / candidate.replace(".", "/") / "__init__.py"
+                ).exists():
+                    found.append((node.lineno, candidate))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names if alias.name.startswith("docsrv")]
+    return [(line, module) for line, module in found if module.startswith("docsrv")]
+
+
+def test_no_module_imports_one_above_its_layer():
+    wrong = []
+    modules = sorted(PACKAGE.rglob("*.py"))
+    assert len(modules) > 30
+    for path in modules:
+        own = layer_of(module_name(path))
+        for line, imported in runtime_imports(path):
+            if imported != "docsrv" and layer_of(imported) > own:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
+    assert wrong == []
+
+
+def test_the_layering_test_sees_a_violation():
+    """It would catch one: the supervisor imports the server, the layer below it."""
+    imported = dict((m, line) for line, m in runtime_imports(PACKAGE / "supervisor.py"))
+    assert "docsrv.server" in imported and layer_of("docsrv.server") < layer_of("docsrv.supervisor")

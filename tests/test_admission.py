@@ -25,20 +25,31 @@ class Request:
         self.transport: Transport | None = Transport()
 
 
-async def test_a_full_queue_refuses_with_503_and_retry_after():
-    queue = SearchQueue(limit=2)
-    release = threading.Event()
-    ran = []
+class Blocked:
+    """A queue whose first search holds the search thread until ``release`` is set."""
 
-    def search(n):
-        release.wait(10)
-        ran.append(n)
+    def __init__(self, limit: int) -> None:
+        self.queue = SearchQueue(limit)
+        self.release = threading.Event()
+        self.ran: list[int] = []
+
+    def search(self, n: int) -> int:
+        self.release.wait(10)
+        self.ran.append(n)
         return n
 
-    first = asyncio.ensure_future(queue.run(Request(), search, 0))
-    await asyncio.sleep(0)
-    while len(queue):  # the first is taken into the search thread, which blocks
-        await asyncio.sleep(0.01)
+    async def start(self) -> asyncio.Future:
+        first = asyncio.ensure_future(self.queue.run(Request(), self.search, 0))
+        await asyncio.sleep(0)
+        while len(self.queue):  # the first is taken into the search thread, which blocks
+            await asyncio.sleep(0.01)
+        return first
+
+
+async def test_a_full_queue_refuses_with_503_and_retry_after():
+    blocked = Blocked(limit=2)
+    queue, release, ran, search = blocked.queue, blocked.release, blocked.ran, blocked.search
+    first = await blocked.start()
     waiting = [asyncio.ensure_future(queue.run(Request(), search, n)) for n in (1, 2)]
     await asyncio.sleep(0)
     with pytest.raises(ApiError) as refused:
@@ -53,19 +64,9 @@ async def test_a_full_queue_refuses_with_503_and_retry_after():
 
 
 async def test_a_search_whose_client_has_gone_is_dropped_before_it_runs():
-    queue = SearchQueue(limit=10)
-    release = threading.Event()
-    ran = []
-
-    def search(n):
-        release.wait(10)
-        ran.append(n)
-        return n
-
-    first = asyncio.ensure_future(queue.run(Request(), search, 0))
-    await asyncio.sleep(0)
-    while len(queue):
-        await asyncio.sleep(0.01)
+    blocked = Blocked(limit=10)
+    queue, release, ran, search = blocked.queue, blocked.release, blocked.ran, blocked.search
+    first = await blocked.start()
     gone, closing, staying = Request(), Request(), Request()
     futures = [asyncio.ensure_future(queue.run(r, search, n)) for n, r in ((1, gone), (2, closing), (3, staying))]
     await asyncio.sleep(0)

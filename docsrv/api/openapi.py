@@ -256,12 +256,10 @@ V1_EXAMPLES = {
     "user": ({"username": "hynek"}, "davidism"),
     "version": ({"project__slug": "attrs", "active": "true"}, "14"),
 }
+#: For each v1 resource, the filter parameters its table of fields allows.
 V1_FILTERS = {
-    "build": ["project__slug"],
-    "file": [],
-    "project": ["slug", "users"],
-    "user": ["username"],
-    "version": ["project", "project__slug", "slug", "active"],
+    name: [field if lookup == "exact" else f"{field}__{lookup}" for field, lookups in resource.filtering.items() for lookup in lookups]
+    for name, resource in v1.RESOURCES.items()
 }
 
 

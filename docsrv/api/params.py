@@ -6,7 +6,7 @@ ignored. A repeated parameter counts by its last value, as Django's QueryDict do
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 from urllib.parse import urlencode
 
@@ -45,6 +45,15 @@ def whole_number(text: str) -> int | None:
 def positive_id(text: str) -> int | None:
     number = whole_number(text)
     return number if number else None
+
+
+def by_id(items: Mapping[int, T], text: str, missing: Callable[[], ApiError]) -> T:
+    """The item whose id ``text`` names; ``missing()`` is raised for an id that is not a positive
+    whole number or names nothing public (both APIs, each with its own error body)."""
+    found = items.get(positive_id(text) or 0)
+    if found is None:
+        raise missing()
+    return found
 
 
 def boolean(query: MultiMapping[str], name: str, error: Callable[[str, str], ApiError]) -> bool | None:

@@ -22,7 +22,7 @@ from ..snapshot.records import Build, Project, User, Version
 from ..store import Store
 from ..utils.timefmt import utc
 from .errors import ApiError
-from .params import boolean, excerpt, last, page_link, parse_page, positive_id, whole_number
+from .params import boolean, by_id, excerpt, last, page_link, parse_page, positive_id, whole_number
 from .state import V1_JSON, ApiState, encoded_each
 
 T = TypeVar("T")
@@ -285,13 +285,6 @@ def endpoint(handler: Handler) -> Handler:
     return checked
 
 
-def by_id(items: dict[int, T], params: dict[str, str]) -> T:
-    found = items.get(positive_id(params["id"]) or 0)
-    if found is None:
-        raise not_found()
-    return found
-
-
 async def listing(
     request: web.BaseRequest, state: ApiState, resource: Resource, items: Sequence[T], keys_of: Callable[[T], Iterable[str]]
 ) -> Reply:
@@ -439,7 +432,7 @@ async def build_list(request: web.BaseRequest, state: ApiState, params: dict[str
 
 @endpoint
 async def build_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    build: Build = by_id(state.store.builds, params)
+    build: Build = by_id(state.store.builds, params["id"], not_found)
     return one(state, BUILD, build, build_keys(state.store, build))
 
 
@@ -452,7 +445,7 @@ async def file_list(request: web.BaseRequest, state: ApiState, params: dict[str,
 
 @endpoint
 async def file_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    page = by_id(state.store.pages, params)
+    page = by_id(state.store.pages, params["id"], not_found)
     return one(state, FILE, page, page_keys(state.store, page))
 
 

@@ -14,7 +14,7 @@ from ..snapshot.records import Build, BuildCommand, Project, Version
 from ..store import Store
 from ..utils.timefmt import utc
 from .errors import ApiError
-from .params import boolean, last, page_link, page_number_link, parse_page, positive_id
+from .params import boolean, by_id, last, page_link, page_number_link, parse_page, positive_id
 from .state import ApiState, encoded_each
 
 T = TypeVar("T")
@@ -141,13 +141,6 @@ async def paginated(
     return await state.rendered(len(shown), make)
 
 
-def detail(items: dict[int, T], params: dict[str, str]) -> T:
-    found = items.get(positive_id(params["id"]) or 0)
-    if found is None:
-        raise not_found()
-    return found
-
-
 async def project_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     store = state.store
     slug = last(request.query, "slug")
@@ -183,13 +176,13 @@ async def numbered_page(request: web.BaseRequest, state: ApiState, items: list[P
 
 
 async def project_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    project = detail(state.store.projects, params)
+    project = by_id(state.store.projects, params["id"], not_found)
     return state.ok(state.shapes(V2Shapes).project(project), ["v2", *project_keys(project)])
 
 
 async def active_versions(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     store = state.store
-    project = detail(store.projects, params)
+    project = by_id(store.projects, params["id"], not_found)
     versions = store.versions_of_project_active.get((project.id, True), [])
     shapes = state.shapes(V2Shapes)
     keys = ["v2", *project_keys(project), *(key for v in versions for key in version_keys(store, v))]
@@ -215,7 +208,7 @@ async def version_list(request: web.BaseRequest, state: ApiState, params: dict[s
 
 
 async def version_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    version = detail(state.store.versions, params)
+    version = by_id(state.store.versions, params["id"], not_found)
     return state.ok(state.shapes(V2Shapes).version(version), ["v2", *version_keys(state.store, version)])
 
 
@@ -237,5 +230,5 @@ async def build_list(request: web.BaseRequest, state: ApiState, params: dict[str
 
 
 async def build_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    build = detail(state.store.builds, params)
+    build = by_id(state.store.builds, params["id"], not_found)
     return state.ok(state.shapes(V2Shapes).build(build), ["v2", *build_keys(state.store, build)])

@@ -1,0 +1,122 @@
+"""Unit tests that run in-process, in milliseconds: the router, query parameters and pagination
+links, conditional requests, the choice of content coding, and the dispatcher itself through
+pytest-aiohttp's client on the real low-level server (no subprocess)."""
+
+from datetime import UTC, datetime
+
+import pytest
+from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
+
+from conftest import DEMO
+from docsrv.api.app import ROUTER, Dispatcher
+from docsrv.api.errors import ApiError
+from docsrv.api.params import boolean, excerpt, parse_page, positive_id, whole_number
+from docsrv.api.state import ApiState
+from docsrv.config import Settings
+from docsrv.http.caching import not_modified
+from docsrv.http.compression import choose
+from docsrv.runtime import Runtime
+from docsrv.serving import load_served
+
+
+@pytest.mark.parametrize(("path", "template", "params"), [
+    ("/api/v2/project/", "/api/v2/project/", {}),
+    ("/api/v2/project/12/", "/api/v2/project/{id}/", {"id": "12"}),
+    ("/api/v2/project/12/active_versions/", "/api/v2/project/{id}/active_versions/", {"id": "12"}),
+    ("/api/v1/file/search/", "/api/v1/file/search/", {}),  # a fixed path wins over /api/v1/file/{id}/
+    ("/api/v1/file/search", None, None),
+    ("/api/v1/project/pip", "/api/v1/project/{id}", {"id": "pip"}),
+    ("/api/v2/project/a/b/", None, None),
+    ("/nowhere", None, None),
+])
+def test_router(path, template, params):
+    found = ROUTER.match(path)
+    if template is None:
+        assert found is None
+    else:
+        assert found is not None and (found[0].template, found[1]) == (template, params)
+
+
+def query(**pairs) -> MultiDictProxy:
+    return MultiDictProxy(MultiDict(pairs))
+
+
+def error(name: str, message: str) -> ApiError:
+    return ApiError(400, {name: [message]})
+
+
+def test_numbers_and_ids():
+    assert [whole_number(t) for t in ("0", "17", "", "-1", "1e3", "١٢", "9" * 19)] == [0, 17, None, None, None, None, None]
+    assert [positive_id(t) for t in ("0", "5", "x")] == [None, 5, None]
+
+
+@pytest.mark.parametrize(("pairs", "limit", "offset"), [
+    ({}, 10, 0), ({"limit": "5"}, 5, 0), ({"limit": "5000"}, 1000, 0), ({"offset": "30"}, 10, 30),
+])
+def test_pages(pairs, limit, offset):
+    page = parse_page(query(**pairs), default_limit=10, max_limit=1000, zero_limit_means_max=False, error=error)
+    assert (page.limit, page.offset) == (limit, offset)
+    assert page.next_offset(offset + limit) is None and page.next_offset(offset + limit + 1) == offset + limit
+    assert page.previous_offset() == (None if offset == 0 else max(offset - limit, 0))
+
+
+@pytest.mark.parametrize(("pairs", "body"), [
+    ({"limit": "0"}, {"limit": ["A positive integer is required."]}),
+    ({"limit": "x"}, {"limit": ["A positive integer is required."]}),
+    ({"offset": "-1"}, {"offset": ["A non-negative integer is required."]}),
+])
+def test_bad_pages(pairs, body):
+    with pytest.raises(ApiError) as raised:
+        parse_page(query(**pairs), default_limit=10, max_limit=1000, zero_limit_means_max=False, error=error)
+    assert raised.value.body == body
+
+
+def test_booleans_and_excerpts():
+    assert [boolean(query(active=v), "active", error) for v in ("TRUE", "1", "false", "0")] == [True, True, False, False]
+    assert boolean(query(), "active", error) is None
+    with pytest.raises(ApiError):
+        boolean(query(active="yes"), "active", error)
+    assert excerpt("a" * 100) == "a" * 40 + "..." and excerpt("x\x00y") == "x\\x00y"
+
+
+MODIFIED = datetime(2024, 2, 1, 12, 0, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("headers", "answer"), [
+    ({"If-None-Match": '"abc"'}, True), ({"If-None-Match": 'W/"abc"'}, True), ({"If-None-Match": '"x", "abc"'}, True),
+    ({"If-None-Match": "*"}, True), ({"If-None-Match": '"x"'}, False),
+    ({"If-None-Match": '"x"', "If-Modified-Since": "Fri, 02 Feb 2024 00:00:00 GMT"}, False),  # If-None-Match decides
+    ({"If-Modified-Since": "Thu, 01 Feb 2024 12:00:00 GMT"}, True), ({"If-Modified-Since": "Wed, 31 Jan 2024 12:00:00 GMT"}, False),
+    ({"If-Modified-Since": "yesterday"}, False), ({}, False),
+])
+def test_conditional_requests(headers, answer):
+    assert not_modified(CIMultiDictProxy(CIMultiDict(headers)), '"abc"', MODIFIED) is answer
+
+
+@pytest.mark.parametrize(("accept", "coding"), [
+    ("gzip, br", "br"), ("br;q=0.5, gzip;q=0.9", "gzip"), ("*", "br"), ("*;q=0, gzip", "gzip"), ("identity", None),
+    ("br;q=0, gzip;q=0", None), ("x-gzip", "gzip"), ("gzip;q=abc, br;q=0.1", "br"), ("", None),
+])
+def test_content_coding_choice(accept, coding):
+    assert choose(accept) == coding
+
+
+@pytest.fixture(scope="module")
+def state():
+    served = load_served(DEMO, progress=False)
+    return ApiState(served.store, served.search, Settings(public_url="https://api.example.org"), Runtime())
+
+
+async def test_the_dispatcher_in_process(aiohttp_raw_server, aiohttp_client, state):
+    client = await aiohttp_client(await aiohttp_raw_server(Dispatcher(state)))
+    response = await client.get("/api/v2/project/?limit=2&utm=1")
+    body = await response.json()
+    assert response.status == 200 and body["next"] == "https://api.example.org/api/v2/project/?limit=2&offset=2"
+    again = await client.get("/api/v2/project/?utm=2&limit=2", headers={"If-None-Match": response.headers["ETag"]})
+    assert again.status == 304 and again.headers["ETag"] == response.headers["ETag"]
+    assert state.runtime.metrics.hits["/api/v2/project/"] == 1 and state.runtime.metrics.misses["/api/v2/project/"] == 1
+    assert (await client.post("/api/v2/project/")).status == 405
+    moved = await client.get("/api/v2/project", allow_redirects=False)
+    assert moved.status == 301 and moved.headers["Location"] == "/api/v2/project/"
+    compressed = await client.get("/api/v2/build/?limit=5", headers={"Accept-Encoding": "br"})
+    assert compressed.headers["Content-Encoding"] == "br" and compressed.headers["Vary"] == "Accept-Encoding"

@@ -101,6 +101,60 @@ class Store:
             "pages": len(self.pages),
         }
 
+    # Every filter of both APIs, answered from the ready indexes above (a request never scans).
+
+    def project_named(self, *, id: int | None = None, slug: str | None = None) -> list[Project] | None:
+        """The project a filter names by id, slug or both: None when neither is given (no
+        filter), an empty list when they name nothing public (or two different projects)."""
+        if id is None and slug is None:
+            return None
+        by_id = self.projects.get(id) if id is not None else None
+        by_slug = self.project_by_slug.get(slug) if slug is not None else None
+        if (id is not None and by_id is None) or (slug is not None and by_slug is None):
+            return []
+        if by_id is not None and by_slug is not None and by_id is not by_slug:
+            return []
+        found = by_id or by_slug
+        return [found] if found is not None else []
+
+    def projects_where(self, *, slug: str | None = None, user: int | None = None) -> list[Project]:
+        if slug is not None:
+            found = self.project_by_slug.get(slug)
+            return [found] if found is not None and (user is None or user in found.users) else []
+        if user is not None:
+            return self.projects_of_user.get(user, [])
+        return self.projects_ordered
+
+    def versions_where(
+        self, *, projects: list[Project] | None = None, slug: str | None = None, active: bool | None = None
+    ) -> list[Version]:
+        """Versions of ``projects`` (None: of any project), by slug and by whether they are active."""
+        if projects is not None:
+            if not projects:
+                return []
+            project = projects[0]
+            if slug is not None:
+                found = self.version_by_slug.get((project.id, slug))
+                return [found] if found is not None and active in (None, found.active) else []
+            if active is None:
+                return self.versions_of_project.get(project.id, [])
+            return self.versions_of_project_active.get((project.id, active), [])
+        if slug is not None:
+            if active is None:
+                return self.versions_by_slug.get(slug, [])
+            return self.versions_by_slug_active.get((slug, active), [])
+        return self.versions_ordered if active is None else self.versions_by_active.get(active, [])
+
+    def builds_where(self, *, projects: list[Project] | None = None, commit: str | None = None) -> list[Build]:
+        """Builds of ``projects`` (None: of any project), by commit."""
+        if projects is not None:
+            if not projects:
+                return []
+            if commit is None:
+                return self.builds_of_project.get(projects[0].id, [])
+            return self.builds_by_project_commit.get((projects[0].id, commit), [])
+        return self.builds_ordered if commit is None else self.builds_by_commit.get(commit, [])
+
     def commands_of(self, build: Build) -> list[BuildCommand]:
         """The commands of a public build, by start time (read from disk)."""
         return self.commands.of_build(build.id)

@@ -325,38 +325,13 @@ def id_of(value: str, name: str) -> int:
 
 def select_projects(store: Store, filters: dict[str, str]) -> list[Project]:
     user = id_of(filters["users"], "users") if "users" in filters else None
-    if "slug" in filters:
-        found = store.project_by_slug.get(filters["slug"])
-        return [found] if found is not None and (user is None or user in found.users) else []
-    if user is not None:
-        return store.projects_of_user.get(user, [])
-    return store.projects_ordered
+    return store.projects_where(slug=filters.get("slug"), user=user)
 
 
 def select_versions(store: Store, filters: dict[str, str], active: bool | None) -> list[Version]:
-    project = None
-    if "project" in filters:
-        project = store.projects.get(id_of(filters["project"], "project"))
-        if project is None:
-            return []
-    if "project__slug" in filters:
-        by_slug = store.project_by_slug.get(filters["project__slug"])
-        if by_slug is None or (project is not None and by_slug is not project):
-            return []
-        project = by_slug
-    slug = filters.get("slug")
-    if project is not None:
-        if slug is not None:
-            found = store.version_by_slug.get((project.id, slug))
-            return [found] if found is not None and active in (None, found.active) else []
-        if active is None:
-            return store.versions_of_project.get(project.id, [])
-        return store.versions_of_project_active.get((project.id, active), [])
-    if slug is not None:
-        if active is None:
-            return store.versions_by_slug.get(slug, [])
-        return store.versions_by_slug_active.get((slug, active), [])
-    return store.versions_ordered if active is None else store.versions_by_active.get(active, [])
+    project_id = id_of(filters["project"], "project") if "project" in filters else None
+    projects = store.project_named(id=project_id, slug=filters.get("project__slug"))
+    return store.versions_where(projects=projects, slug=filters.get("slug"), active=active)
 
 
 # Handlers.
@@ -423,10 +398,7 @@ async def version_detail(request: web.BaseRequest, state: ApiState, params: dict
 async def build_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     store = state.store
     filters = BUILD.filters(request.query)
-    items = store.builds_ordered
-    if "project__slug" in filters:
-        project = store.project_by_slug.get(filters["project__slug"])
-        items = [] if project is None else store.builds_of_project.get(project.id, [])
+    items = store.builds_where(projects=store.project_named(slug=filters.get("project__slug")))
     return await listing(request, state, BUILD, items, lambda b: build_keys(store, b))
 
 

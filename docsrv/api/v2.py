@@ -142,13 +142,7 @@ async def paginated(
 
 
 async def project_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    store = state.store
-    slug = last(request.query, "slug")
-    if slug is None:
-        items = store.projects_ordered
-    else:
-        found = store.project_by_slug.get(slug)
-        items = [found] if found else []
+    items = state.store.projects_where(slug=last(request.query, "slug"))
     if "page" in request.query:
         return await numbered_page(request, state, items)
     return await paginated(request, state, items, state.shapes(V2Shapes).project, project_keys)
@@ -193,17 +187,7 @@ async def version_list(request: web.BaseRequest, state: ApiState, params: dict[s
     store = state.store
     query = request.query
     active = boolean(query, "active", bad_param)
-    slug = last(query, "project__slug")
-    if slug is None:
-        items = store.versions_ordered if active is None else store.versions_by_active.get(active, [])
-    else:
-        project = store.project_by_slug.get(slug)
-        if project is None:
-            items = []
-        elif active is None:
-            items = store.versions_of_project.get(project.id, [])
-        else:
-            items = store.versions_of_project_active.get((project.id, active), [])
+    items = store.versions_where(projects=store.project_named(slug=last(query, "project__slug")), active=active)
     return await paginated(request, state, items, state.shapes(V2Shapes).version, lambda v: version_keys(store, v))
 
 
@@ -215,17 +199,7 @@ async def version_detail(request: web.BaseRequest, state: ApiState, params: dict
 async def build_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     store = state.store
     query = request.query
-    slug = last(query, "project__slug")
-    commit = last(query, "commit")
-    project = None if slug is None else store.project_by_slug.get(slug)
-    if slug is not None and project is None:
-        items = []
-    elif project is None:
-        items = store.builds_ordered if commit is None else store.builds_by_commit.get(commit, [])
-    elif commit is None:
-        items = store.builds_of_project.get(project.id, [])
-    else:
-        items = store.builds_by_project_commit.get((project.id, commit), [])
+    items = store.builds_where(projects=store.project_named(slug=last(query, "project__slug")), commit=last(query, "commit"))
     return await paginated(request, state, items, state.shapes(V2Shapes).build, lambda b: build_keys(store, b))
 
 

@@ -1,0 +1,41 @@
+"""/metrics counts every request of every worker by route template; the access log, when asked for, one JSON line a request."""
+
+import json
+
+from helpers import fresh_get, poll
+
+
+def test_metrics_count_requests_by_route_template_over_all_workers(demo):
+    before = demo.get("/metrics").body.decode()
+    for build in (101, 102, 103, 104, 105, 106):
+        assert fresh_get(demo.port, f"/api/v2/build/{build}/")[0] == 200
+    assert demo.get("/metrics").headers["Content-Type"].startswith("text/plain")
+
+    def count(body):
+        line = next((row for row in body.splitlines() if row.startswith('docsrv_requests_total{route="/api/v2/build/{id}/",status="200"}')), None)
+        return int(line.split()[-1]) if line else 0
+
+    # Every worker shares its counts once a second: poll until all six are counted.
+    text = poll(lambda: (body := demo.get("/metrics").body.decode()) and count(body) - count(before) >= 6 and body,
+                what="six requests counted")
+    assert count(text) - count(before) == 6
+    assert 'docsrv_request_duration_seconds_bucket{route="/api/v2/build/{id}/",le="+Inf"}' in text
+    assert 'docsrv_snapshot_info{snapshot="demo"} 1' in text
+    assert "docsrv_reload_failures_total{} 0" in text
+    assert "# TYPE docsrv_request_duration_seconds histogram" in text
+
+
+def test_access_log_is_one_json_line_per_request(start_server):
+    server = start_server("--access-log", "--workers", "1")
+    start = len(server.log)
+    server.get("/api/v2/project/1/?from=log-test")
+    line = server.wait_for("log-test", timeout=10, start=start)
+    record = json.loads(line)
+    assert record["path"] == "/api/v2/project/1/?from=log-test" and record["status"] == 200
+    assert record["route"] == "/api/v2/project/{id}/" and record["method"] == "GET" and record["snapshot"] == "demo"
+
+
+def test_no_access_log_by_default(demo):
+    demo.get("/api/v2/project/2/?from=quiet")
+    poll(lambda: "/api/v2/project/{id}/" in demo.get("/metrics").body.decode(), what="the request counted")  # it was handled
+    assert not any("from=quiet" in line for line in demo.log)

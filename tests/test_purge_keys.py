@@ -1,0 +1,39 @@
+"""Purge keys: Surrogate-Key and Cache-Tag name every project, version and build a reply shows, within a header a cache takes."""
+
+
+
+
+
+def test_purge_keys_name_every_project_version_and_build_shown(demo, public):
+    builds = demo.get("/api/v2/build/?project__slug=pip&limit=3")
+    keys = builds.headers["Surrogate-Key"].split()
+    expected = {"v2", "project-pip"}
+    for build in builds.json()["results"]:
+        expected |= {f"version-pip-{build['version_slug']}", f"build-{build['id']}"}
+    assert set(keys) == expected and len(keys) == len(set(keys))
+    # A version embeds its project; a v1 file list names the versions of its pages.
+    version = demo.get("/api/v2/version/14/")
+    assert version.headers["Surrogate-Key"] == "v2 project-requests version-requests-v2.31.0"
+    files = demo.get("/api/v1/file/?limit=2").headers["Cache-Tag"].split(",")
+    assert files[0] == "v1" and "project-pip" in files and "version-pip-latest" in files
+    search = demo.get("/api/v2/docsearch/?project=pip&version=latest&q=cache").headers["Surrogate-Key"].split()
+    assert search[:2] == ["search", "v2"] and "project-pip" in search
+
+
+def test_purge_keys_of_long_lists_stay_under_the_header_limit():
+    from docsrv.http.purge import MAX_BYTES, purge_keys
+
+    few = ["v2", "project-a", "version-a-1", "build-7"]
+    assert purge_keys(few + few) == few
+    many_versions = ["v2"] + [k for n in range(600) for k in (f"project-p{n % 5}", f"version-p{n % 5}-{n}.0.0")]
+    coarse = purge_keys(many_versions)
+    assert coarse == ["v2", "project-p0", "project-p1", "project-p2", "project-p3", "project-p4"]
+    many_projects = ["v2"] + [k for n in range(1000) for k in (f"project-some-long-project-name-{n}", f"version-x-{n}")]
+    assert purge_keys(many_projects) == ["v2"]
+    assert all(sum(len(k) + 1 for k in purge_keys(keys)) <= MAX_BYTES for keys in (few, many_versions, many_projects))
+
+
+def test_a_long_list_answers_with_a_header_a_cache_takes(demo):
+    response = demo.get("/api/v2/build/?limit=1000")
+    assert len(response.headers["Surrogate-Key"]) <= 8000
+    assert "project-pip" in response.headers["Surrogate-Key"].split()

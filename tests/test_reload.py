@@ -1,0 +1,103 @@
+"""Workers and reloads: one port, a reload under load swaps cleanly, a broken snapshot on reload leaves the old one serving, SIGTERM drains."""
+
+import http.client
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from helpers import BROKEN, Hammer, children, fresh_get, make_snapshot, poll
+
+
+def test_reload_under_load_swaps_cleanly(tmp_path, start_server):
+    first = make_snapshot(tmp_path / "a", "snap-a", "pip (a)")
+    second = make_snapshot(tmp_path / "b", "snap-b", "pip (b)")
+    current = tmp_path / "current"
+    current.symlink_to(first)
+    server = start_server("--snapshot", str(current), "--watch", "--watch-interval", "0.2", "--workers", "2")
+    hammer = Hammer(server.port)
+    hammer.start()
+    poll(lambda: len(hammer.results) > 20, what="requests before the swap")
+    swap = tmp_path / "current.new"
+    swap.symlink_to(second)
+    os.replace(swap, current)  # the atomic swap of a `current` link
+    server.wait_for("reloaded: serving snapshot snap-b", timeout=60)
+    old_workers_gone = poll(lambda: len(children(server.process.pid)) == 2 and time.monotonic(), what="the old workers gone")
+    cut = old_workers_gone
+    poll(lambda: sum(when > cut for when, *_ in hammer.results) > 20, what="requests after the swap")
+    hammer.running = False
+    hammer.join(timeout=30)
+
+    assert hammer.failures == []
+    assert all(status == 200 for _, status, _, _ in hammer.results)
+    agreeing = {("snap-a", "pip (a)"), ("snap-b", "pip (b)")}
+    assert all((snapshot, name) in agreeing for _, _, snapshot, name in hammer.results)
+    seen = [snapshot for _, _, snapshot, _ in hammer.results]
+    assert seen[0] == "snap-a" and seen[-1] == "snap-b"
+    assert {snapshot for when, _, snapshot, _ in hammer.results if when > cut} == {"snap-b"}
+    assert server.json("/readyz")["reloads"] == 1
+
+
+def test_a_corrupt_snapshot_on_reload_leaves_the_old_one_serving(tmp_path, start_server):
+    snapshot = make_snapshot(tmp_path / "a", "snap-a", "pip (a)")
+    server = start_server("--snapshot", str(snapshot), "--workers", "1")
+    master = server.process.pid
+    versions = snapshot / "versions.jsonl"
+    versions.write_text(versions.read_text().replace('"project":1,', '"project":"one",', 1))
+    os.kill(master, signal.SIGHUP)
+    server.wait_for("reload failed; still serving snapshot snap-a", timeout=60)
+    ready = server.json("/readyz")
+    assert ready["snapshot"] == "snap-a" and ready["reload_failures"] == 1
+    assert "versions.jsonl:2: Expected `int`, got `str` - at `$.project`" in ready["last_reload_error"]
+    assert "holds 0 records" not in ready["last_reload_error"]
+    assert str(tmp_path) not in ready["last_reload_error"] and ready["last_reload_error"].startswith("snapshot a has 1 problem(s)")
+    assert server.json("/api/v2/project/1/")["name"] == "pip (a)"
+    assert "docsrv_reload_failures_total{} 1" in server.get("/metrics").body.decode()
+
+
+@pytest.mark.parametrize("case", ["truncated file", "duplicate slug", "wrong format version", "missing file", "missing project"])
+def test_each_kind_of_broken_snapshot_on_reload_leaves_the_old_one_serving(tmp_path, start_server, case):
+    snapshot = make_snapshot(tmp_path / "a", "snap-a", "pip (a)")
+    server = start_server("--snapshot", str(snapshot), "--workers", "1")
+    spoil, message = BROKEN[case]
+    spoil(snapshot)
+    os.kill(server.process.pid, signal.SIGHUP)
+    server.wait_for("reload failed; still serving snapshot snap-a", timeout=60)
+    ready = server.json("/readyz")
+    assert ready["snapshot"] == "snap-a" and ready["reload_failures"] == 1
+    assert message in ready["last_reload_error"]
+    assert server.json("/api/v2/project/1/")["name"] == "pip (a)"
+
+
+def worker_pids(port, tries=40):
+    return {json.loads(fresh_get(port, "/readyz")[2])["worker"] for _ in range(tries)}
+
+
+def test_two_workers_share_one_port_and_one_snapshot_and_all_reload_on_sighup(tmp_path, start_server):
+    snapshot = make_snapshot(tmp_path / "a", "snap-a", "pip (a)")
+    server = start_server("--snapshot", str(snapshot), "--workers", "2")
+    assert len(server.log) and sum("serving snapshot snap-a" in line for line in server.log) == 1
+    before = worker_pids(server.port)
+    assert len(before) == 2
+    assert {json.loads(fresh_get(server.port, "/readyz")[2])["snapshot"] for _ in range(10)} == {"snap-a"}
+    manifest = json.loads((snapshot / "manifest.json").read_text())
+    manifest["name"] = "snap-a2"
+    (snapshot / "manifest.json").write_text(json.dumps(manifest))
+    os.kill(server.process.pid, signal.SIGHUP)
+    server.wait_for("reloaded: serving snapshot snap-a2", timeout=60)
+    poll(lambda: not (set(children(server.process.pid)) & before), what="the old workers gone")
+    after = worker_pids(server.port)
+    assert len(after) == 2 and not (after & before)
+    assert {json.loads(fresh_get(server.port, "/readyz")[2])["snapshot"] for _ in range(10)} == {"snap-a2"}
+
+
+def test_sigterm_drains_and_exits_zero(start_server):
+    server = start_server("--workers", "2")
+    keep_alive = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    keep_alive.request("GET", "/api/v2/project/1/")
+    assert keep_alive.getresponse().read()
+    assert server.stop() == 0
+    assert any("stopping: workers finish the requests in flight" in line for line in server.log)
+    keep_alive.close()

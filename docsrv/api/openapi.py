@@ -11,15 +11,14 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import get_args
 from urllib.parse import quote
 
 import orjson
 from aiohttp import web
 
 from ..http.reply import Reply
-from ..snapshot.records import BuildState, BuildType, VersionType
-from . import v1
+from . import v1, v2
+from .schema import BOOLEAN, DATETIME, INTEGER, NULLABLE_URI, STRING, obj, ref
 from .state import ApiState
 
 EXAMPLES_FILE = Path(__file__).with_name("openapi-examples.json")
@@ -27,86 +26,9 @@ EXAMPLES_FILE = Path(__file__).with_name("openapi-examples.json")
 EXAMPLES_PUBLIC_URL = "https://api.example.org"
 
 
-def ref(name: str) -> dict:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def obj(properties: dict, *, extra: bool = False) -> dict:
-    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": extra}
-
-
-STRING = {"type": "string"}
-INTEGER = {"type": "integer"}
-BOOLEAN = {"type": "boolean"}
-DATETIME = {"type": "string", "format": "date-time"}
-NULLABLE_URI = {"type": ["string", "null"], "format": "uri"}
 
 SCHEMAS: dict[str, dict] = {
-    "Project": obj(
-        {
-            "id": INTEGER,
-            "name": STRING,
-            "slug": STRING,
-            "description": STRING,
-            "language": STRING,
-            "programming_language": STRING,
-            "repo": STRING,
-            "repo_type": STRING,
-            "default_version": STRING,
-            "default_branch": STRING,
-            "documentation_type": STRING,
-            "users": {"type": "array", "items": INTEGER},
-            "canonical_url": {"type": "string", "format": "uri"},
-        }
-    ),
-    "Version": obj(
-        {
-            "id": INTEGER,
-            "project": ref("Project"),
-            "slug": STRING,
-            "identifier": STRING,
-            "verbose_name": STRING,
-            "active": BOOLEAN,
-            "built": BOOLEAN,
-            "downloads": {
-                "type": "object",
-                "properties": {k: STRING for k in ("pdf", "htmlzip", "epub")},
-                "additionalProperties": False,
-            },
-            "type": {"type": "string", "enum": list(get_args(VersionType))},
-        }
-    ),
-    "BuildCommand": obj(
-        {
-            "id": INTEGER,
-            "run_time": INTEGER,
-            "command": STRING,
-            "description": STRING,
-            "output": STRING,
-            "exit_code": INTEGER,
-            "start_time": DATETIME,
-            "end_time": DATETIME,
-            "build": INTEGER,
-        }
-    ),
-    "Build": obj(
-        {
-            "id": INTEGER,
-            "commands": {"type": "array", "items": ref("BuildCommand")},
-            "project_slug": STRING,
-            "version_slug": STRING,
-            "docs_url": {"type": "string", "format": "uri"},
-            "type": {"type": "string", "enum": list(get_args(BuildType))},
-            "state": {"type": "string", "enum": list(get_args(BuildState))},
-            "date": DATETIME,
-            "success": BOOLEAN,
-            "error": STRING,
-            "commit": STRING,
-            "length": INTEGER,
-            "project": INTEGER,
-            "version": INTEGER,
-        }
-    ),
+    **{name: obj({field.name: field.schema for field in fields}) for name, fields in v2.OBJECTS.items()},
     "ActiveVersions": obj({"versions": {"type": "array", "items": ref("Version")}}),
     "Detail": obj({"detail": STRING}),
     "FieldErrors": {"type": "object", "additionalProperties": {"type": "array", "items": STRING}, "minProperties": 1},

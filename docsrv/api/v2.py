@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any, TypeVar, get_args
 
 import orjson
 from aiohttp import web
 
 from ..http.purge import build_keys, project_keys, version_keys
 from ..http.reply import Reply
-from ..snapshot.records import Build, BuildCommand, Project, Version
+from ..snapshot.records import Build, BuildCommand, BuildState, BuildType, Project, Version, VersionType
 from ..store import Store
 from ..utils.timefmt import utc
 from .errors import ApiError
 from .params import boolean, by_id, last, page_link, page_number_link, parse_page, positive_id
+from .schema import BOOLEAN, DATETIME, INTEGER, STRING, URI, enum, ref
 from .state import ApiState, encoded_each
 
 T = TypeVar("T")
@@ -32,8 +35,12 @@ def not_found() -> ApiError:
     return ApiError(404, NOT_FOUND)
 
 
+def rendered(fields: tuple[Field, ...], shapes: V2Shapes, item: Any) -> dict[str, Any]:
+    return {field.name: field.value(shapes, item) for field in fields}
+
+
 class V2Shapes:
-    """The v2 representations, in the field order of the original service.
+    """The v2 representations, from the tables above.
 
     A project is embedded in every version, so its encoding is made once and spliced in.
     """
@@ -46,78 +53,91 @@ class V2Shapes:
     def project(self, project: Project) -> orjson.Fragment:
         found = self._projects.get(project.id)
         if found is None:
-            found = self._projects[project.id] = orjson.Fragment(
-                orjson.dumps(
-                    {
-                        "id": project.id,
-                        "name": project.name,
-                        "slug": project.slug,
-                        "description": project.description,
-                        "language": project.language,
-                        "programming_language": project.programming_language,
-                        "repo": project.repo,
-                        "repo_type": project.repo_type,
-                        "default_version": project.default_version,
-                        "default_branch": project.default_branch,
-                        "documentation_type": project.documentation_type,
-                        "users": list(project.users),
-                        "canonical_url": self.store.version_url(project, project.default_version),
-                    }
-                )
-            )
+            found = self._projects[project.id] = orjson.Fragment(orjson.dumps(rendered(PROJECT_FIELDS, self, project)))
         return found
 
-    def version(self, version: Version) -> dict:
-        project = self.store.projects[version.project]
+    def version(self, version: Version) -> dict[str, Any]:
+        return rendered(VERSION_FIELDS, self, version)
+
+    def build(self, build: Build) -> dict[str, Any]:
+        return rendered(BUILD_FIELDS, self, build)
+
+    def command(self, command: BuildCommand) -> dict[str, Any]:
+        return rendered(COMMAND_FIELDS, self, command)
+
+    def docs_url(self, build: Build) -> str:
+        return self.store.version_url(self.store.projects[build.project], self.store.versions[build.version].slug)
+
+    def downloads(self, version: Version) -> dict[str, str]:
+        """The formats that exist for a version, each ``//<host>/projects/<project>/downloads/<format>/<version>/``."""
+        slug = self.store.projects[version.project].slug
         return {
-            "id": version.id,
-            "project": self.project(project),
-            "slug": version.slug,
-            "identifier": version.identifier,
-            "verbose_name": version.verbose_name,
-            "active": version.active,
-            "built": version.built,
-            "downloads": {
-                kind: f"//{self.download_host}/projects/{project.slug}/downloads/{kind}/{version.slug}/"
-                for kind in DOWNLOAD_FORMATS
-                if kind in version.downloads
-            },
-            "type": version.type,
+            kind: f"//{self.download_host}/projects/{slug}/downloads/{kind}/{version.slug}/"
+            for kind in DOWNLOAD_FORMATS
+            if kind in version.downloads
         }
 
-    def build(self, build: Build) -> dict:
-        project = self.store.projects[build.project]
-        version = self.store.versions[build.version]
-        return {
-            "id": build.id,
-            "commands": [self.command(c) for c in self.store.commands_of(build)],
-            "project_slug": project.slug,
-            "version_slug": version.slug,
-            "docs_url": self.store.version_url(project, version.slug),
-            "type": build.type,
-            "state": build.state,
-            "date": utc(build.date),
-            "success": build.success,
-            "error": build.error,
-            "commit": build.commit,
-            "length": build.length,
-            "project": build.project,
-            "version": build.version,
-        }
 
-    @staticmethod
-    def command(command: BuildCommand) -> dict:
-        return {
-            "id": command.id,
-            "run_time": int((command.end_time - command.start_time).total_seconds()),
-            "command": command.command,
-            "description": command.description,
-            "output": command.output,
-            "exit_code": command.exit_code,
-            "start_time": utc(command.start_time),
-            "end_time": utc(command.end_time),
-            "build": command.build,
-        }
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One field of a v2 object: its name, its JSON schema, and how a value is read from a record."""
+
+    name: str
+    schema: dict[str, Any]
+    value: Callable[[V2Shapes, Any], Any]
+
+
+def attr(name: str) -> Callable[[V2Shapes, Any], Any]:
+    getter = attrgetter(name)
+    return lambda shapes, item: getter(item)
+
+
+def plain(name: str, schema: dict[str, Any]) -> Field:
+    return Field(name, schema, attr(name))
+
+
+def moment(name: str) -> Field:
+    getter = attrgetter(name)
+    return Field(name, DATETIME, lambda shapes, item: utc(getter(item)))
+
+
+# The fields of each object, in the order of the original service's serializers (DECISIONS.md
+# section 2): the same table renders the objects and writes their schemas in /openapi.json.
+PROJECT_FIELDS = (
+    plain("id", INTEGER), plain("name", STRING), plain("slug", STRING), plain("description", STRING), plain("language", STRING),
+    plain("programming_language", STRING), plain("repo", STRING), plain("repo_type", STRING), plain("default_version", STRING),
+    plain("default_branch", STRING), plain("documentation_type", STRING),
+    Field("users", {"type": "array", "items": INTEGER}, lambda shapes, p: list(p.users)),
+    Field("canonical_url", URI, lambda shapes, p: shapes.store.version_url(p, p.default_version)),
+)
+VERSION_FIELDS = (
+    plain("id", INTEGER),
+    Field("project", ref("Project"), lambda shapes, v: shapes.project(shapes.store.projects[v.project])),
+    plain("slug", STRING), plain("identifier", STRING), plain("verbose_name", STRING), plain("active", BOOLEAN),
+    plain("built", BOOLEAN),
+    Field("downloads", {"type": "object", "properties": {k: STRING for k in DOWNLOAD_FORMATS}, "additionalProperties": False},
+          lambda shapes, v: shapes.downloads(v)),
+    plain("type", enum(get_args(VersionType))),
+)
+COMMAND_FIELDS = (
+    plain("id", INTEGER),
+    Field("run_time", INTEGER, lambda shapes, c: int((c.end_time - c.start_time).total_seconds())),
+    plain("command", STRING), plain("description", STRING), plain("output", STRING), plain("exit_code", INTEGER),
+    moment("start_time"), moment("end_time"), plain("build", INTEGER),
+)
+BUILD_FIELDS = (
+    plain("id", INTEGER),
+    Field("commands", {"type": "array", "items": ref("BuildCommand")},
+          lambda shapes, b: [shapes.command(c) for c in shapes.store.commands_of(b)]),
+    Field("project_slug", STRING, lambda shapes, b: shapes.store.projects[b.project].slug),
+    Field("version_slug", STRING, lambda shapes, b: shapes.store.versions[b.version].slug),
+    Field("docs_url", URI, lambda shapes, b: shapes.docs_url(b)),
+    plain("type", enum(get_args(BuildType))), plain("state", enum(get_args(BuildState))), moment("date"),
+    plain("success", BOOLEAN), plain("error", STRING), plain("commit", STRING), plain("length", INTEGER),
+    plain("project", INTEGER), plain("version", INTEGER),
+)
+#: Every v2 object by its name in the OpenAPI document.
+OBJECTS = {"Project": PROJECT_FIELDS, "Version": VERSION_FIELDS, "BuildCommand": COMMAND_FIELDS, "Build": BUILD_FIELDS}
 
 
 async def paginated(

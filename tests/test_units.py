@@ -116,6 +116,10 @@ async def test_the_dispatcher_in_process(aiohttp_raw_server, aiohttp_client, sta
     assert again.status == 304 and again.headers["ETag"] == response.headers["ETag"]
     assert state.runtime.metrics.hits["/api/v2/project/"] == 1 and state.runtime.metrics.misses["/api/v2/project/"] == 1
     assert (await client.post("/api/v2/project/")).status == 405
+    second = await (await client.get("/api/v2/version/?active=true&limit=3&offset=4&x=1&project__slug=pip")).json()
+    assert second["previous"] == "https://api.example.org/api/v2/version/?active=true&limit=3&offset=1&project__slug=pip"
+    first = await (await client.get("/api/v2/version/?limit=3&offset=3&project__slug=pip")).json()
+    assert first["previous"] == "https://api.example.org/api/v2/version/?limit=3&project__slug=pip"  # offset 0 is dropped
     moved = await client.get("/api/v2/project", allow_redirects=False)
     assert moved.status == 301 and moved.headers["Location"] == "/api/v2/project/"
     compressed = await client.get("/api/v2/build/?limit=5", headers={"Accept-Encoding": "br"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -86,6 +87,23 @@ class Hammer(threading.Thread):
                 self.results.append((time.monotonic(), status, headers["X-Snapshot"], json.loads(body)["name"]))
             except Exception as error:
                 self.failures.append(repr(error))
+
+
+def point(link: Path, target: Path) -> None:
+    """Point a `current` link at ``target`` in one step, as a deploy swaps it."""
+    swap = link.with_name(link.name + ".new")
+    swap.unlink(missing_ok=True)
+    swap.symlink_to(target)
+    os.replace(swap, link)
+
+
+def watched_under_load(start_server, first: Path, link: Path, interval: str) -> tuple:
+    """A two-worker server watching ``link`` (pointed at ``first``), and a Hammer on it."""
+    point(link, first)
+    server = start_server("--snapshot", str(link), "--watch", "--watch-interval", interval, "--workers", "2")
+    hammer = Hammer(server.port)
+    hammer.start()
+    return server, hammer
 
 
 def sealed(directory: Path, name: str, project_name: str | None = None, *, edit=None) -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DEMO
-from helpers import Hammer, alive, children, docsrv, poll, refused, sealed
+from helpers import alive, children, docsrv, point, poll, refused, sealed, watched_under_load
 
 
 def other_commands(directory: Path) -> None:
@@ -116,14 +116,9 @@ def test_flipping_a_current_link_fast_never_mixes_two_snapshots(tmp_path, start_
     first = sealed(tmp_path / "a", "snap-a", "pip (a)")
     second = sealed(tmp_path / "b", "snap-b", "pip (b)")
     current = tmp_path / "current"
-    current.symlink_to(first)
-    server = start_server("--snapshot", str(current), "--watch", "--watch-interval", "0.05", "--workers", "2")
-    hammer = Hammer(server.port)
-    hammer.start()
+    server, hammer = watched_under_load(start_server, first, current, "0.05")
     for flip in range(40):  # the fault itself: a link flipped every 0.1 s
-        swap = tmp_path / "current.new"
-        swap.symlink_to(second if flip % 2 == 0 else first)
-        os.replace(swap, current)
+        point(current, second if flip % 2 == 0 else first)
         time.sleep(0.1)
     poll(lambda: server.json("/readyz")["snapshot"] == "snap-a" and "reloading" not in server.log[-1],
          what=lambda: "settling on snap-a:\n" + "".join(server.log[-10:]))

@@ -8,21 +8,16 @@ import time
 
 import pytest
 
-from helpers import BROKEN, Hammer, children, fresh_get, make_snapshot, poll
+from helpers import BROKEN, children, fresh_get, make_snapshot, point, poll, watched_under_load
 
 
 def test_reload_under_load_swaps_cleanly(tmp_path, start_server):
     first = make_snapshot(tmp_path / "a", "snap-a", "pip (a)")
     second = make_snapshot(tmp_path / "b", "snap-b", "pip (b)")
     current = tmp_path / "current"
-    current.symlink_to(first)
-    server = start_server("--snapshot", str(current), "--watch", "--watch-interval", "0.2", "--workers", "2")
-    hammer = Hammer(server.port)
-    hammer.start()
+    server, hammer = watched_under_load(start_server, first, current, "0.2")
     poll(lambda: len(hammer.results) > 20, what="requests before the swap")
-    swap = tmp_path / "current.new"
-    swap.symlink_to(second)
-    os.replace(swap, current)  # the atomic swap of a `current` link
+    point(current, second)  # the atomic swap of a `current` link
     server.wait_for("reloaded: serving snapshot snap-b", timeout=60)
     old_workers_gone = poll(lambda: len(children(server.process.pid)) == 2 and time.monotonic(), what="the old workers gone")
     cut = old_workers_gone

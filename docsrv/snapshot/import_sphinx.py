@@ -28,8 +28,9 @@ from .write import SUFFIX, RecordWriter, built_aside, write_manifest
 
 #: Directories of a Sphinx build that hold no pages.
 SKIP_DIRS = {"_static", "_sources", "_images", "_downloads", "_modules", ".doctrees"}
-#: Generated pages with no text of their own.
-SKIP_PAGES = {"genindex", "search", "py-modindex", "np-modindex", "404"}
+#: Pages Sphinx generates from the documents (the general index and its letters, module
+#: indexes of every domain, the search page) and the 404 page: not documents themselves.
+GENERATED = re.compile(r"^(genindex(-.+)?|[a-z]+-modindex|search|404)$")
 MAIN_CONTENT = ('[role="main"]', "main", "div.body", "article", "div.document")
 NOISE = (
     "script, style, noscript, template, nav, header, footer, form, a.headerlink, div.sphinxsidebar, "
@@ -48,28 +49,30 @@ class ImportReport:
     layout: str
     pages: int = 0
     replaced: int = 0
+    #: Files that could not be read as a page, with why; pages Sphinx generated (not documents).
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    generated: list[str] = field(default_factory=list)
 
 
 def detect_layout(root: Path) -> str:
     """``dirhtml`` when every content page is an ``index.html`` of its own directory."""
-    names = [p for p in content_files(root) if p.parent != root]
+    names = [p for p in content_files(root)[0] if p.parent != root]
     if names and all(p.name == "index.html" for p in names):
         return "dirhtml"
     return "html"
 
 
-def content_files(root: Path) -> list[Path]:
-    found = []
+def content_files(root: Path) -> tuple[list[Path], list[Path]]:
+    """The HTML files of a build that are documents, and those Sphinx generated (see GENERATED)."""
+    found: list[Path] = []
+    generated: list[Path] = []
     for path in sorted(root.rglob("*.html")):
         relative = path.relative_to(root)
         if SKIP_DIRS & set(relative.parts[:-1]):
             continue
         stem = relative.parent.name if relative.name == "index.html" and relative.parent.parts else relative.stem
-        if stem in SKIP_PAGES and len(relative.parts) <= 2:
-            continue
-        found.append(path)
-    return found
+        (generated if GENERATED.match(stem) and len(relative.parts) <= 2 else found).append(path)
+    return found, generated
 
 
 def page_path(relative: PurePosixPath, layout: str) -> str:
@@ -91,6 +94,8 @@ def read_page(html: bytes) -> tuple[str, tuple[Section, ...], str]:
     if main is None:
         raise UnreadablePage("no main content (no role=main, main, div.body, article or div.document)")
     for node in main.css(NOISE):
+        node.decompose()
+    for node in main.css("span.section-number"):  # "4.8.1. " of a numbered toctree: not part of the title
         node.decompose()
     heading = main.css_first("h1")
     title = clean(heading.text()) if heading is not None else ""
@@ -141,7 +146,8 @@ def import_sphinx(
         raise SnapshotError(str(directory), list(problems))
 
     report = ImportReport(detect_layout(root) if layout == "auto" else layout)
-    files = content_files(root)
+    files, generated = content_files(root)
+    report.generated = [str(PurePosixPath(path.relative_to(root).as_posix())) for path in generated]
     if not files:
         raise CommandError(f"{root}: no HTML pages found (not the output directory of a Sphinx build?); the snapshot is unchanged")
     kept = [p for p in pages if p.version != version.id]

@@ -179,7 +179,7 @@ def group(items: Iterable[T], keys_of: Callable[[T], Iterable[Hashable]]) -> dic
 
 def load_store(path: str | Path, *, progress: bool | None = None, page_text: bool = True) -> Store:
     """Read, check and index a snapshot directory; raise SnapshotError if it cannot be served.
-    Without ``page_text``, pages keep all but their text (see ``search.load_served``).
+    Without ``page_text``, pages keep all but their text (see ``serving.load_served``).
 
     The collector is paused while millions of objects are made, and what was loaded is then
     frozen out of its reach: the store never changes, and forked workers keep sharing its pages.

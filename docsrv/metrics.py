@@ -15,6 +15,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .utils.files import replace_file
+
 if TYPE_CHECKING:
     from .api.admission import SearchQueue
     from .http.reply_cache import ReplyCache
@@ -68,10 +70,7 @@ class Metrics:
         """Write this worker's counts where the other workers can read them."""
         if self.run_dir is None:
             return
-        path = self.run_dir / f"worker-{os.getpid()}.json"
-        partial = path.with_suffix(".partial")
-        partial.write_text(json.dumps(self.as_json()))
-        os.replace(partial, path)
+        replace_file(self.run_dir / f"worker-{os.getpid()}.json", json.dumps(self.as_json()).encode())
 
     def totals(self) -> dict:
         """Every worker's counts added up, this worker's live ones included."""
@@ -122,9 +121,7 @@ def retire(run_dir: Path, pid: int) -> None:
         before = json.loads(retired.read_text())
     except (OSError, ValueError):
         before = {}
-    partial = retired.with_suffix(".partial")
-    partial.write_text(json.dumps(merge([before, last], gauges=False)))
-    os.replace(partial, retired)
+    replace_file(retired, json.dumps(merge([before, last], gauges=False)).encode())
     path.unlink(missing_ok=True)
 
 

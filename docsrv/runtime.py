@@ -13,6 +13,7 @@ import orjson
 from aiohttp import web
 
 from .metrics import Metrics
+from .utils.files import replace_file
 
 STATUS_FILE = "status.json"
 
@@ -68,6 +69,4 @@ class Runtime:
 
 
 def write_status(run_dir: Path, status: MasterStatus) -> None:
-    partial = run_dir / (STATUS_FILE + ".partial")
-    partial.write_bytes(msgspec.json.encode(status))
-    os.replace(partial, run_dir / STATUS_FILE)
+    replace_file(run_dir / STATUS_FILE, msgspec.json.encode(status))

@@ -56,10 +56,10 @@ def build_schema() -> tantivy.Schema:
 
 
 def build_index(store: Store, directory: Path, print_progress: bool | None = None) -> float:
-    """Index every public page of ``store`` into ``directory``, which must not exist; return the
-    seconds taken. (``serving.build_index_aside`` builds beside the index in use and swaps.)"""
+    """Index every public page of ``store`` into ``directory``, new or empty; return the seconds
+    taken. (``serving.build_index_aside`` builds beside the index in use and swaps.)"""
     started = time.perf_counter()
-    directory.mkdir(parents=True)
+    directory.mkdir(parents=True, exist_ok=True)
     index = tantivy.Index(build_schema(), path=str(directory))
     writer = index.writer(heap_size=256 << 20, num_threads=2)
     if print_progress is None:

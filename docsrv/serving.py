@@ -21,9 +21,7 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import tempfile
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +31,7 @@ from .search import SCHEMA_VERSION, SearchIndex, build_index
 from .snapshot.errors import Problem, SnapshotError
 from .snapshot.load import record_file, record_files
 from .snapshot.records import Manifest
+from .snapshot.write import built_aside
 from .store import Store, load_store
 
 log = logging.getLogger("docsrv")
@@ -149,19 +148,10 @@ def ensure_index(store: Store, digest: str) -> Path:
 
 
 def build_index_aside(store: Store, directory: Path, digest: str, print_progress: bool | None = None) -> float:
-    """Build the index beside ``directory`` and swap it in: until the last rename, the index in
-    place (if any) is whole and current for what it was built from. Return the seconds taken."""
-    token = uuid.uuid4().hex[:8]
-    partial = directory.with_name(f".{directory.name}.partial-{token}")
-    try:
+    """Build the index beside ``directory`` and swap it in, as snapshots are (``built_aside``):
+    until then the index in place, if any, is whole and current for what it was built from;
+    workers that opened the old one keep their open files. Return the seconds taken."""
+    with built_aside(directory, replace=True) as partial:
         seconds = build_index(store, partial, print_progress)
         write_marker(partial, digest, store)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    old = directory.with_name(f".{directory.name}.old-{token}")
-    if directory.exists():
-        os.rename(directory, old)
-    os.rename(partial, directory)
-    shutil.rmtree(old, ignore_errors=True)  # workers that opened it keep their open files
     return seconds

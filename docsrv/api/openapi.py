@@ -356,7 +356,10 @@ def build_document() -> bytes:
             "title": "docsrv: documentation-hosting API (read replica)",
             "version": "2",
             "description": "The read-only JSON API of a documentation-hosting service, served from a snapshot. "
-            "Every response is JSON; every 200 carries ETag, Last-Modified, Cache-Control, Surrogate-Key and Cache-Tag.",
+            "Every response is JSON; every 200 carries ETag, Last-Modified, Cache-Control, Surrogate-Key and Cache-Tag. "
+            "Unknown query parameters are ignored (and left out of links). On every API path: a Host header the server "
+            "may not name (when it has no public URL) gets 400 {\"detail\": \"Invalid Host header.\"}; an HTTP version "
+            "other than 1.0 and 1.1 gets 505; a record whose file changed on disk under the server gets 503.",
         },
         "paths": paths,
         "components": {"schemas": SCHEMAS},

@@ -145,8 +145,7 @@ async def paginated(
 ) -> Reply:
     """One page of ``items`` in the v2 list envelope, with absolute next/previous links."""
     page = parse_page(request.query, default_limit=10, max_limit=1000, zero_limit_means_max=False, error=bad_param)
-    shown = page.slice(items)
-    base = state.fixed_base or f"{request.scheme}://{request.host.lower()}"
+    base = links_base(request, state)
     following = page.next_offset(len(items))
     preceding = page.previous_offset()
     envelope = {
@@ -154,6 +153,18 @@ async def paginated(
         "next": None if following is None else page_link(request, base, page.limit, following),
         "previous": None if preceding is None else page_link(request, base, page.limit, preceding),
     }
+    return await listed(state, envelope, page.slice(items), render, keys_of)
+
+
+def links_base(request: web.BaseRequest, state: ApiState) -> str:
+    """What absolute links start with: the public URL, else the request's own scheme and (allowed) Host."""
+    return state.fixed_base or f"{request.scheme}://{request.host.lower()}"
+
+
+async def listed(
+    state: ApiState, envelope: dict[str, Any], shown: Sequence[T], render: Callable[[T], Any], keys_of: Callable[[T], Iterable[str]]
+) -> Reply:
+    """The v2 list envelope with the ``shown`` items rendered, and their purge keys."""
 
     def make() -> tuple[dict, list[str]]:
         return {**envelope, "results": encoded_each(render, shown)}, ["v2", *(key for item in shown for key in keys_of(item))]
@@ -175,18 +186,13 @@ async def numbered_page(request: web.BaseRequest, state: ApiState, items: list[P
     if number is None or number > pages:
         raise ApiError(404, {"detail": "Invalid page."})
     shown = items[(number - 1) * PROJECTS_PER_PAGE : number * PROJECTS_PER_PAGE]
-    base = state.fixed_base or f"{request.scheme}://{request.host.lower()}"
+    base = links_base(request, state)
     envelope = {
         "count": len(items),
         "next": page_number_link(request, base, number + 1) if number < pages else None,
         "previous": page_number_link(request, base, number - 1) if number > 1 else None,
     }
-    render = state.shapes(V2Shapes).project
-
-    def make() -> tuple[dict, list[str]]:
-        return {**envelope, "results": encoded_each(render, shown)}, ["v2", *(key for p in shown for key in project_keys(p))]
-
-    return await state.rendered(len(shown), make)
+    return await listed(state, envelope, shown, state.shapes(V2Shapes).project, project_keys)
 
 
 async def project_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:

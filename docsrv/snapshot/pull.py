@@ -28,6 +28,7 @@ import aiohttp
 import msgspec
 from tqdm import tqdm
 
+from ..utils.files import replace_file
 from ..utils.progress import progress_bar, wanted
 from .errors import SnapshotError
 from .records import FileDigest, Manifest
@@ -231,9 +232,7 @@ def read_state(into: Path) -> PullState:
 
 
 def write_state(into: Path, state: PullState) -> None:
-    partial = into / (STATE_FILE + ".partial")
-    partial.write_bytes(msgspec.json.encode(state))
-    os.replace(partial, into / STATE_FILE)
+    replace_file(into / STATE_FILE, msgspec.json.encode(state))
 
 
 async def pull_every(url: str, into: Path, seconds: float, *, keep: int, progress: bool | None = None) -> None:

@@ -18,6 +18,7 @@ import msgspec
 import zstandard
 
 from ..errors import CommandError
+from ..utils.files import replace_file
 from .load import record_files
 from .records import FileDigest, Manifest
 
@@ -76,9 +77,7 @@ def write_manifest(directory: Path, manifest: Manifest) -> None:
     """Write ``manifest.json`` in one step (a new file renamed over the old), listing the size and
     digest of every record file in ``directory``: written last, it seals the snapshot."""
     manifest = msgspec.structs.replace(manifest, files={path.name: digest_of(path) for path in record_files(directory)})
-    partial = directory / "manifest.json.partial"
-    partial.write_bytes(msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n")
-    os.replace(partial, directory / "manifest.json")
+    replace_file(directory / "manifest.json", msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n")
 
 
 @contextmanager

@@ -174,7 +174,23 @@ def edit_record(path, number, **fields):
     edit_line(path, number, change)
 
 
+def add_relationships(snapshot: Path, relationships: list[dict]) -> None:
+    """A relationships.jsonl (the optional kind) with its count in the manifest."""
+    (snapshot / "relationships.jsonl").write_text("".join(json.dumps(r) + "\n" for r in relationships))
+    manifest = json.loads((snapshot / "manifest.json").read_text())
+    manifest["counts"]["relationships"] = len(relationships)
+    (snapshot / "manifest.json").write_text(json.dumps(manifest))
+
+
 BROKEN = {
+    "subproject that does not exist": (
+        lambda s: add_relationships(s, [{"id": 1, "parent": 1, "child": 2}, {"id": 2, "parent": 1, "child": 404}]),
+        "relationships.jsonl:2: relationship 2 names child project 404, which does not exist",
+    ),
+    "project its own subproject": (
+        lambda s: add_relationships(s, [{"id": 1, "parent": 3, "child": 3}]),
+        "relationships.jsonl:1: relationship 1 makes project 3 its own subproject",
+    ),
     "invalid JSON": (lambda s: edit_line(s / "versions.jsonl", 5, lambda line: line[:-10] + "\n"), "versions.jsonl:5: invalid JSON"),
     "wrong type": (lambda s: edit_record(s / "projects.jsonl", 3, id="three"), "projects.jsonl:3: Expected `int`, got `str` - at `$.id`"),
     "naive datetime": (lambda s: edit_record(s / "builds.jsonl", 2, date="2023-01-01T00:00:00"), "builds.jsonl:2:"),

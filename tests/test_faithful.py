@@ -12,6 +12,7 @@ import pytest
 
 from conftest import DEMO, ROOT, Server
 from expected import BUILD_FIELDS, COMMAND_FIELDS, PROJECT_FIELDS, VERSION_FIELDS
+from helpers import add_relationships
 
 FIXTURES = ROOT / "tests" / "fixtures"
 LEGACY = [FIXTURES / "rtd@2017.json", FIXTURES / "rtd-2017-part2.json"]
@@ -123,10 +124,7 @@ def family(tmp_path_factory):
     projects = {json.loads(line)["slug"]: json.loads(line)["id"] for line in (snapshot / "projects.jsonl").read_text().splitlines()}
     relations = [{"id": 1, "parent": projects["pip"], "child": projects["requests"], "alias": "requests"},
                  {"id": 2, "parent": projects["pip"], "child": projects["acme-handbook"], "alias": None}]
-    (snapshot / "relationships.jsonl").write_text("".join(json.dumps(r) + "\n" for r in relations))
-    manifest = json.loads((snapshot / "manifest.json").read_text())
-    manifest["counts"]["relationships"] = len(relations)
-    (snapshot / "manifest.json").write_text(json.dumps(manifest))
+    add_relationships(snapshot, relations)
     server = Server(["--snapshot", str(snapshot), "--workers", "1"])
     yield server
     server.stop()

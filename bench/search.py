@@ -44,29 +44,35 @@ LOG_DISTINCT = 5_000
 
 def python_docs_snapshot() -> Path:
     """A snapshot holding one project, python/3.11, with the pages of the Python documentation."""
-    if not PYTHON_DOCS.is_dir():
-        subprocess.run(["apt-get", "install", "-y", "-qq", "python3.11-doc"], check=True)
-    path = WORK / "python-docs"
+    return sphinx_snapshot("python-docs", PYTHON_DOCS, "python3.11-doc", "python", "3.11")
+
+
+def sphinx_snapshot(name: str, html: Path, package: str, project: str, version: str) -> Path:
+    """A snapshot ``name`` under the bench's work directory holding one project's version with the
+    pages of a Sphinx build that a Debian package installs (installed when missing)."""
+    if not html.is_dir():
+        subprocess.run(["apt-get", "install", "-y", "-qq", package], check=True)
+    path = WORK / name
     if (path / "manifest.json").exists():
         return path
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
     records = {
         "users": [{"id": 1, "username": "docs"}],
-        "projects": [{"id": 1, "name": "Python", "slug": "python", "pub_date": "2023-01-01T00:00:00Z",
-                      "modified_date": "2023-06-01T00:00:00Z", "users": [1], "default_version": "3.11"}],
-        "versions": [{"id": 1, "project": 1, "slug": "3.11", "verbose_name": "3.11", "active": True, "built": True}],
+        "projects": [{"id": 1, "name": project.capitalize(), "slug": project, "pub_date": "2023-01-01T00:00:00Z",
+                      "modified_date": "2023-06-01T00:00:00Z", "users": [1], "default_version": version}],
+        "versions": [{"id": 1, "project": 1, "slug": version, "verbose_name": version, "active": True, "built": True}],
         "builds": [], "build_commands": [], "pages": [],
     }
     for kind, items in records.items():
         (path / f"{kind}.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items))
     (path / "manifest.json").write_text(json.dumps({
-        "format": "docsrv-snapshot", "format_version": 1, "name": "python-docs", "created_at": "2023-06-01T00:00:00Z",
-        "public_url": "https://docs.python.org", "counts": {k: len(v) for k, v in records.items()}}))
+        "format": "docsrv-snapshot", "format_version": 1, "name": name, "created_at": "2023-06-01T00:00:00Z",
+        "public_url": "https://docs.example.org", "counts": {k: len(v) for k, v in records.items()}}))
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "docsrv", "snapshot", "import-sphinx", str(PYTHON_DOCS), "--into", str(path),
-                    "--project", "python", "--version", "3.11"], check=True)
-    print(f"import of the Python docs: {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "docsrv", "snapshot", "import-sphinx", str(html), "--into", str(path),
+                    "--project", project, "--version", version], check=True)
+    print(f"import of {html}: {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return path
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -23,14 +24,20 @@ from ..errors import CommandError
 from ..utils.progress import progress_bar, wanted
 from .errors import ProblemList, SnapshotError
 from .load import read_manifest, read_records, record_file, record_files
-from .records import Page, Project, Record, Section, Version
+from .records import DOCUMENT_ROLE, INDEX_ROLE, LABEL_ROLE, TERM_ROLE, Entry, Page, Project, Record, Section, Version
+from .sphinx_entries import INVENTORY, Located, index_pages, read_general_index, read_inventory
 from .write import SUFFIX, RecordWriter, built_aside, write_manifest
 
 #: Directories of a Sphinx build that hold no pages.
 SKIP_DIRS = {"_static", "_sources", "_images", "_downloads", "_modules", ".doctrees"}
-#: Pages Sphinx generates from the documents (the general index and its letters, module
+#: Pages Sphinx generates from the documents, by kind (the general index and its letters, module
 #: indexes of every domain, the search page) and the 404 page: not documents themselves.
-GENERATED = re.compile(r"^(genindex(-.+)?|[a-z]+-modindex|search|404)$")
+GENERATED = {
+    "general index": re.compile(r"^genindex(-.+)?$"),
+    "module index": re.compile(r"^[a-z]+-modindex$"),
+    "search page": re.compile(r"^search$"),
+    "404 page": re.compile(r"^404$"),
+}
 MAIN_CONTENT = ('[role="main"]', "main", "div.body", "article", "div.document")
 NOISE = (
     "script, style, noscript, template, nav, header, footer, form, a.headerlink, div.sphinxsidebar, "
@@ -49,9 +56,19 @@ class ImportReport:
     layout: str
     pages: int = 0
     replaced: int = 0
-    #: Files that could not be read as a page, with why; pages Sphinx generated (not documents).
+    #: Files that could not be read as a page, with why; pages Sphinx generated (not documents), by kind.
     skipped: list[tuple[str, str]] = field(default_factory=list)
-    generated: list[str] = field(default_factory=list)
+    generated: Counter[str] = field(default_factory=Counter)
+    #: Named entries recorded, by kind ("objects", "glossary terms", "labels", "index entries"),
+    #: and how many named a page that is not imported.
+    entries: Counter[str] = field(default_factory=Counter)
+    unplaced: int = 0
+
+
+def entry_kind(entry: Entry) -> str:
+    """The kind of a named entry, as an import counts them."""
+    return {TERM_ROLE: "glossary terms", LABEL_ROLE: "labels", DOCUMENT_ROLE: "documents", INDEX_ROLE: "index entries"}.get(
+        entry.role, "objects")
 
 
 def detect_layout(root: Path) -> str:
@@ -62,17 +79,38 @@ def detect_layout(root: Path) -> str:
     return "html"
 
 
-def content_files(root: Path) -> tuple[list[Path], list[Path]]:
-    """The HTML files of a build that are documents, and those Sphinx generated (see GENERATED)."""
+def content_files(root: Path) -> tuple[list[Path], dict[Path, str]]:
+    """The HTML files of a build that are documents, and those Sphinx generated with their kind
+    (see GENERATED)."""
     found: list[Path] = []
-    generated: list[Path] = []
+    generated: dict[Path, str] = {}
     for path in sorted(root.rglob("*.html")):
         relative = path.relative_to(root)
         if SKIP_DIRS & set(relative.parts[:-1]):
             continue
         stem = relative.parent.name if relative.name == "index.html" and relative.parent.parts else relative.stem
-        (generated if GENERATED.match(stem) and len(relative.parts) <= 2 else found).append(path)
+        kind = next((kind for kind, pattern in GENERATED.items() if pattern.match(stem)), None) if len(relative.parts) <= 2 else None
+        if kind is None:
+            found.append(path)
+        else:
+            generated[path] = kind
     return found, generated
+
+
+def named_entries(root: Path, generated: dict[Path, str], layout: str) -> list[Located]:
+    """The objects of the build's inventory, then the entries of its general index that name a
+    place no object of the inventory is at (most index entries are the objects themselves)."""
+    inventory = read_inventory(root / INVENTORY) if (root / INVENTORY).is_file() else []
+    taken = {(located.page, located.entry.anchor) for located in inventory}
+    urls = {page_path(PurePosixPath(path.relative_to(root).as_posix()), layout): path for path in generated}
+    found = list(inventory)
+    for url, path in index_pages(urls):
+        for located in read_general_index(path.read_bytes(), url):
+            place = (located.page, located.entry.anchor)
+            if place not in taken:
+                taken.add(place)
+                found.append(located)
+    return found
 
 
 def page_path(relative: PurePosixPath, layout: str) -> str:
@@ -93,6 +131,11 @@ def read_page(html: bytes) -> tuple[str, tuple[Section, ...], str]:
     main = next((node for selector in MAIN_CONTENT if (node := tree.css_first(selector)) is not None), None)
     if main is None:
         raise UnreadablePage("no main content (no role=main, main, div.body, article or div.document)")
+    first_section = main.css_first("section, div.section")
+    if first_section is not None and first_section.parent is not None:
+        # The document's sections are its content; a theme without a main-content marker (Django's
+        # puts its header, navigation and sidebar beside them in div.document) is narrowed to them.
+        main = first_section.parent
     for node in main.css(NOISE):
         node.decompose()
     for node in main.css("span.section-number"):  # "4.8.1. " of a numbered toctree: not part of the title
@@ -147,12 +190,15 @@ def import_sphinx(
 
     report = ImportReport(detect_layout(root) if layout == "auto" else layout)
     files, generated = content_files(root)
-    report.generated = [str(PurePosixPath(path.relative_to(root).as_posix())) for path in generated]
+    report.generated.update(generated.values())
     if not files:
         raise CommandError(f"{root}: no HTML pages found (not the output directory of a Sphinx build?); the snapshot is unchanged")
     kept = [p for p in pages if p.version != version.id]
     report.replaced = len(pages) - len(kept)
     next_id = max((p.id for p in pages), default=0) + 1
+    entries: dict[str, list[Entry]] = defaultdict(list)
+    for located in named_entries(root, generated, report.layout):
+        entries[located.page].append(located.entry)
     imported: list[Page] = []
     with progress_bar(len(files), f"import {root.name}", wanted() if progress is None else progress, unit="page") as bar:
         for path in files:
@@ -162,9 +208,12 @@ def import_sphinx(
             except (UnreadablePage, UnicodeDecodeError, OSError) as error:
                 report.skipped.append((str(relative), str(error)))
             else:
+                path_in_version = page_path(relative, report.layout)
+                named = tuple(entries.pop(path_in_version, ()))
+                report.entries.update(map(entry_kind, named))
                 imported.append(
-                    Page(id=next_id, project=project.id, version=version.id, path=page_path(relative, report.layout),
-                         title=title, sections=sections, text=text)
+                    Page(id=next_id, project=project.id, version=version.id, path=path_in_version,
+                         title=title, sections=sections, text=text, entries=named)
                 )
                 next_id += 1
             if bar is not None:
@@ -172,6 +221,7 @@ def import_sphinx(
     if not imported:
         raise CommandError(f"{root}: none of its {len(files)} HTML files could be read as a page; the snapshot is unchanged")
     report.pages = len(imported)
+    report.unplaced = sum(map(len, entries.values()))
     compress = next(kind for kind, suffix in SUFFIX.items() if pages_file.name.endswith(suffix))
     # The new snapshot is built beside the old one (its other files linked, not copied) and swapped in.
     target = Path(os.path.realpath(directory))

@@ -128,6 +128,28 @@ class Section(msgspec.Struct, frozen=True, gc=False, array_like=True):
     title: str
 
 
+#: Roles of named entries that are not objects of a Sphinx domain: a document (its title), a
+#: section label, a glossary term, an entry of the general index.
+DOCUMENT_ROLE = "std:doc"
+LABEL_ROLE = "std:label"
+TERM_ROLE = "std:term"
+INDEX_ROLE = "index"
+
+
+class Entry(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """A name a page defines, stored as ``[role, name, anchor, priority, title]``: an object of a
+    Sphinx domain or a glossary term (from ``objects.inv``: role ``py:function``, ``std:term``,
+    ...), or an entry of the general index (role ``index``). A query equal to it finds its page
+    first. ``priority`` is the inventory's: 0 important, 1 default, 2 unimportant, -1 hidden."""
+
+    role: Annotated[str, msgspec.Meta(min_length=1)]
+    name: Annotated[str, msgspec.Meta(min_length=1)]
+    anchor: str = ""
+    priority: int = 1
+    #: The name as the documentation displays it, when it differs (a term's or a label's title).
+    title: str = ""
+
+
 class PageHead(Record, frozen=True, gc=False, forbid_unknown_fields=False):
     """A page as a server keeps it once its search index is built: all but the text, which the
     index holds (``highlight.py``). Decoding skips the text without making a string of it, and
@@ -145,6 +167,8 @@ class Page(PageHead, frozen=True, gc=False, forbid_unknown_fields=True):
     """A documentation page (v1 calls it a File) of one version of a project."""
 
     text: str = ""
+    #: Read only to build the search index: a server keeps no entries in memory.
+    entries: tuple[Entry, ...] = ()
 
 
 class FileDigest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -1,0 +1,151 @@
+"""How often search puts the right page first, on real Sphinx documentation, against SQLite FTS5.
+
+    python bench/relevance.py [--corpus django|sphinx|python|all] [--show-misses] [--out FILE]
+
+Each corpus is a Sphinx build that Debian ships (installed when missing) imported into a snapshot
+of its own, and a set of judged queries in ``bench/judged/<corpus>.tsv``: queries written the
+way people search (how-to titles, API names, settings, glossary terms, error names, two- or
+three-word tasks), each with the page that should come first. For docsrv (the search index a
+server opens, queried in process: the ranking is the one ``/api/v2/docsearch/`` answers with)
+and for SQLite FTS5 over the same pages (title, headings and body weighted 10/5/1 by ``bm25``,
+the query escaped as Datasette escapes it), it prints the share of queries whose page comes
+first (top-1), comes in the first three (top-3), and the mean reciprocal rank of the first right
+page within ten (MRR@10).
+
+The Python documentation (``--corpus python``) is the held-out check: its judged set was written
+after ranking was tuned on the other two, and ranking is not tuned on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sqlite3
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from docsrv.search import SearchIndex, build_index
+from docsrv.store import Store, load_store
+from search import PYTHON_DOCS, sphinx_snapshot
+
+HERE = Path(__file__).resolve().parent
+
+#: corpus: (snapshot name, HTML of the build, Debian package, project slug, version slug)
+CORPORA = {
+    "django": ("django-docs", Path("/usr/share/doc/python-django-doc/html"), "python-django-doc", "django", "3.2"),
+    "sphinx": ("sphinx-docs", Path("/usr/share/doc/sphinx-doc/html"), "sphinx-doc", "sphinx", "5.3"),
+    "python": ("python-docs", PYTHON_DOCS, "python3.11-doc", "python", "3.11"),
+}
+DEPTH = 10
+#: Datasette's escaping of a full-text query: each bare word quoted, quoted phrases kept.
+_FTS_BITS = re.compile(r'\s+|(".*?")')
+
+
+@dataclass(frozen=True)
+class Judged:
+    query: str
+    #: The pages that are right first (usually one).
+    pages: frozenset[str]
+    kind: str
+
+
+def judged(corpus: str) -> list[Judged]:
+    found = []
+    for number, line in enumerate((HERE / "judged" / f"{corpus}.tsv").read_text().splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        query, pages, kind = line.split("\t")
+        found.append(Judged(query, frozenset(pages.split("|")), kind))
+        assert query.strip(), f"judged/{corpus}.tsv:{number}: an empty query"
+    return found
+
+
+def escape_fts(query: str) -> str:
+    if query.count('"') % 2:
+        query += '"'
+    bits = [bit for bit in _FTS_BITS.split(query) if bit and bit != '""']
+    return " ".join(bit if bit.startswith('"') else '"{}"'.format(bit.replace('"', "")) for bit in bits)
+
+
+class Fts5:
+    """The pages in an SQLite FTS5 table, searched as Datasette searches one."""
+
+    def __init__(self, store: Store) -> None:
+        self.db = sqlite3.connect(":memory:")
+        self.db.execute("CREATE VIRTUAL TABLE pages USING fts5(title, headings, body, path UNINDEXED)")
+        self.db.executemany(
+            "INSERT INTO pages VALUES (?, ?, ?, ?)",
+            [(page.title, " ".join(s.title for s in page.sections), page.text, page.path) for page in store.pages_ordered],  # type: ignore[attr-defined]
+        )
+
+    def ranked(self, query: str) -> list[str]:
+        sql = "SELECT path FROM pages WHERE pages MATCH ? ORDER BY bm25(pages, 10.0, 5.0, 1.0) LIMIT ?"
+        try:
+            return [path for (path,) in self.db.execute(sql, (escape_fts(query), DEPTH))]
+        except sqlite3.OperationalError:
+            return []
+
+
+def scores(ranks: list[int | None]) -> dict[str, float]:
+    """Top-1, top-3 (shares, in %) and MRR@10 of the ranks (1-based; None: not in the first ten)."""
+    n = len(ranks)
+    return {
+        "top1": round(100 * sum(rank == 1 for rank in ranks) / n, 1),
+        "top3": round(100 * sum(rank is not None and rank <= 3 for rank in ranks) / n, 1),
+        "mrr10": round(sum(1 / rank for rank in ranks if rank is not None) / n, 3),
+    }
+
+
+def rank_of(ranked: list[str], right: frozenset[str]) -> int | None:
+    return next((place for place, path in enumerate(ranked[:DEPTH], 1) if path in right), None)
+
+
+def measure(corpus: str, show_misses: bool) -> dict:
+    name, html, package, project, version = CORPORA[corpus]
+    snapshot = sphinx_snapshot(name, html, package, project, version)
+    store = load_store(snapshot, progress=False)
+    queries = judged(corpus)
+    paths = {page.path for page in store.pages_ordered}
+    unknown = sorted(page for judged_query in queries for page in judged_query.pages if page not in paths)
+    if unknown:
+        raise SystemExit(f"judged/{corpus}.tsv names pages the build does not have: {', '.join(unknown)}")
+    with tempfile.TemporaryDirectory() as directory:
+        build_index(store, Path(directory), print_progress=False)
+        index = SearchIndex.open(store, Path(directory))
+        fts = Fts5(store)
+        ranks: dict[str, list[int | None]] = {"docsrv": [], "fts5": []}
+        for judged_query in queries:
+            found = index.search_pages(judged_query.query, scopes=[f"{project}/{version}"])
+            ours = [store.pages[hit.page_id].path for hit in found.hits]
+            theirs = fts.ranked(judged_query.query)
+            ranks["docsrv"].append(rank_of(ours, judged_query.pages))
+            ranks["fts5"].append(rank_of(theirs, judged_query.pages))
+            if show_misses and ranks["docsrv"][-1] != 1:
+                print(f"  {corpus}: {judged_query.query!r} ({judged_query.kind}) at {ranks['docsrv'][-1]}; "
+                      f"first {ours[:3]}; want {sorted(judged_query.pages)}", file=sys.stderr)
+    return {"queries": len(queries), **{system: scores(r) for system, r in ranks.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", choices=[*CORPORA, "all"], default="all",
+                        help="all: the two judged sets ranking may be tuned on, then the held-out Python docs")
+    parser.add_argument("--show-misses", action="store_true", help="name each query docsrv does not put first")
+    parser.add_argument("--out", type=Path, help="also write the figures to this JSON file")
+    args = parser.parse_args()
+    corpora = list(CORPORA) if args.corpus == "all" else [args.corpus]
+    results = {corpus: measure(corpus, args.show_misses) for corpus in corpora}
+    for corpus, result in results.items():
+        print(f"{corpus:7} {result['queries']:3} queries   " + "   ".join(
+            f"{system}: top-1 {result[system]['top1']:5.1f} %  top-3 {result[system]['top3']:5.1f} %  MRR@10 {result[system]['mrr10']:.3f}"
+            for system in ("docsrv", "fts5")))
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""What pages name, for search: a query equal to a name finds the page that defines it first.
+
+A page names its title, the headings of its sections, and the entries its Sphinx build recorded
+(``records.Entry``: API objects, glossary terms, section labels, general index entries). They
+are kept in an index of their own (``index/entries/``), apart from the pages' index, so that
+their documents change nothing of the pages' BM25 statistics (the number of documents, the mean
+length of a field). The same index answers the v1 anchor search: sections, objects and
+glossary terms are the anchors a person looks up.
+
+A query matches a name when both are equal once lower-cased, spaces collapsed, call
+parentheses and surrounding punctuation dropped (``entry_key``); an object's name also matches
+by any dotted tail (``QuerySet.filter`` and ``filter`` both find
+``django.db.models.query.QuerySet.filter``). Of the pages a query names, a page title comes
+first, then objects and glossary terms, then sections and labels, then index entries; within a
+kind a whole name before a tail, then the inventory's priority.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Iterator
+from enum import IntEnum
+from typing import NamedTuple
+
+import tantivy
+
+from .snapshot.records import DOCUMENT_ROLE, INDEX_ROLE, LABEL_ROLE, TERM_ROLE, Page
+
+#: How many documents of one name a lookup reads ("get" is the tail of hundreds of methods).
+LOOKUP_LIMIT = 1000
+#: How many anchor matches the anchor search ranks before it keeps the best 50.
+ANCHOR_CANDIDATES = 2000
+MAX_ANCHORS = 50
+#: Longer keys are not names anyone types; tantivy takes terms of at most 65,530 bytes.
+MAX_KEY_CHARS = 200
+_SPACE = re.compile(r"\s+")
+_CALL = re.compile(r"\(\s*\)")
+_EDGES = string.punctuation.replace("_", "") + " "
+_REGEX_META = set(r"\.+*?()|[]{}^$#&-~")
+
+
+class Kind(IntEnum):
+    """What a name is, in the order its page ranks."""
+
+    TITLE = 0
+    OBJECT = 1
+    SECTION = 2
+    INDEX = 3
+
+
+def kind_of(role: str) -> Kind:
+    if role == LABEL_ROLE:
+        return Kind.SECTION
+    if role == INDEX_ROLE:
+        return Kind.INDEX
+    if role == DOCUMENT_ROLE:
+        return Kind.TITLE
+    return Kind.OBJECT  # every domain's objects, and glossary terms
+
+
+def entry_key(text: str) -> str:
+    """What a name and a query are compared by: lower case, one space between words, no call
+    parentheses, no punctuation at either end ("`QuerySet.filter()`" -> "queryset.filter")."""
+    return _CALL.sub("", _SPACE.sub(" ", text.lower())).strip(_EDGES)[:MAX_KEY_CHARS]
+
+
+def dotted_tails(key: str) -> list[str]:
+    """The shorter names an object's dotted name is known by: "a.b.c" -> ["b.c", "c"]."""
+    parts = key.split(".")
+    return [tail for tail in (".".join(parts[i:]) for i in range(1, len(parts))) if tail]
+
+
+def build_schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("scope", tokenizer_name="raw")
+    builder.add_integer_field("page", stored=True, fast=True)
+    builder.add_integer_field("slot", fast=True)
+    #: kind * 4 + the inventory's priority (0, 1 or 2).
+    builder.add_integer_field("rank", fast=True)
+    builder.add_text_field("name", tokenizer_name="raw")
+    builder.add_text_field("tail", tokenizer_name="raw")
+    builder.add_text_field("anchored", tokenizer_name="raw")
+    builder.add_text_field("heading", stored=True, tokenizer_name="raw")
+    builder.add_text_field("anchor", stored=True, tokenizer_name="raw")
+    builder.add_text_field("heading_lower", tokenizer_name="raw")
+    builder.add_text_field("anchor_lower", tokenizer_name="raw")
+    return builder.build()
+
+
+def documents(page: Page, scope: str, slot: int) -> Iterator[tantivy.Document]:
+    """The named entries of one page as documents of the entries index."""
+
+    def entry(kind: Kind, priority: int, names: list[str], tails: list[str] = (), anchor: str = "",  # type: ignore[assignment]
+              heading: str = "") -> tantivy.Document:
+        document = tantivy.Document()
+        document.add_text("scope", scope)
+        document.add_integer("page", page.id)
+        document.add_integer("slot", slot)
+        document.add_integer("rank", kind * 4 + min(max(priority, 0), 2))
+        for key in dict.fromkeys(filter(None, names)):
+            document.add_text("name", key)
+        for key in dict.fromkeys(tails):
+            document.add_text("tail", key)
+        if anchor and heading:
+            document.add_text("anchored", "1")
+            document.add_text("anchor", anchor)
+            document.add_text("heading", heading)
+            document.add_text("anchor_lower", anchor.lower())
+            document.add_text("heading_lower", heading.lower())
+        return document
+
+    yield entry(Kind.TITLE, 1, [entry_key(page.title)])
+    for section in page.sections:
+        yield entry(Kind.SECTION, 1, [entry_key(section.title)], anchor=section.id, heading=section.title)
+    for named in page.entries:
+        kind = kind_of(named.role)
+        if kind is Kind.TITLE:  # the title a document has in the inventory is its page's title
+            continue
+        key = entry_key(named.name)
+        names = [key, entry_key(named.title)]
+        if kind is Kind.OBJECT and named.role != TERM_ROLE:
+            yield entry(kind, named.priority, names, dotted_tails(key), named.anchor, named.name)
+        elif named.role == TERM_ROLE:
+            yield entry(kind, named.priority, names, anchor=named.anchor, heading=named.title or named.name)
+        else:  # labels are sections (anchored as sections), index entries are no anchors to look up
+            yield entry(kind, named.priority, names)
+
+
+def filter_clause(schema: tantivy.Schema, field: str, values: list[str]) -> tuple[tantivy.Occur, tantivy.Query]:
+    """A clause that narrows a search to documents whose ``field`` holds one of ``values``, and
+    adds nothing to their scores (``_score`` is relevance alone)."""
+    terms = [tantivy.Query.term_query(schema, field, value) for value in values]
+    either = terms[0] if len(terms) == 1 else tantivy.Query.boolean_query([(tantivy.Occur.Should, term) for term in terms])
+    return tantivy.Occur.Must, tantivy.Query.const_score_query(either, 0.0)
+
+
+class Named(NamedTuple):
+    """A page a query names: the rank of the best name it holds (lower first), and its highlight slot."""
+
+    rank: tuple[int, int, int]
+    slot: int
+
+
+class NamedEntries:
+    """Lookups in one snapshot's entries index. Safe to call from worker threads."""
+
+    def __init__(self, index: tantivy.Index) -> None:
+        self.schema = index.schema
+        self.searcher = index.searcher()
+
+    def _term(self, field: str, value: str) -> tantivy.Query:
+        return tantivy.Query.term_query(self.schema, field, value)
+
+    def pages_named(self, q: str, scopes: list[str] | None) -> dict[int, Named]:
+        """The pages holding a name equal to ``q`` (of the versions ``scopes`` names, if any), each
+        with the rank of its best name: (kind, whole name 0 or tail 1, priority)."""
+        key = entry_key(q)
+        if not key:
+            return {}
+        scope = filter_clause(self.schema, "scope", scopes) if scopes else None
+        searcher = self.searcher
+        named: dict[int, Named] = {}
+        for tail, field in enumerate(("name", "tail")):
+            query = self._term(field, key)
+            if scope is not None:
+                query = tantivy.Query.boolean_query([(tantivy.Occur.Must, query), scope])
+            addresses = [address for _score, address in searcher.search(query, LOOKUP_LIMIT, count=False).hits]
+            if not addresses:
+                continue
+            pages = searcher.fast_field_values("page", addresses)
+            slots = searcher.fast_field_values("slot", addresses)
+            ranks = searcher.fast_field_values("rank", addresses)
+            for page, slot, packed in zip(pages, slots, ranks, strict=True):
+                kind, priority = divmod(int(packed or 0), 4)
+                rank = (kind, tail, priority)
+                found = named.get(int(page or 0))
+                if found is None or rank < found.rank:
+                    named[int(page or 0)] = Named(rank, int(slot or 0))
+        return named
+
+    def anchors(self, q: str) -> list[tuple[int, str]]:
+        """(page id, anchor id) of sections, objects and glossary terms whose heading (or name)
+        or anchor id contains ``q``, best first."""
+        needle = q.strip().lower()
+        if not needle:
+            return []
+        pattern = ".*" + "".join("\\" + c if c in _REGEX_META else c for c in needle) + ".*"
+        matches = tantivy.Query.boolean_query(
+            [
+                (tantivy.Occur.Should, tantivy.Query.regex_query(self.schema, "heading_lower", pattern)),
+                (tantivy.Occur.Should, tantivy.Query.regex_query(self.schema, "anchor_lower", pattern)),
+            ]
+        )
+        query = tantivy.Query.boolean_query([(tantivy.Occur.Must, self._term("anchored", "1")), (tantivy.Occur.Must, matches)])
+        searcher = self.searcher
+        found = []
+        for _score, address in searcher.search(query, ANCHOR_CANDIDATES, count=False).hits:
+            document = searcher.doc(address)  # text is stored, not fast: a fast field holds numbers here
+            heading, anchor = document["heading"][0], document["anchor"][0]
+            found.append((anchor_rank(needle, heading.lower(), anchor.lower()), document["page"][0], anchor))
+        found.sort()
+        return list(dict.fromkeys((page_id, anchor) for _rank, page_id, anchor in found))[:MAX_ANCHORS]
+
+
+def anchor_rank(needle: str, heading: str, anchor: str) -> tuple:
+    """Exact heading or anchor first, then prefixes, then any match; shorter headings first."""
+    exact = needle in (heading, anchor)
+    prefix = heading.startswith(needle) or anchor.startswith(needle)
+    return (not exact, not prefix, len(heading), heading)

@@ -76,10 +76,9 @@ def build_schema() -> tantivy.Schema:
     builder.add_text_field("scope", tokenizer_name="raw")
     builder.add_integer_field("page", stored=True, fast=True)
     builder.add_integer_field("slot", fast=True)
-    #: kind * 4 + the inventory's priority (0, 1 or 2).
+    #: See ``pack_rank``.
     builder.add_integer_field("rank", fast=True)
     builder.add_text_field("name", tokenizer_name="raw")
-    builder.add_text_field("tail", tokenizer_name="raw")
     builder.add_text_field("anchored", tokenizer_name="raw")
     builder.add_text_field("heading", stored=True, tokenizer_name="raw")
     builder.add_text_field("anchor", stored=True, tokenizer_name="raw")
@@ -89,19 +88,17 @@ def build_schema() -> tantivy.Schema:
 
 
 def documents(page: Page, scope: str, slot: int) -> Iterator[tantivy.Document]:
-    """The named entries of one page as documents of the entries index."""
+    """The named entries of one page as documents of the entries index: one a name, and for an
+    object with a dotted name one more holding its tails (so one lookup ranks whole names first)."""
 
-    def entry(kind: Kind, priority: int, names: list[str], tails: list[str] = (), anchor: str = "",  # type: ignore[assignment]
-              heading: str = "") -> tantivy.Document:
+    def entry(kind: Kind, priority: int, names: list[str], tail: bool = False, anchor: str = "", heading: str = "") -> tantivy.Document:
         document = tantivy.Document()
         document.add_text("scope", scope)
         document.add_integer("page", page.id)
         document.add_integer("slot", slot)
-        document.add_integer("rank", kind * 4 + min(max(priority, 0), 2))
+        document.add_integer("rank", pack_rank(kind, tail, priority))
         for key in dict.fromkeys(filter(None, names)):
             document.add_text("name", key)
-        for key in dict.fromkeys(tails):
-            document.add_text("tail", key)
         if anchor and heading:
             document.add_text("anchored", "1")
             document.add_text("anchor", anchor)
@@ -120,11 +117,18 @@ def documents(page: Page, scope: str, slot: int) -> Iterator[tantivy.Document]:
         key = entry_key(named.name)
         names = [key, entry_key(named.title)]
         if kind is Kind.OBJECT and named.role != TERM_ROLE:
-            yield entry(kind, named.priority, names, dotted_tails(key), named.anchor, named.name)
+            yield entry(kind, named.priority, names, anchor=named.anchor, heading=named.name)
+            if tails := dotted_tails(key):
+                yield entry(kind, named.priority, tails, tail=True)
         elif named.role == TERM_ROLE:
             yield entry(kind, named.priority, names, anchor=named.anchor, heading=named.title or named.name)
         else:  # labels are sections (anchored as sections), index entries are no anchors to look up
             yield entry(kind, named.priority, names)
+
+
+def pack_rank(kind: Kind, tail: bool, priority: int) -> int:
+    """(kind, whole name 0 or tail 1, priority 0-2) in one integer that sorts as the tuple does."""
+    return kind * 8 + tail * 4 + min(max(priority, 0), 2)
 
 
 def filter_clause(schema: tantivy.Schema, field: str, values: list[str]) -> tuple[tantivy.Occur, tantivy.Query]:
@@ -136,9 +140,10 @@ def filter_clause(schema: tantivy.Schema, field: str, values: list[str]) -> tupl
 
 
 class Named(NamedTuple):
-    """A page a query names: the rank of the best name it holds (lower first), and its highlight slot."""
+    """A page a query names: the rank of the best name it holds (``pack_rank``: lower first), and
+    its highlight slot."""
 
-    rank: tuple[int, int, int]
+    rank: int
     slot: int
 
 
@@ -154,29 +159,26 @@ class NamedEntries:
 
     def pages_named(self, q: str, scopes: list[str] | None) -> dict[int, Named]:
         """The pages holding a name equal to ``q`` (of the versions ``scopes`` names, if any), each
-        with the rank of its best name: (kind, whole name 0 or tail 1, priority)."""
+        with the rank of its best name."""
         key = entry_key(q)
         if not key:
             return {}
         scope = filter_clause(self.schema, "scope", scopes) if scopes else None
         searcher = self.searcher
+        query = self._term("name", key)
+        if scope is not None:
+            query = tantivy.Query.boolean_query([(tantivy.Occur.Must, query), scope])
+        addresses = [address for _score, address in searcher.search(query, LOOKUP_LIMIT, count=False).hits]
+        if not addresses:
+            return {}
         named: dict[int, Named] = {}
-        for tail, field in enumerate(("name", "tail")):
-            query = self._term(field, key)
-            if scope is not None:
-                query = tantivy.Query.boolean_query([(tantivy.Occur.Must, query), scope])
-            addresses = [address for _score, address in searcher.search(query, LOOKUP_LIMIT, count=False).hits]
-            if not addresses:
-                continue
-            pages = searcher.fast_field_values("page", addresses)
-            slots = searcher.fast_field_values("slot", addresses)
-            ranks = searcher.fast_field_values("rank", addresses)
-            for page, slot, packed in zip(pages, slots, ranks, strict=True):
-                kind, priority = divmod(int(packed or 0), 4)
-                rank = (kind, tail, priority)
-                found = named.get(int(page or 0))
-                if found is None or rank < found.rank:
-                    named[int(page or 0)] = Named(rank, int(slot or 0))
+        pages = searcher.fast_field_values("page", addresses)
+        slots = searcher.fast_field_values("slot", addresses)
+        ranks = searcher.fast_field_values("rank", addresses)
+        for page, slot, rank in zip(pages, slots, ranks, strict=True):
+            found = named.get(int(page or 0))
+            if found is None or int(rank or 0) < found.rank:
+                named[int(page or 0)] = Named(int(rank or 0), int(slot or 0))
         return named
 
     def anchors(self, q: str) -> list[tuple[int, str]]:

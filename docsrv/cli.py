@@ -101,6 +101,7 @@ def run_serve(args: argparse.Namespace) -> int:
         response_cache_bytes=args.response_cache_mb << 20,
         allowed_hosts=tuple(listed(args, "allowed_host") or default_allowed_hosts(args.host)),
         search_queue=args.search_queue,
+        fast_path=not args.no_fast_path,
     )
     return serve(
         args.snapshot or DEMO_SNAPSHOT,

@@ -37,6 +37,8 @@ class Settings(msgspec.Struct, frozen=True):
     search_queue: int = 64
     #: Host headers answered when ``public_url`` is unset (see ``http/hosts.py``).
     allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]")
+    #: Answer cached GETs and HEADs in the fast lane (``http/fast_lane.py``) before aiohttp.
+    fast_path: bool = True
 
     @property
     def cache_control(self) -> str:
@@ -119,6 +121,8 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("no_workers_timeout", float, 60.0, "when no worker has been able to serve for this many seconds, close the port and exit 1 "
            "(so that systemd or Kubernetes restarts the server)"),
     Option("access_log", bool, False, "one JSON line per request on standard output"),
+    Option("no_fast_path", bool, False, "answer every request through aiohttp, cached replies too (the fast lane answers those "
+           "from prebuilt bytes: turn it off to rule it out)"),
 )
 
 

@@ -38,6 +38,13 @@ class Metrics:
         #: GET and HEAD requests answered from the reply cache, and not, by route.
         self.hits: dict[str, int] = {}
         self.misses: dict[str, int] = {}
+        #: Cached replies the fast lane sent since the last fold, by (route, status), and the seconds
+        #: they took together: a dictionary increment per request, folded into the counts above
+        #: whenever they are read (the latency histogram takes them at their mean).
+        self.lane: dict[tuple[str, int], int] = {}
+        self.lane_seconds = 0.0
+        #: Of the hits, those the fast lane sent, by route.
+        self.lane_replies: dict[str, int] = {}
         #: The reply cache and search queue whose figures are reported (set by the serving state).
         self.cache: ReplyCache | None = None
         self.searches: SearchQueue | None = None
@@ -53,13 +60,33 @@ class Metrics:
         histogram[bisect.bisect_left(BUCKETS, seconds)] += 1
         histogram[-1] += seconds
 
+    def fold_lane(self) -> None:
+        lane, seconds = self.lane, self.lane_seconds
+        if not lane:
+            return
+        self.lane, self.lane_seconds = {}, 0.0
+        mean = seconds / sum(lane.values())
+        bucket = bisect.bisect_left(BUCKETS, mean)
+        for (route, status), count in lane.items():
+            key = (route, status)
+            self.requests[key] = self.requests.get(key, 0) + count
+            self.hits[route] = self.hits.get(route, 0) + count
+            self.lane_replies[route] = self.lane_replies.get(route, 0) + count
+            histogram = self.latency.get(route)
+            if histogram is None:
+                histogram = self.latency[route] = [0] * (len(BUCKETS) + 1) + [0.0]
+            histogram[bucket] += count
+            histogram[-1] += mean * count
+
     def as_json(self) -> dict:
+        self.fold_lane()
         cache = self.cache
         return {
             "requests": [[route, status, count] for (route, status), count in self.requests.items()],
             "latency": self.latency,
             "cache_hits": self.hits,
             "cache_misses": self.misses,
+            "fast_lane": self.lane_replies,
             "cache_evictions": cache.evictions if cache is not None else 0,
             "searches": dict(self.searches.counts) if self.searches is not None else {},
             # Gauges: a worker's own, never carried into the retired totals.
@@ -91,7 +118,7 @@ def merge(parts: list[dict], *, gauges: bool = True) -> dict:
     totals of workers that have exited)."""
     requests: dict[tuple[str, int], int] = {}
     latency: dict[str, list[float]] = {}
-    totals: dict[str, dict[str, int]] = {"cache_hits": {}, "cache_misses": {}, "searches": {}, "gauges": {}}
+    totals: dict[str, dict[str, int]] = {"cache_hits": {}, "cache_misses": {}, "fast_lane": {}, "searches": {}, "gauges": {}}
     evictions = 0
     for part in parts:
         for route, status, count in part.get("requests", ()):
@@ -152,6 +179,12 @@ def render(totals: dict, gauges: dict[str, tuple[str, float, dict[str, str]]]) -
         ]
         for route, count in sorted(totals[f"cache_{name}"].items()):
             lines.append(f'docsrv_reply_cache_{name}_total{{route="{escape(route)}"}} {count}')
+    lines += [
+        "# HELP docsrv_fast_lane_replies_total Of the reply cache's hits, those the fast lane sent, by route template (all workers).",
+        "# TYPE docsrv_fast_lane_replies_total counter",
+    ]
+    for route, count in sorted(totals["fast_lane"].items()):
+        lines.append(f'docsrv_fast_lane_replies_total{{route="{escape(route)}"}} {count}')
     lines += [
         "# HELP docsrv_searches_total Searches by outcome: run, refused (queue full: 503) or dropped (client gone) (all workers).",
         "# TYPE docsrv_searches_total counter",

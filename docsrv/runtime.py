@@ -10,7 +10,6 @@ from pathlib import Path
 
 import msgspec
 import orjson
-from aiohttp import web
 
 from .metrics import Metrics
 from .utils.files import replace_file
@@ -49,21 +48,22 @@ class Runtime:
                 pass
         return MasterStatus()
 
-    def log_access(self, request: web.BaseRequest, status: int, size: int, seconds: float, route: str, snapshot: str) -> None:
+    def log_access(self, remote: str | None, method: str, path: str, user_agent: str | None, status: int, size: int, seconds: float,
+                   route: str, snapshot: str) -> None:
         """One JSON line on standard output per request (``--access-log``)."""
         now = time.time()
         record = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z",
             "worker": os.getpid(),
-            "remote": request.remote,
-            "method": request.method,
-            "path": request.raw_path,
+            "remote": remote,
+            "method": method,
+            "path": path,
             "route": route,
             "status": status,
             "bytes": size,
             "ms": round(seconds * 1000, 3),
             "snapshot": snapshot,
-            "user_agent": request.headers.get("User-Agent"),
+            "user_agent": user_agent,
         }
         sys.stdout.write(orjson.dumps(record).decode() + "\n")
 

@@ -5,7 +5,7 @@ pytest-aiohttp's client on the real low-level server (no subprocess)."""
 from datetime import UTC, datetime
 
 import pytest
-from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
+from multidict import MultiDict, MultiDictProxy
 
 from conftest import DEMO
 from docsrv.api.app import ROUTER, Dispatcher
@@ -90,7 +90,8 @@ MODIFIED = datetime(2024, 2, 1, 12, 0, 0, tzinfo=UTC)
     ({"If-Modified-Since": "yesterday"}, False), ({}, False),
 ])
 def test_conditional_requests(headers, answer):
-    assert not_modified(CIMultiDictProxy(CIMultiDict(headers)), '"abc"', MODIFIED) is answer
+    if_none_match = [headers["If-None-Match"]] if "If-None-Match" in headers else None
+    assert not_modified(if_none_match, headers.get("If-Modified-Since"), '"abc"', MODIFIED) is answer
 
 
 @pytest.mark.parametrize(("accept", "coding"), [

@@ -20,6 +20,7 @@ from yarl import URL
 
 from ..http.caching import not_modified
 from ..http.compression import choose
+from ..http.fast_lane import FastLane, FastLaneServer
 from ..http.protocol import VERSION_NOT_SUPPORTED, JsonErrorServer, as_http11
 from ..http.reply import Reply
 from ..http.reply_cache import Key
@@ -109,7 +110,9 @@ class Dispatcher:
                 if coding is not None:
                     reply = reply.variants.get(coding) or await state.compressed(reply, coding)
             conditional = hdrs.IF_NONE_MATCH in headers or hdrs.IF_MODIFIED_SINCE in headers
-            if conditional and reply.etag is not None and not_modified(headers, reply.etag, state.last_modified):
+            if conditional and reply.etag is not None and not_modified(
+                headers.getall(hdrs.IF_NONE_MATCH, None), headers.get(hdrs.IF_MODIFIED_SINCE), reply.etag, state.last_modified
+            ):
                 status = 304
                 response = web.Response(status=304, headers=reply.headers_304)
         elif method == "OPTIONS":
@@ -126,7 +129,8 @@ class Dispatcher:
         elapsed = perf_counter() - started
         runtime.metrics.observe(reply.route, status, elapsed, hit)
         if runtime.access_log:
-            runtime.log_access(request, status, len(reply.body) if status != 304 else 0, elapsed, reply.route, state.store.name)
+            runtime.log_access(request.remote, method, request.raw_path, request.headers.get("User-Agent"), status,
+                               len(reply.body) if status != 304 else 0, elapsed, reply.route, state.snapshot_name)
         return response
 
     @staticmethod
@@ -199,5 +203,8 @@ class Dispatcher:
 
 
 def init_server(state: ApiState, **kwargs: Any) -> web.Server:
-    """The low-level aiohttp server answering every route above from ``state``."""
+    """The low-level aiohttp server answering every route above from ``state``, with the fast
+    lane in front unless the settings turn it off."""
+    if state.settings.fast_path:
+        return FastLaneServer(Dispatcher(state), lane=FastLane(state), **kwargs)
     return JsonErrorServer(Dispatcher(state), **kwargs)

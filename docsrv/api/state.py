@@ -60,6 +60,7 @@ class ApiState:
         self.searches = SearchQueue(settings.search_queue)
         runtime.metrics.searches = self.searches
         self.last_modified = store.created_at
+        self.snapshot_name = store.name
         self.fixed_base = settings.public_url.rstrip("/") if settings.public_url else None
         self.allowed_hosts = AllowedHosts(settings.allowed_hosts)
         #: Set when this worker stops: every response then closes its connection.

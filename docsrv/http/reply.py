@@ -3,6 +3,10 @@
 A Reply is made once (status, encoded body, every header) and sent as it is for as long as it
 is cached. Its compressed variants hang off it, made on first demand. ``nbytes`` is what the
 reply cache charges for it: every object it keeps alive, counted with ``sys.getsizeof``.
+
+A cacheable reply also holds its header block as the fast lane writes it (``wire``, and
+``wire_304`` for a 304): every header aiohttp would write, in aiohttp's order, up to the value of
+``Date``, which is spliced in per second (see ``fast_lane.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ if TYPE_CHECKING:
 class Reply:
     """A response ready to send: status, encoded body, and every header that goes with it."""
 
-    __slots__ = ("body", "compressible", "entry", "etag", "headers", "headers_304", "route", "status", "variants")
+    __slots__ = ("body", "compressible", "entry", "etag", "headers", "headers_304", "route", "status", "variants", "wire", "wire_304")
 
     def __init__(self, status: int, body: bytes, headers: dict[str, str], *, etag: str | None = None) -> None:
         self.status = status
@@ -34,6 +38,8 @@ class Reply:
         self.variants: dict[str, Reply] = {}
         #: The cache entry that owns this reply and is charged for it, if it is cached.
         self.entry: Entry | None = None
+        self.wire = header_block(headers, len(body)) if etag else b""
+        self.wire_304 = header_block(self.headers_304, None) if etag else b""
 
     def compressed(self, coding: str, body: bytes) -> Reply:
         """The variant of this reply whose body is ``body``, this reply's body compressed with ``coding``.
@@ -50,6 +56,7 @@ class Reply:
     def nbytes(self) -> int:
         """Bytes this reply keeps alive: itself, its body, its header maps and its variants."""
         size = getsizeof(self) + getsizeof(self.body) + dict_bytes(self.headers) + getsizeof(self.variants)
+        size += getsizeof(self.wire) + getsizeof(self.wire_304)
         if self.headers_304 is not self.headers:
             size += dict_bytes(self.headers_304)
         for variant in self.variants.values():
@@ -60,3 +67,12 @@ class Reply:
 def dict_bytes(mapping: dict[str, str]) -> int:
     """A header map and its values (its keys are the same few constant strings in every reply)."""
     return getsizeof(mapping) + sum(getsizeof(value) for value in mapping.values())
+
+
+def header_block(headers: dict[str, str], content_length: int | None) -> bytes:
+    """The headers of a response as aiohttp writes them after its status line: the reply's own,
+    then ``Content-Length`` (none for a 304), then ``Date: `` with its value left to the writer."""
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    if content_length is not None:
+        lines += f"Content-Length: {content_length}\r\n"
+    return (lines + "Date: ").encode()

@@ -1,0 +1,235 @@
+"""The fast lane, differentially: the same bytes sent to a server with the lane and to one
+without it (``--no-fast-path``) get byte-identical responses, ``Date`` aside: every route, hits
+and misses, HEAD, conditional and compressed requests, HTTP/1.0, keep-alive and close,
+pipelining (a miss between hits), requests split across reads, bodies and odd framing, and the
+hostile requests of ``test_hostile.py``'s generators. Each request is sent twice on one
+connection, so the second is a hit where the first was a miss."""
+
+import re
+import socket
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_hostile import PATHS, header_values, query
+
+from conftest import DEMO, Server
+
+#: Routes whose bodies name the worker and its timings: they differ between any two servers.
+COMPARABLE = [path for path in PATHS if path not in ("/readyz", "/metrics")]
+
+_DATE = re.compile(rb"\r\nDate: [^\r\n]*\r\n")
+_HEAD = re.compile(rb"^HTTP/1\.[01] (\d{3})[^\r\n]*\r\n(.*?)\r\n\r\n", re.S)
+ROUTES = [
+    "/api/v2/project/", "/api/v2/project/?slug=pip", "/api/v2/project/1/", "/api/v2/project/1/active_versions/",
+    "/api/v2/version/?project__slug=pip&active=true", "/api/v2/version/1/", "/api/v2/build/?project__slug=pip", "/api/v2/build/1/",
+    "/api/v2/docsearch/?project=pip&version=stable&q=install", "/api/v1/", "/api/v1/project/?slug=pip", "/api/v1/project/pip/",
+    "/api/v1/project/1/", "/api/v1/project/schema/", "/api/v1/version/pip/", "/api/v1/build/1/", "/api/v1/file/?limit=5",
+    "/api/v1/file/search/?q=install", "/api/v1/file/anchor/?q=install", "/api/v1/user/", "/openapi.json", "/healthz",
+    "/api/v2/project/999/", "/api/v2/project", "/api/v2/project/?limit=2&unknown=1&offset=1", "/nowhere",
+]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """The demo snapshot served with the fast lane and without it."""
+    servers = [Server(["--snapshot", str(DEMO), "--workers", "1"]), Server(["--snapshot", str(DEMO), "--workers", "1", "--no-fast-path"])]
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+def exchange(port: int, chunks: list[bytes], expected: int, heads: int = 0, idle: float = 5.0) -> bytes:
+    """Send ``chunks`` (a pause between them: separate reads on the server) and read until
+    ``expected`` responses are whole (``heads`` of them to HEAD requests: no body) or the server
+    closes; ``Date`` values blanked."""
+    with socket.create_connection(("127.0.0.1", port), timeout=idle) as sock:
+        for index, chunk in enumerate(chunks):
+            if index:
+                time.sleep(0.02)
+            sock.sendall(chunk)
+        data = b""
+        while complete(data, heads) < expected:
+            try:
+                chunk = sock.recv(65536)
+            except (TimeoutError, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            data += chunk
+    return _DATE.sub(b"\r\nDate: -\r\n", data)
+
+
+def complete(data: bytes, heads: int) -> int:
+    """How many whole responses ``data`` holds (the first ``heads`` of them answer HEADs)."""
+    count = 0
+    while (match := _HEAD.match(data)) is not None:
+        length = re.search(rb"(?im)^content-length: *(\d+)", match.group(2))
+        bodiless = count < heads or match.group(1) in (b"304", b"204")
+        size = 0 if bodiless or length is None else int(length.group(1))
+        if len(data) < match.end() + size:
+            break
+        data = data[match.end() + size:]
+        count += 1
+    return count
+
+
+def same(pair, chunks: list[bytes], expected: int, heads: int = 0, idle: float = 5.0) -> bytes:
+    lane, plain = pair
+    with_lane = exchange(lane.port, chunks, expected, heads, idle)
+    without = exchange(plain.port, chunks, expected, heads, idle)
+    assert with_lane == without, (chunks, with_lane[:600], without[:600])
+    return with_lane
+
+
+def lane_replies(server) -> int:
+    text = server.get("/metrics").body.decode()
+    return sum(int(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("docsrv_fast_lane_replies_total{"))
+
+
+def get(path: str, *headers: str, version: str = "1.1", method: str = "GET") -> bytes:
+    lines = [f"{method} {path} HTTP/{version}", "Host: localhost", *headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+VARIANTS = {
+    "plain": lambda p: get(p),
+    "gzip": lambda p: get(p, "Accept-Encoding: gzip"),
+    "br": lambda p: get(p, "Accept-Encoding: gzip, deflate, br"),
+    "q-values": lambda p: get(p, "Accept-Encoding: gzip;q=0.2, br;q=0"),
+    "no coding": lambda p: get(p, "Accept-Encoding: *;q=0"),
+    "if-none-match *": lambda p: get(p, "If-None-Match: *"),
+    "if-none-match wrong": lambda p: get(p, 'If-None-Match: "nope", W/"other"'),
+    "if-modified-since later": lambda p: get(p, "If-Modified-Since: Fri, 01 Jan 2100 00:00:00 GMT"),
+    "if-modified-since earlier": lambda p: get(p, "If-Modified-Since: Thu, 01 Jan 1970 00:00:00 GMT"),
+    "if-modified-since garbage": lambda p: get(p, "If-Modified-Since: yesterday"),
+    "lower-case names, padded values": lambda p: b"GET " + p.encode() + b" HTTP/1.1\r\nhost:   localhost  \r\naccept-encoding:gzip\r\n\r\n",
+    "user agent": lambda p: get(p, "User-Agent: curl/8.0", "Accept: */*"),
+    "keep-alive spelled out": lambda p: get(p, "Connection: Keep-Alive"),
+    "other host": lambda p: b"GET " + p.encode() + b" HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+    "host with port": lambda p: b"GET " + p.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1:80\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_every_route_twice_on_one_connection(pair, variant):
+    for path in ROUTES:
+        request = VARIANTS[variant](path)
+        same(pair, [request + request], 2)
+
+
+@pytest.mark.parametrize("path", ["/api/v2/project/1/", "/api/v2/version/?project__slug=pip&active=true", "/api/v2/project/"])
+def test_head_http10_and_closing(pair, path):
+    same(pair, [get(path, method="HEAD") * 2], 2, heads=2)
+    same(pair, [get(path, version="1.0")], 1)  # HTTP/1.0: closed after the response
+    same(pair, [get(path, "Connection: keep-alive", version="1.0") * 2], 2)
+    same(pair, [get(path) + get(path, "Connection: close") + get(path)], 3)  # nothing after the close is answered
+    same(pair, [get(path, "Connection: close, keep-alive") * 2], 2)
+
+
+def test_a_conditional_request_with_the_reply_s_own_tag_is_answered_304(pair):
+    lane, _plain = pair
+    first = exchange(lane.port, [get("/api/v2/project/1/")], 1)
+    etag = re.search(rb"ETag: (\S+)", first).group(1).decode()
+    both = same(pair, [get("/api/v2/project/1/", f"If-None-Match: {etag}") * 2], 2)
+    assert both.count(b"HTTP/1.1 304 Not Modified\r\n") == 2 and b"Content-Length" not in both
+    same(pair, [get("/api/v2/project/1/", "If-None-Match: W/" + etag, "Accept-Encoding: gzip") * 2], 2)
+
+
+def test_pipelines_keep_their_order_when_a_miss_goes_to_aiohttp(pair):
+    hit, miss = get("/api/v2/project/2/"), get("/api/v2/project/3/?nocache=1")
+    same(pair, [hit], 1)
+    for sequence in ([hit, miss, hit], [miss, hit, hit, miss], [hit, get("/x", method="OPTIONS"), hit],
+                     [hit, get("/api/v2/project/2/", method="POST"), hit], [hit, get("/api/v2/docsearch/?project=pip&version=stable&q=pip"), hit]):
+        same(pair, [b"".join(sequence)], len(sequence))
+
+
+@pytest.mark.parametrize("at", [1, 5, 20, 30, 35, 36, 37])
+def test_a_request_split_across_reads(pair, at):
+    request = get("/api/v2/project/1/", "Accept-Encoding: gzip")
+    same(pair, [request + request[:at], request[at:]], 2)
+    same(pair, [request[:at], request[at:] + request], 2)
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n",
+        b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n\r\nhello",
+        b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+        b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\nHost: other\r\n\r\n",
+        b"GET /api/v2/project/1/ HTTP/1.1\r\n\r\n",
+        b"GET /api/v2/project/1/ HTTP/1.0\r\n\r\n",
+        b"GET http://localhost/api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        b"GET /api/v2/project/1/ HTTP/1.1\nHost: localhost\n\n",
+        b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\n\r\n",
+        b"GET /api/v2/project/1/ HTTP/1.1\r\nHost : localhost\r\n\r\n",
+        b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: local\x01host\r\n\r\n",
+        b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\n Folded: value\r\n\r\n",
+        b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\nX-Caf\xc3\xa9: 1\r\n\r\n",
+        b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+        b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\n\r\n",
+        b"GET /api/v2/project/1/ HTTP/2.0\r\nHost: localhost\r\n\r\n",
+        b"GET /api/v2/project/1/ HTTP/1.2\r\nHost: localhost\r\n\r\n",
+        b"get /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        b"GET  /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        b"GET /api/v2/project/1/\tHTTP/1.1\r\nHost: localhost\r\n\r\n",
+        b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\nX-Long: " + b"a" * 9000 + b"\r\n\r\n",
+        b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\n" + b"X-Many: 1\r\n" * 120 + b"\r\n",
+        b"\r\n\r\nGET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    ],
+)
+def test_unusual_framing_is_answered_as_aiohttp_answers_it(pair, request_bytes):
+    warm = get("/api/v2/project/1/")
+    same(pair, [warm + request_bytes + warm], 3, idle=1.0)
+
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@SETTINGS
+@given(path=st.sampled_from(COMPARABLE), query=query)
+def test_any_query_on_any_route(pair, path, query):
+    request = f"GET {path}?{query} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
+    same(pair, [request * 2], 2, idle=1.0)
+
+
+@SETTINGS
+@given(
+    path=st.sampled_from(COMPARABLE),
+    method=st.sampled_from(["GET", "HEAD", "OPTIONS", "POST", "DELETE"]),
+    accept_encoding=header_values,
+    if_none_match=st.one_of(header_values, st.lists(st.sampled_from(['"x"', "*", 'W/"y"', '"', ""]), max_size=5).map(", ".join)),
+    if_modified_since=header_values,
+)
+def test_odd_headers_and_methods(pair, path, method, accept_encoding, if_none_match, if_modified_since):
+    request = (f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nAccept-Encoding: {accept_encoding}\r\n"
+               f"If-None-Match: {if_none_match}\r\nIf-Modified-Since: {if_modified_since}\r\n\r\n").encode()
+    same(pair, [request * 2], 2, heads=2 if method == "HEAD" else 0, idle=1.0)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(min_size=1, max_size=200))
+def test_bytes_that_are_not_http(pair, data):
+    same(pair, [get("/api/v2/project/1/") + data], 2, idle=0.3)
+
+
+def test_the_lane_answers_hits_and_metrics_count_them(pair):
+    lane, plain = pair
+    request = get("/api/v2/project/4/", "Accept-Encoding: gzip")
+    same(pair, [request], 1)  # made, and compressed, by aiohttp on both
+    before = [lane_replies(lane), lane_replies(plain)]
+    counted = [server.get("/metrics").body.decode() for server in pair]
+    same(pair, [request * 10], 10)
+    assert [lane_replies(lane), lane_replies(plain)] == [before[0] + 10, 0]
+    for server, text in zip(pair, counted, strict=True):
+        after = server.get("/metrics").body.decode()
+        assert requests_of(after, "/api/v2/project/{id}/") - requests_of(text, "/api/v2/project/{id}/") == 10
+
+
+def requests_of(metrics: str, route: str) -> int:
+    line = next(line for line in metrics.splitlines() if line.startswith(f'docsrv_requests_total{{route="{route}",status="200"}}'))
+    return int(line.rsplit(" ", 1)[1])

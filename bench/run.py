@@ -50,9 +50,10 @@ CLASSES = {
     "docsearch": "docsearch",
     "revalidate": "304 revalidation",
 }
-SYSTEMS = ("docsrv", "nginx", "ceiling", "datasette", "drf")
+SYSTEMS = ("docsrv", "docsrv-aiohttp", "nginx", "ceiling", "datasette", "drf")
 SYSTEM_NAMES = {
     "docsrv": "docsrv (1 worker)",
+    "docsrv-aiohttp": "docsrv without its fast lane (--no-fast-path)",
     "nginx": "nginx, static files (1 worker)",
     "ceiling": "minimal aiohttp, pre-encoded bodies",
     "datasette": "Datasette, SQLite immutable",
@@ -229,9 +230,9 @@ class System:
 
 def start(name: str, snapshot: Path, database: Path, bodies: Path) -> System:
     port = free_port()
-    if name == "docsrv":
+    if name in ("docsrv", "docsrv-aiohttp"):
         return System(name, [sys.executable, "-m", "docsrv", "serve", "--snapshot", str(snapshot), "--port", str(port), "--workers", "1",
-                             "--response-cache-mb", "1024"], port)
+                             "--response-cache-mb", "1024", *(["--no-fast-path"] if name == "docsrv-aiohttp" else [])], port)
     if name == "ceiling":
         return System(name, [sys.executable, str(HERE / "peers" / "ceiling.py"), str(port), str(bodies)], port)
     if name == "nginx":
@@ -394,7 +395,8 @@ def targets(results: dict) -> list[str]:
         theirs = cells.get(peer, {}).get(kind)
         return mine[kind]["rps"] / theirs["rps"] if kind in mine and theirs and theirs["rps"] else None
 
-    for kind, goal in (("project_detail", 0.20), ("version_list", 0.18), ("deep_offset", 0.18)):
+    # The fast lane's targets: cached replies at nginx's own rate.
+    for kind, goal in (("project_detail", 1.0), ("version_list", 1.0)):
         r = ratio(kind, "nginx")
         if r is not None:
             out.append(f"{CLASSES[kind]} at {r:.2f} of nginx (target {goal:.2f}): {'met' if r >= goal else 'missed'}")
@@ -404,8 +406,14 @@ def targets(results: dict) -> list[str]:
             worst = min(shared, key=lambda k: ratio(k, peer))
             out.append(f"at least {goal}x {SYSTEM_NAMES[peer]} on every shared class: lowest {ratio(worst, peer):.1f}x "
                        f"({CLASSES[worst]}): {'met' if ratio(worst, peer) >= goal else 'missed'}")
-    slow = [k for k in mine if k != "docsearch" and (mine[k]["p99_ms"] or 0) >= 5]
-    out.append("p99 under 5 ms for every non-search class: " + ("met" if not slow else "missed on " + ", ".join(CLASSES[k] for k in slow)))
+    slow = [k for k in ("project_detail", "version_list") if k in mine and (mine[k]["p99_ms"] or 0) >= 2]
+    out.append(f"p99 under 2 ms at {results['connections']} connections for cached details and version lists: "
+               + ("met" if not slow else "missed on " + ", ".join(CLASSES[k] for k in slow)))
+    lane = [k for k in results["classes"] if ratio(k, "docsrv-aiohttp") is not None]
+    if lane:
+        worst = min(lane, key=lambda k: ratio(k, "docsrv-aiohttp"))
+        out.append(f"the fast lane no slower than aiohttp alone on any class: lowest {ratio(worst, 'docsrv-aiohttp'):.2f}x "
+                   f"({CLASSES[worst]}): {'met' if ratio(worst, 'docsrv-aiohttp') >= 1 else 'missed'}")
     return out
 
 
@@ -512,6 +520,7 @@ def main() -> None:
         "memory": memory(snapshot, workload) if args.memory else None,
     }
     report(results, out)
+    ensure_peers()  # the chart is drawn with their matplotlib
     chart(results, out)
     print(f"wrote {out}.md, .json and .png")
 

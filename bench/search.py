@@ -117,7 +117,8 @@ def measure(snapshot: Path, args) -> dict:
     result = index(snapshot)
     port = free_port()
     system = System("docsrv-search", [sys.executable, "-m", "docsrv", "serve", "--snapshot", str(snapshot), "--port", str(port),
-                                      "--workers", "1", "--response-cache-mb", str(args.cache_mb)], port)
+                                      "--workers", "1", "--response-cache-mb", str(args.cache_mb),
+                                      *(["--no-fast-path"] if args.no_fast_path else [])], port)
     try:
         searches = WORK / "paths-search.txt"
         searches.write_text("\n".join(search_paths(snapshot, rng, args.log)) + "\n")
@@ -147,6 +148,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10)
     parser.add_argument("--corpus", choices=["python-docs", "synth", "both"], default="both")
     parser.add_argument("--cache-mb", type=int, default=0, help="the reply cache of the worker: 0 measures every search cold")
+    parser.add_argument("--no-fast-path", action="store_true", help="serve without the fast lane (to compare)")
     parser.add_argument("--log", action="store_true", help="run a query log (Zipf over 5,000 queries) instead of a fixed set")
     args = parser.parse_args()
     results = {}

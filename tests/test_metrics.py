@@ -5,7 +5,10 @@ import json
 from helpers import fresh_get, poll
 
 
-def test_metrics_count_requests_by_route_template_over_all_workers(demo):
+def test_metrics_count_requests_by_route_template_over_all_workers(start_server):
+    # A server of its own: the shared one's other workers may still be sharing the counts of an
+    # earlier test's requests.
+    demo = start_server("--workers", "2")
     before = demo.get("/metrics").body.decode()
     for build in (101, 102, 103, 104, 105, 106):
         assert fresh_get(demo.port, f"/api/v2/build/{build}/")[0] == 200

@@ -50,8 +50,9 @@ MAX_HEADERS = 100
 MAX_HELD = 64 << 10
 #: Bytes of replies written in one go before the lane looks whether the client keeps up.
 WRITE_BATCH = 256 << 10
-#: Bytes outside printable ASCII, tab, CR and LF: parsers may differ on them.
-_UNUSUAL = re.compile(rb"[^\t\r\n\x20-\x7e]")
+#: Bytes outside printable ASCII, tab, CR and LF, and a CR or LF not in a CRLF: parsers may
+#: differ on them.
+_UNUSUAL = re.compile(rb"[^\t\r\n\x20-\x7e]|\r(?!\n)|(?<!\r)\n")
 #: Headers whose presence means a body or a protocol switch: aiohttp's to handle.
 _FRAMING = frozenset((b"content-length", b"transfer-encoding", b"upgrade", b"expect"))
 _SERVER_LINE = f"\r\nServer: {SERVER_SOFTWARE}\r\n".encode()
@@ -100,8 +101,7 @@ def status_line(http11: bool, status: int) -> bytes:
 
 
 class RequestHead:
-    """One request's head as httptools reads it: the callbacks of its parser, then what the
-    lane needs of it."""
+    """What the lane needs of one request's head."""
 
     __slots__ = ("complete", "headers", "http11", "keep_alive", "method", "repeated", "url")
 
@@ -114,17 +114,63 @@ class RequestHead:
         self.http11 = True
         self.keep_alive = True
 
+
+class HeadReader:
+    """A connection's httptools parser and its callbacks, kept from one request to the next
+    (made anew after an error or a request that closes the connection)."""
+
+    __slots__ = ("head", "parser")
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpRequestParser(self)
+        self.head = RequestHead()
+
     def on_url(self, url: bytes) -> None:
-        self.url += url
+        self.head.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        headers = self.head.headers
         name = name.lower()
-        if name in self.headers:
-            self.repeated = True
-        self.headers[name] = value
+        if name in headers:
+            self.head.repeated = True
+        headers[name] = value
 
     def on_message_complete(self) -> None:
-        self.complete = True
+        self.head.complete = True
+
+    def read(self, block: bytes) -> RequestHead | None:
+        """A header block that ends with a blank line, read, or None when the lane does not
+        fully understand it: then aiohttp, whose parser may refuse what llhttp here accepts or
+        the other way round, must see it and everything around it (anything unusual is
+        aiohttp's to judge)."""
+        if len(block) > MAX_HEAD or _UNUSUAL.search(block) is not None:
+            return None
+        head = self.head = RequestHead()
+        parser = self.parser
+        try:
+            parser.feed_data(block)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            self.parser = httptools.HttpRequestParser(self)
+            return None
+        headers = head.headers
+        version = parser.get_http_version()
+        if (not head.complete or head.repeated or len(headers) > MAX_HEADERS or not _FRAMING.isdisjoint(headers)
+                or (version != "1.1" and version != "1.0")):
+            self.parser = httptools.HttpRequestParser(self)
+            return None
+        connection = headers.get(b"connection")
+        if connection is not None:
+            connection = connection.lower()
+            if connection != b"close" and connection != b"keep-alive":
+                return None
+        head.method = parser.get_method()
+        head.http11 = http11 = version == "1.1"
+        head.keep_alive = connection != b"close" if http11 else connection == b"keep-alive"
+        if not head.keep_alive:
+            self.parser = httptools.HttpRequestParser(self)
+        if http11 and b"host" not in headers:  # aiohttp's parser refuses it
+            return None
+        return head
 
 
 class _Partial:
@@ -137,46 +183,10 @@ class _Partial:
 _NOTHING = _Partial()
 
 
-def read_head(block: bytes) -> RequestHead | None:
-    """A header block that ends with a blank line, read, or None when the lane does not fully
-    understand it: then aiohttp, whose parser may refuse what llhttp here accepts or the other
-    way round, must see it and everything around it (anything unusual is aiohttp's to judge)."""
-    if len(block) > MAX_HEAD or _UNUSUAL.search(block) is not None:
-        return None
-    crlf = block.count(b"\r\n")
-    if block.count(b"\n") != crlf or block.count(b"\r") != crlf:
-        return None
-    head = RequestHead()
-    parser = httptools.HttpRequestParser(head)
-    try:
-        parser.feed_data(block)
-    except (httptools.HttpParserError, httptools.HttpParserUpgrade):
-        return None
-    version = parser.get_http_version()
-    if (not head.complete or head.repeated or len(head.headers) > MAX_HEADERS or not _FRAMING.isdisjoint(head.headers)
-            or (version != "1.1" and version != "1.0")):
-        return None
-    connection = head.headers.get(b"connection")
-    if connection is not None:
-        connection = connection.lower()
-        if connection != b"close" and connection != b"keep-alive":
-            return None
-    head.method = parser.get_method()
-    head.http11 = version == "1.1"
-    if head.http11 and b"host" not in head.headers:  # aiohttp's parser refuses it
-        return None
-    head.keep_alive = connection != b"close" if head.http11 else connection == b"keep-alive"
-    return head
-
-
 def plausible_start(partial: bytes) -> bool:
     """Whether bytes that do not yet hold a whole header block can begin a request the lane
     would read (else aiohttp's parser may refuse them at once, and with them what came before)."""
-    if len(partial) > MAX_HEAD or _UNUSUAL.search(partial) is not None:
-        return False
-    body = partial[:-1] if partial.endswith(b"\r") else partial
-    crlf = body.count(b"\r\n")
-    if body.count(b"\n") != crlf or body.count(b"\r") != crlf:
+    if len(partial) > MAX_HEAD or _UNUSUAL.search(partial[:-1] if partial.endswith(b"\r") else partial) is not None:
         return False
     try:
         httptools.HttpRequestParser(_NOTHING).feed_data(partial)
@@ -245,6 +255,7 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         self._reading_paused_by_lane = False
         #: When the lane began on the bytes it is answering (for the access log's durations).
         self.batch_started = 0.0
+        self._reader = HeadReader()
 
     @property
     def remote(self) -> str | None:
@@ -292,7 +303,7 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         pos = 0
         while (end := data.find(b"\r\n\r\n", pos)) >= 0:
             end += 4
-            head = read_head(data[pos:end])
+            head = self._reader.read(data[pos:end])
             if head is None or (not head.keep_alive and end < len(data)):  # bytes after a close: an error to llhttp
                 self._demote(data)
                 return

@@ -61,13 +61,14 @@ class Metrics:
         histogram[-1] += seconds
 
     def fold_lane(self) -> None:
-        lane, seconds = self.lane, self.lane_seconds
-        if not lane:
+        if not self.lane:
             return
-        self.lane, self.lane_seconds = {}, 0.0
-        mean = seconds / sum(lane.values())
+        counts = list(self.lane.items())
+        self.lane.clear()  # in place: the fast lane holds this dictionary
+        mean = self.lane_seconds / sum(count for _key, count in counts)
+        self.lane_seconds = 0.0
         bucket = bisect.bisect_left(BUCKETS, mean)
-        for (route, status), count in lane.items():
+        for (route, status), count in counts:
             key = (route, status)
             self.requests[key] = self.requests.get(key, 0) + count
             self.hits[route] = self.hits.get(route, 0) + count

@@ -1,31 +1,32 @@
 """The fast lane: cached replies written as prebuilt bytes, before aiohttp sees the request.
 
 Nearly all of a cached request's time in aiohttp is its HTTP layer (the request and response
-objects, header serialisation, the writer); the lookup itself is a dictionary get. So each
-connection's protocol (``FastLaneRequestHandler``, aiohttp's own request handler underneath)
-first parses what arrives with httptools (llhttp, as uvicorn does) and answers a GET or HEAD
-whose reply is in the reply cache by writing that reply's header block (made once per reply and
-content coding, ``reply.py``), the ``Date`` of this second, and its body. Everything else is
-handed to aiohttp on the same connection, in order:
+objects, the task that runs the handler, header serialisation, the writer); the lookup itself
+is a dictionary get. So each connection's protocol (``FastLaneRequestHandler``, aiohttp's own
+request handler underneath) first reads what arrives with httptools (llhttp, as uvicorn does)
+and answers a GET or HEAD whose reply is in the reply cache by writing that reply's header
+block (made once per reply and content coding, ``reply.py``), the ``Date`` of this second, and
+its body. Everything else is handed to aiohttp on the same connection, in order:
 
-- a request the lane understands but does not answer (a miss, another method, a conditional
-  request it cannot decide, an unusual header) is handed to aiohttp alone, as its exact bytes;
-  what follows it waits until aiohttp has answered, then the lane carries on;
-- anything the lane does not fully understand (a body, an upgrade, bytes outside printable
-  ASCII, a bare CR or LF, a header block over the line limit, something httptools refuses) hands
-  the connection to aiohttp from that request on, for good.
+- a request the lane reads but does not answer (a miss, another method, a conditional request
+  it cannot decide, a coding not made yet) is handed to aiohttp alone, as its exact bytes; what
+  follows it waits until aiohttp has answered, then the lane carries on;
+- anything the lane does not fully understand (a body, an upgrade, a repeated header, bytes
+  outside ASCII, a header block over aiohttp's limits, anything llhttp refuses) hands the
+  connection to aiohttp from that read on, for good. aiohttp's parser refuses a whole read when
+  any part of it is wrong, so every request of a read is read before any is answered.
 
-So aiohttp still parses, limits and answers everything unusual, as it did before the lane;
-the lane only writes what aiohttp would have written for the same request (the differential
-tests hold it to that, byte for byte but for ``Date``). Metrics count lane replies in a
-dictionary folded in once a second (``metrics.py``); the access log, when on, logs each one.
+So aiohttp still parses, limits and answers everything unusual, as it did before the lane; the
+lane only writes what aiohttp would have written for the same request (the differential tests
+hold it to that, byte for byte but for ``Date``). llhttp reads strictly (no lenient flags, as
+in aiohttp's request parser): control bytes, a lone CR or LF and folded lines are refused, so
+the lane hands them on without a look of its own. Metrics count lane replies in a dictionary
+folded in when they are read (``metrics.py``); the access log, when on, logs each one.
 """
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
-from http import HTTPStatus
 from time import perf_counter, time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -39,6 +40,7 @@ from .protocol import JsonErrorRequestHandler, JsonErrorServer
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
+    from .reply import Reply
     from .reply_cache import ReplyCache
 
 #: The longest header block the lane reads (aiohttp's limit on one line): a longer one is
@@ -50,19 +52,24 @@ MAX_HEADERS = 100
 MAX_HELD = 64 << 10
 #: Bytes of replies written in one go before the lane looks whether the client keeps up.
 WRITE_BATCH = 256 << 10
-#: Bytes outside printable ASCII, tab, CR and LF, and a CR or LF not in a CRLF: parsers may
-#: differ on them.
-_UNUSUAL = re.compile(rb"[^\t\r\n\x20-\x7e]|\r(?!\n)|(?<!\r)\n")
-#: Headers whose presence means a body or a protocol switch: aiohttp's to handle.
-_FRAMING = frozenset((b"content-length", b"transfer-encoding", b"upgrade", b"expect"))
+_END = b"\r\n\r\n"
+_PARSER_ERRORS = (httptools.HttpParserError, httptools.HttpParserUpgrade)
+#: Headers that mean a body or a protocol switch, or that aiohttp refuses outright: aiohttp's to handle.
+_AIOHTTP_ONLY = frozenset((b"content-length", b"transfer-encoding", b"upgrade", b"expect", b"sec-websocket-key1"))
+_OWS = b" \t"
 _SERVER_LINE = f"\r\nServer: {SERVER_SOFTWARE}\r\n".encode()
 #: After ``Date``: the Server header, and the Connection header aiohttp adds, by (HTTP/1.1, keep-alive).
+_KEPT_ALIVE = _SERVER_LINE + b"\r\n"
 _ENDINGS = {
-    (True, True): _SERVER_LINE + b"\r\n",
+    (True, True): _KEPT_ALIVE,
     (True, False): _SERVER_LINE + b"Connection: close\r\n\r\n",
     (False, True): _SERVER_LINE + b"Connection: keep-alive\r\n\r\n",
     (False, False): _SERVER_LINE + b"\r\n",
 }
+
+#: A request head as the lane reads it: method, target, HTTP/1.1 (else 1.0), keep-alive, and
+#: the headers by lower-case name (each value as llhttp gives it: leading white space dropped).
+Head = tuple[bytes, bytes, bool, bool, dict[bytes, bytes]]
 
 
 class LaneState(Protocol):
@@ -79,98 +86,76 @@ class LaneState(Protocol):
 class Date:
     """The ``Date`` value of this second, as aiohttp formats it, made once a second."""
 
-    second = -1
-    value = b""
-
-    @classmethod
-    def now(cls) -> bytes:
-        second = int(time())
-        if second != cls.second:
-            cls.second, cls.value = second, rfc822_formatted_time().encode()
-        return cls.value
-
-
-_STATUS_LINES: dict[tuple[bool, int], bytes] = {}
-
-
-def status_line(http11: bool, status: int) -> bytes:
-    line = _STATUS_LINES.get((http11, status))
-    if line is None:
-        line = _STATUS_LINES[(http11, status)] = f"HTTP/1.{int(http11)} {status} {HTTPStatus(status).phrase}\r\n".encode()
-    return line
-
-
-class RequestHead:
-    """What the lane needs of one request's head."""
-
-    __slots__ = ("complete", "headers", "http11", "keep_alive", "method", "repeated", "url")
+    __slots__ = ("until", "value")
 
     def __init__(self) -> None:
-        self.url = b""
-        self.headers: dict[bytes, bytes] = {}
-        self.repeated = False
-        self.complete = False
-        self.method = b""
-        self.http11 = True
-        self.keep_alive = True
+        self.until = 0.0
+        self.value = b""
+
+    def refresh(self) -> bytes:
+        now = time()
+        self.until = float(int(now) + 1)
+        self.value = rfc822_formatted_time().encode()
+        return self.value
+
+
+DATE = Date()
+
+
+def value(raw: bytes) -> str:
+    """A header value as aiohttp gives it: without the white space llhttp leaves at its end."""
+    return raw.rstrip(_OWS).decode()
 
 
 class HeadReader:
     """A connection's httptools parser and its callbacks, kept from one request to the next
     (made anew after an error or a request that closes the connection)."""
 
-    __slots__ = ("head", "parser")
+    __slots__ = ("headers", "parser", "url")
 
     def __init__(self) -> None:
+        self.url = b""
+        self.headers: dict[bytes, bytes] = {}
         self.parser = httptools.HttpRequestParser(self)
-        self.head = RequestHead()
 
     def on_url(self, url: bytes) -> None:
-        self.head.url += url
+        self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        headers = self.head.headers
-        name = name.lower()
-        if name in headers:
-            self.head.repeated = True
-        headers[name] = value
+        self.headers[name.lower()] = value
 
-    def on_message_complete(self) -> None:
-        self.head.complete = True
-
-    def read(self, block: bytes) -> RequestHead | None:
-        """A header block that ends with a blank line, read, or None when the lane does not
+    def read(self, block: bytes) -> Head | None:
+        """A header block that ends with a blank line, read; or None when the lane does not
         fully understand it: then aiohttp, whose parser may refuse what llhttp here accepts or
-        the other way round, must see it and everything around it (anything unusual is
-        aiohttp's to judge)."""
-        if len(block) > MAX_HEAD or _UNUSUAL.search(block) is not None:
+        read it otherwise, must see it and everything around it."""
+        if len(block) > MAX_HEAD or not block.isascii():
             return None
-        head = self.head = RequestHead()
+        headers = self.headers = {}
+        self.url = b""
         parser = self.parser
         try:
             parser.feed_data(block)
-        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+        except _PARSER_ERRORS:
             self.parser = httptools.HttpRequestParser(self)
             return None
-        headers = head.headers
-        version = parser.get_http_version()
-        if (not head.complete or head.repeated or len(headers) > MAX_HEADERS or not _FRAMING.isdisjoint(headers)
-                or (version != "1.1" and version != "1.0")):
+        keep_alive = parser.should_keep_alive()
+        if not keep_alive:  # llhttp refuses whatever follows a closing request
             self.parser = httptools.HttpRequestParser(self)
+        count = len(headers)
+        # A header named twice is one entry here: aiohttp reads the first, or refuses the request.
+        if count != block.count(b"\r\n") - 2 or count > MAX_HEADERS or not _AIOHTTP_ONLY.isdisjoint(headers):
             return None
-        connection = headers.get(b"connection")
-        if connection is not None:
-            connection = connection.lower()
-            if connection != b"close" and connection != b"keep-alive":
+        method = parser.get_method()
+        url = self.url
+        at = len(method) + len(url) + 2  # llhttp took the request line as method SP target SP version
+        version = block[at:at + 8]
+        if version == b"HTTP/1.1":
+            if b"host" not in headers:  # aiohttp's parser refuses it
                 return None
-        head.method = parser.get_method()
-        head.http11 = http11 = version == "1.1"
-        head.keep_alive = connection != b"close" if http11 else connection == b"keep-alive"
-        if not head.keep_alive:
-            self.parser = httptools.HttpRequestParser(self)
-        if http11 and b"host" not in headers:  # aiohttp's parser refuses it
-            return None
-        return head
+            return method, url, True, keep_alive, headers
+        if version == b"HTTP/1.0":
+            return method, url, False, keep_alive, headers
+        return None
 
 
 class _Partial:
@@ -186,11 +171,11 @@ _NOTHING = _Partial()
 def plausible_start(partial: bytes) -> bool:
     """Whether bytes that do not yet hold a whole header block can begin a request the lane
     would read (else aiohttp's parser may refuse them at once, and with them what came before)."""
-    if len(partial) > MAX_HEAD or _UNUSUAL.search(partial[:-1] if partial.endswith(b"\r") else partial) is not None:
+    if len(partial) > MAX_HEAD or not partial.isascii():
         return False
     try:
         httptools.HttpRequestParser(_NOTHING).feed_data(partial)
-    except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+    except _PARSER_ERRORS:
         return False
     return True
 
@@ -200,45 +185,62 @@ class FastLane:
 
     def __init__(self, state: LaneState) -> None:
         self.state = state
+        # What does not change while the state serves, kept at hand.
+        self.cache = state.cache
+        self.fixed_base = state.fixed_base
+        self.access_log = state.runtime.access_log
+        #: Lane replies by (route, status), emptied by the metrics when they read it.
+        self.tally = state.runtime.metrics.lane
 
-    def respond(self, head: RequestHead, handler: FastLaneRequestHandler) -> tuple[bytes, str, int] | None:
-        """The response to a request the lane has read: (bytes, route, status); or None when
-        aiohttp is to answer it (a miss, another method, a coding not made yet, ...)."""
-        state = self.state
-        method = head.method
-        headers = head.headers
-        host = headers.get(b"host")
-        if (method != b"GET" and method != b"HEAD") or head.url[:1] != b"/" or not host or state.draining:
+    def respond(self, head: Head, handler: FastLaneRequestHandler) -> bytes | None:
+        """The response to a request the lane has read, as aiohttp would write it, counted; or
+        None when aiohttp is to answer it (a miss, another method, a coding not made yet, a
+        stopping worker)."""
+        method, url, http11, keep_alive, headers = head
+        if (method != b"GET" and method != b"HEAD") or self.state.draining:
             return None
-        target = head.url.decode()
-        reply = state.cache.get(target if state.fixed_base else ("http", host.decode(), target))
+        target = url.decode()
+        if self.fixed_base:
+            reply = self.cache.get(target)
+        else:
+            host = headers.get(b"host")
+            if host is None:
+                return None  # HTTP/1.0 without Host: aiohttp names the machine as the host
+            reply = self.cache.get(("http", host.rstrip(_OWS).decode(), target))
         if reply is None:
             return None
         if reply.compressible:
             accept = headers.get(b"accept-encoding")
-            coding = choose(accept.decode()) if accept is not None else None
+            coding = choose(value(accept)) if accept is not None else None
             if coding is not None:
-                variant = reply.variants.get(coding)
-                if variant is None:
+                reply = reply.variants.get(coding)
+                if reply is None:
                     return None  # compressed when aiohttp answers (off the loop when large)
-                reply = variant
-        if_none_match = headers.get(b"if-none-match")
-        if_modified_since = headers.get(b"if-modified-since")
-        if (if_none_match is not None or if_modified_since is not None) and not_modified(
-            [if_none_match.decode()] if if_none_match is not None else None,
-            if_modified_since.decode() if if_modified_since is not None else None, reply.etag or "", state.last_modified,
-        ):
+        if (b"if-none-match" in headers or b"if-modified-since" in headers) and self.unchanged(headers, reply):
             status, wire, body = 304, reply.wire_304, b""
         else:
-            status, wire, body = reply.status, reply.wire, reply.body
-        if method == b"HEAD":
-            body = b""
-        payload = b"".join((status_line(head.http11, status), wire, Date.now(), _ENDINGS[(head.http11, head.keep_alive)], body))
-        if state.runtime.access_log:
+            status, wire, body = reply.status, reply.wire, reply.body if method == b"GET" else b""
+        if not http11:
+            wire = b"HTTP/1.0" + wire[8:]
+        date = DATE.value if time() < DATE.until else DATE.refresh()
+        payload = b"".join((wire, date, _KEPT_ALIVE if keep_alive and http11 else _ENDINGS[(http11, keep_alive)], body))
+        tally = self.tally
+        key = (reply.route, status)
+        tally[key] = tally.get(key, 0) + 1
+        if self.access_log:
             user_agent = headers.get(b"user-agent")
-            state.runtime.log_access(handler.remote, method.decode(), target, user_agent.decode() if user_agent else None,
+            state = self.state
+            state.runtime.log_access(handler.remote, method.decode(), target, value(user_agent) if user_agent is not None else None,
                                      status, len(body), perf_counter() - handler.batch_started, reply.route, state.snapshot_name)
-        return payload, reply.route, status
+        return payload
+
+    def unchanged(self, headers: dict[bytes, bytes], reply: Reply) -> bool:
+        """Whether a conditional request is answered 304 (as the dispatcher decides it)."""
+        if_none_match = headers.get(b"if-none-match")
+        if_modified_since = headers.get(b"if-modified-since")
+        return not_modified([value(if_none_match)] if if_none_match is not None else None,
+                            value(if_modified_since) if if_modified_since is not None else None, reply.etag or "",
+                            self.state.last_modified)
 
 
 class FastLaneRequestHandler(JsonErrorRequestHandler):
@@ -267,15 +269,38 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         if not self._lane_on:
             super().data_received(data)
             return
-        if self._force_close or self._close:
-            return
         if self._held:
             data = self._held + data
             self._held = b""
         if self._in_aiohttp or self._paused:
             self._hold(data)
-        else:
+            return
+        if data.find(_END) + 4 != len(data):
             self._run(data)
+            return
+        # One whole request, what nearly every read of a client holds: answered here, at the least cost.
+        head = self._reader.read(data)
+        if head is None:
+            self._demote(data)
+            return
+        self.batch_started = started = perf_counter()
+        payload = self._lane.respond(head, self)
+        if payload is None:
+            self._in_aiohttp += 1
+            super().data_received(data)
+            return
+        self.transport.write(payload)  # type: ignore[union-attr]
+        self._answered(1, started)
+        if not head[3]:
+            self._close_after_lane()
+
+    def close(self) -> None:
+        self._lane_on = False  # aiohttp answers nothing more on a closing connection: nor does the lane
+        super().close()
+
+    def force_close(self) -> None:
+        self._lane_on = False
+        super().force_close()
 
     def _hold(self, data: bytes) -> None:
         if len(data) > MAX_HELD:
@@ -293,54 +318,52 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
             super().data_received(data)
 
     def _run(self, data: bytes) -> None:
-        """Answer what ``data`` (which begins at the start of a request) holds.
+        """Answer what ``data`` (which begins at the start of a request) holds: several requests,
+        or a request not yet whole.
 
         Every request in it is read first: aiohttp's parser refuses a whole read when any part
         of it is wrong (a valid request before a bad one goes unanswered too), so when the lane
         does not fully understand any of it, aiohttp gets all of it.
         """
-        heads: list[tuple[int, RequestHead]] = []
+        read = self._reader.read
+        heads: list[tuple[int, Head]] = []
         pos = 0
-        while (end := data.find(b"\r\n\r\n", pos)) >= 0:
-            end += 4
-            head = self._reader.read(data[pos:end])
-            if head is None or (not head.keep_alive and end < len(data)):  # bytes after a close: an error to llhttp
+        end = data.find(_END) + 4
+        while end >= 4:
+            head = read(data[pos:end])
+            if head is None or (not head[3] and end < len(data)):  # bytes after a close: an error to llhttp
                 self._demote(data)
                 return
             heads.append((end, head))
             pos = end
+            end = data.find(_END, pos) + 4
         if pos < len(data) and not plausible_start(data[pos:]):
             self._demote(data)
             return
-        lane = self._lane
+        respond = self._lane.respond
         transport = self.transport
         assert transport is not None
         started = self.batch_started = perf_counter()
-        tally = lane.state.runtime.metrics.lane
         out: list[bytes] = []
         size = answered = 0
         start = 0
         for end, head in heads:
-            answer = lane.respond(head, self)
-            if answer is None:
+            payload = respond(head, self)
+            if payload is None:
                 self._flush(out)
                 out = []
                 self._in_aiohttp += 1
                 super().data_received(data[start:end])
                 self._hold(data[end:])
                 break
-            payload, route, status = answer
             out.append(payload)
             size += len(payload)
             answered += 1
-            key = (route, status)
-            tally[key] = tally.get(key, 0) + 1
             start = end
-            if not head.keep_alive:
+            if not head[3]:  # aiohttp closes after such a response: nothing follows it (see above)
                 self._flush(out)
                 out = []
-                self._lane_on = False
-                transport.close()
+                self._close_after_lane()
                 break
             if size > WRITE_BATCH:
                 self._flush(out)
@@ -354,13 +377,29 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
             self._held = data[start:]
         self._flush(out)
         if answered:
-            self._request_count += answered
-            self._next_keepalive_close_time = self._loop.time() + self._keepalive_timeout
-            lane.state.runtime.metrics.lane_seconds += perf_counter() - started
+            self._answered(answered, started)
+
+    def _close_after_lane(self) -> None:
+        """A closing request answered: aiohttp would close the connection now."""
+        self._lane_on = False
+        if self.transport is not None:
+            self.transport.close()
 
     def _flush(self, out: list[bytes]) -> None:
         if out and self.transport is not None:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def _answered(self, count: int, started: float) -> None:
+        """What aiohttp does after answering: count the requests, restart the keep-alive clock."""
+        self._request_count += count
+        if self._manager is not None:
+            self._manager.requests_count += count
+        loop = self._loop
+        close_time = loop.time() + self._keepalive_timeout
+        self._next_keepalive_close_time = close_time
+        if self._keepalive_handle is None:
+            self._keepalive_handle = loop.call_at(close_time, self._process_keepalive)
+        self._lane.state.runtime.metrics.lane_seconds += perf_counter() - started
 
     def _carry_on(self) -> None:
         """Answer what waited, now that aiohttp has answered and the client reads."""
@@ -384,7 +423,7 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
             self._in_aiohttp -= 1
             if reset or not resp.keep_alive:
                 self._lane_on = False  # aiohttp closes the connection: nothing after it is answered
-            elif not self._in_aiohttp:
+            elif not self._in_aiohttp and self._held:
                 self._loop.call_soon(self._carry_on)
         return resp, reset
 
@@ -398,4 +437,3 @@ class FastLaneServer(JsonErrorServer):
 
     def __call__(self) -> FastLaneRequestHandler:
         return FastLaneRequestHandler(self, loop=self._loop, lane=self.lane, **self._kwargs)
-

@@ -4,13 +4,14 @@ A Reply is made once (status, encoded body, every header) and sent as it is for 
 is cached. Its compressed variants hang off it, made on first demand. ``nbytes`` is what the
 reply cache charges for it: every object it keeps alive, counted with ``sys.getsizeof``.
 
-A cacheable reply also holds its header block as the fast lane writes it (``wire``, and
-``wire_304`` for a 304): every header aiohttp would write, in aiohttp's order, up to the value of
-``Date``, which is spliced in per second (see ``fast_lane.py``).
+A cacheable reply also holds its head as the fast lane writes it (``wire``, and ``wire_304`` for
+a 304): the HTTP/1.1 status line and every header aiohttp would write, in aiohttp's order, up to
+the value of ``Date``, which is spliced in per second (see ``fast_lane.py``).
 """
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from sys import getsizeof
 from typing import TYPE_CHECKING
 
@@ -38,8 +39,8 @@ class Reply:
         self.variants: dict[str, Reply] = {}
         #: The cache entry that owns this reply and is charged for it, if it is cached.
         self.entry: Entry | None = None
-        self.wire = header_block(headers, len(body)) if etag else b""
-        self.wire_304 = header_block(self.headers_304, None) if etag else b""
+        self.wire = head_block(status, headers, len(body)) if etag else b""
+        self.wire_304 = head_block(304, self.headers_304, None) if etag else b""
 
     def compressed(self, coding: str, body: bytes) -> Reply:
         """The variant of this reply whose body is ``body``, this reply's body compressed with ``coding``.
@@ -69,10 +70,11 @@ def dict_bytes(mapping: dict[str, str]) -> int:
     return getsizeof(mapping) + sum(getsizeof(value) for value in mapping.values())
 
 
-def header_block(headers: dict[str, str], content_length: int | None) -> bytes:
-    """The headers of a response as aiohttp writes them after its status line: the reply's own,
-    then ``Content-Length`` (none for a 304), then ``Date: `` with its value left to the writer."""
-    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+def head_block(status: int, headers: dict[str, str], content_length: int | None) -> bytes:
+    """The head of a response as aiohttp writes it to an HTTP/1.1 request: the status line, the
+    reply's own headers, then ``Content-Length`` (none for a 304), then ``Date: `` with its value
+    left to the writer."""
+    lines = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n" + "".join(f"{name}: {value}\r\n" for name, value in headers.items())
     if content_length is not None:
         lines += f"Content-Length: {content_length}\r\n"
     return (lines + "Date: ").encode()

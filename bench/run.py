@@ -4,9 +4,10 @@
 
 Every system serves the same data from the same snapshot, pinned to one core while wrk runs
 on the other, through a Lua script that rotates through real URLs of each endpoint class with
-a realistic skew (most requests go to the popular projects). After a warm-up, each cell is
-measured several times; the median and the spread are reported, with the ratio of docsrv to
-each peer. The run installs what it needs (wrk and nginx from Debian's packages, the peers in
+a realistic skew (most requests go to the popular projects). All systems run at once; after a
+warm-up, each class is measured in rounds, one run of every system a round, so that a shared
+machine's drifting speed falls on all of them alike. The median and the spread are reported,
+with the ratio of docsrv to each peer. The run installs what it needs (wrk and nginx from Debian's packages, the peers in
 their own virtual environment under bench/scratch/) and stops everything it starts.
 
 Results: bench/results/<date>-<scale>.md and .json, and a PNG chart of requests per second.
@@ -281,9 +282,8 @@ def to_ms(value: str, unit: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
 
 
-def measure(system: System, paths_file: Path, args) -> dict:
-    wrk(system, paths_file, args.warmup, args.connections)
-    runs = [wrk(system, paths_file, args.duration, args.connections) for _ in range(args.runs)]
+def summary(runs: list[dict]) -> dict:
+    """The median of several wrk runs of one system on one class, with their spread; latency of the median run."""
     rps = [r["rps"] for r in runs]
     middle = sorted(runs, key=lambda r: r["rps"])[len(runs) // 2]
     return {
@@ -295,6 +295,21 @@ def measure(system: System, paths_file: Path, args) -> dict:
         "errors": sum(r["errors"] for r in runs),
         "runs": runs,
     }
+
+
+def interleaved(systems: dict[str, System], paths: dict[str, Path], args) -> dict[str, dict]:
+    """Each system warmed up, then measured in rounds: one run of every system a round, the order
+    turning each round, so that every system meets the machine's changing speed alike (a shared
+    machine's speed drifts by a third over minutes; ratios of runs taken apart drift with it)."""
+    for name, paths_file in paths.items():
+        wrk(systems[name], paths_file, args.warmup, args.connections)
+    order = list(paths)
+    runs: dict[str, list[dict]] = {name: [] for name in order}
+    for round_ in range(args.runs):
+        turn = round_ % len(order)
+        for name in order[turn:] + order[:turn]:
+            runs[name].append(wrk(systems[name], paths[name], args.duration, args.connections))
+    return {name: summary(measured) for name, measured in runs.items()}
 
 
 # Memory and start-up.
@@ -351,8 +366,9 @@ def report(results: dict, path: Path) -> None:
         f"# docsrv benchmark, {results['date']}, scale {results['scale']}",
         "",
         f"Snapshot `{results['snapshot']}` ({results['counts']}). Server pinned to one core, "
-        f"`wrk -t1 -c{results['connections']}` on the other; {results['runs']} runs of {results['duration']} s after a "
-        f"{results['warmup']} s warm-up; median requests per second (min-max), and p50/p99 latency of the median run.",
+        f"`wrk -t1 -c{results['connections']}` on the other; after a {results['warmup']} s warm-up, {results['runs']} rounds "
+        f"of one {results['duration']} s run of each system in turn (the order turning each round); median requests per "
+        "second (min-max), and p50/p99 latency of the median run.",
         "",
         "| endpoint class | " + " | ".join(SYSTEM_NAMES[s] for s in results["systems"]) + " |",
         "|---|" + "---|" * len(results["systems"]),
@@ -441,6 +457,32 @@ fig.savefig({str(path.with_suffix('.png'))!r}, dpi=110)
     run([str(python), "-c", script])
 
 
+def class_paths(system: System, kind: str, workload: Workload, etags: dict[str, dict[int, str]]) -> Path | None:
+    """The file of URLs (with the entity tags to revalidate) that wrk rotates through for one system
+    and endpoint class, or None when the system has no equivalent or does not answer it."""
+    paths = []
+    for index, item in enumerate(workload.items[kind]):
+        url = workload.url(system.name, kind, item, index)
+        if url is None:
+            return None
+        tag = ""
+        if kind == "revalidate":
+            tag = etags.get(system.name, {}).get(index) or system.get(url)[1].get("ETag", "")
+            if not tag:
+                return None
+            etags.setdefault(system.name, {})[index] = tag
+        paths.append(f"{url}\t{tag}" if tag else url)
+    if not paths:
+        return None
+    paths_file = WORK / f"paths-{system.name}-{kind}.txt"
+    paths_file.write_text("\n".join(paths) + "\n")
+    status = system.get(paths[0].split("\t")[0])[0]
+    if status not in (200, 304):
+        print(f"{system.name} {kind}: {paths[0]} answers {status}; skipped", file=sys.stderr)
+        return None
+    return paths_file
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", default="small", choices=["demo", "small", "medium", "large"])
@@ -473,7 +515,7 @@ def main() -> None:
         for kind, items in workload.items.items():
             (bodies / "r" / kind).mkdir(parents=True, exist_ok=True)
             for index, item in enumerate(items):
-                status, headers, body = docsrv.get(docsrv_url(kind, item))
+                _status, headers, body = docsrv.get(docsrv_url(kind, item))
                 (bodies / "r" / kind / f"{index}.json").write_bytes(body)
                 if kind == "revalidate":
                     etags["docsrv"][index] = headers.get("ETag", "")
@@ -482,35 +524,21 @@ def main() -> None:
         docsrv.stop()
 
     cells: dict[str, dict[str, dict]] = {}
-    for name in args.systems:
-        system = start(name, snapshot, database, bodies)
-        try:
-            for kind in args.endpoints:
-                paths = []
-                for index, item in enumerate(workload.items[kind]):
-                    url = workload.url(name, kind, item, index)
-                    if url is None:
-                        break
-                    tag = ""
-                    if kind == "revalidate":
-                        tag = etags.get(name, {}).get(index) or system.get(url)[1].get("ETag", "")
-                        if not tag:
-                            break
-                        etags.setdefault(name, {})[index] = tag
-                    paths.append(f"{url}\t{tag}" if tag else url)
-                else:
-                    if not paths:
-                        continue
-                    paths_file = WORK / f"paths-{name}-{kind}.txt"
-                    paths_file.write_text("\n".join(paths) + "\n")
-                    status = system.get(paths[0].split("\t")[0])[0]
-                    if status not in (200, 304):
-                        print(f"{name} {kind}: {paths[0]} answers {status}; skipped", file=sys.stderr)
-                        continue
-                    cells.setdefault(name, {})[kind] = measure(system, paths_file, args)
-                    cell = cells[name][kind]
-                    print(f"{name:10} {kind:16} {cell['rps']:>10,.0f} req/s  p99 {ms(cell['p99_ms'])}", flush=True)
-        finally:
+    systems: dict[str, System] = {}
+    try:
+        for name in args.systems:
+            systems[name] = start(name, snapshot, database, bodies)
+        for kind in args.endpoints:
+            paths = {}
+            for name, system in systems.items():
+                paths_file = class_paths(system, kind, workload, etags)
+                if paths_file is not None:
+                    paths[name] = paths_file
+            for name, cell in interleaved(systems, paths, args).items():
+                cells.setdefault(name, {})[kind] = cell
+                print(f"{name:10} {kind:16} {cell['rps']:>10,.0f} req/s  p99 {ms(cell['p99_ms'])}", flush=True)
+    finally:
+        for system in systems.values():
             system.stop()
 
     results = {

@@ -38,10 +38,10 @@ class Metrics:
         #: GET and HEAD requests answered from the reply cache, and not, by route.
         self.hits: dict[str, int] = {}
         self.misses: dict[str, int] = {}
-        #: Cached replies the fast lane sent since the last fold, by (route, status), and the seconds
-        #: they took together: a dictionary increment per request, folded into the counts above
-        #: whenever they are read (the latency histogram takes them at their mean).
-        self.lane: dict[tuple[str, int], int] = {}
+        #: Cached replies the fast lane sent since the last fold, by status (200 or 304) and route,
+        #: and the seconds they took together: a dictionary increment per request, folded into the
+        #: counts above whenever they are read (the latency histogram takes them at their mean).
+        self.lane: dict[int, dict[str, int]] = {200: {}, 304: {}}
         self.lane_seconds = 0.0
         #: Of the hits, those the fast lane sent, by route.
         self.lane_replies: dict[str, int] = {}
@@ -61,14 +61,15 @@ class Metrics:
         histogram[-1] += seconds
 
     def fold_lane(self) -> None:
-        if not self.lane:
+        counts = [(route, status, count) for status, sent in self.lane.items() for route, count in sent.items()]
+        if not counts:
             return
-        counts = list(self.lane.items())
-        self.lane.clear()  # in place: the fast lane holds this dictionary
-        mean = self.lane_seconds / sum(count for _key, count in counts)
+        for sent in self.lane.values():
+            sent.clear()  # in place: the fast lane holds these dictionaries
+        mean = self.lane_seconds / sum(count for _route, _status, count in counts)
         self.lane_seconds = 0.0
         bucket = bisect.bisect_left(BUCKETS, mean)
-        for (route, status), count in counts:
+        for route, status, count in counts:
             key = (route, status)
             self.requests[key] = self.requests.get(key, 0) + count
             self.hits[route] = self.hits.get(route, 0) + count

@@ -84,22 +84,24 @@ class LaneState(Protocol):
 
 
 class Date:
-    """The ``Date`` value of this second, as aiohttp formats it, made once a second."""
+    """The ``Date`` value of this second, as aiohttp formats it, made once a second.
+
+    It is read against the event loop's clock, which the keep-alive clock reads anyway: one
+    clock read a request, and when the wall clock's second ends, a new value."""
 
     __slots__ = ("until", "value")
 
     def __init__(self) -> None:
-        self.until = 0.0
+        self.until = float("-inf")
         self.value = b""
 
-    def refresh(self) -> bytes:
-        now = time()
-        self.until = float(int(now) + 1)
-        self.value = rfc822_formatted_time().encode()
+    def at(self, loop_now: float) -> bytes:
+        """The value at ``loop_now``, a reading of the event loop's clock."""
+        if loop_now >= self.until:
+            wall = time()
+            self.until = loop_now + (int(wall) + 1 - wall)
+            self.value = rfc822_formatted_time().encode()
         return self.value
-
-
-DATE = Date()
 
 
 def value(raw: bytes) -> str:
@@ -111,18 +113,22 @@ class HeadReader:
     """A connection's httptools parser and its callbacks, kept from one request to the next
     (made anew after an error or a request that closes the connection)."""
 
-    __slots__ = ("headers", "parser", "url")
+    __slots__ = ("headers", "on_url", "parser", "targets")
 
     def __init__(self) -> None:
-        self.url = b""
+        #: The request target llhttp read (a C method as the callback: no Python call for it).
+        self.targets: list[bytes] = []
+        self.on_url = self.targets.append
         self.headers: dict[bytes, bytes] = {}
         self.parser = httptools.HttpRequestParser(self)
 
-    def on_url(self, url: bytes) -> None:
-        self.url += url
-
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers[name.lower()] = value
+
+    def restart(self) -> None:
+        """Read on from the start of a request (after an error, a closing request, or a read
+        that went past the request it was meant to read)."""
+        self.parser = httptools.HttpRequestParser(self)
 
     def read(self, block: bytes) -> Head | None:
         """A header block that ends with a blank line, read; or None when the lane does not
@@ -131,22 +137,25 @@ class HeadReader:
         if len(block) > MAX_HEAD or not block.isascii():
             return None
         headers = self.headers = {}
-        self.url = b""
+        targets = self.targets
+        targets.clear()
         parser = self.parser
         try:
             parser.feed_data(block)
         except _PARSER_ERRORS:
-            self.parser = httptools.HttpRequestParser(self)
+            self.restart()
+            return None
+        if len(targets) != 1:
             return None
         keep_alive = parser.should_keep_alive()
         if not keep_alive:  # llhttp refuses whatever follows a closing request
-            self.parser = httptools.HttpRequestParser(self)
+            self.restart()
         count = len(headers)
         # A header named twice is one entry here: aiohttp reads the first, or refuses the request.
         if count != block.count(b"\r\n") - 2 or count > MAX_HEADERS or not _AIOHTTP_ONLY.isdisjoint(headers):
             return None
         method = parser.get_method()
-        url = self.url
+        url = targets[0]
         at = len(method) + len(url) + 2  # llhttp took the request line as method SP target SP version
         version = block[at:at + 8]
         if version == b"HTTP/1.1":
@@ -189,10 +198,13 @@ class FastLane:
         self.cache = state.cache
         self.fixed_base = state.fixed_base
         self.access_log = state.runtime.access_log
-        #: Lane replies by (route, status), emptied by the metrics when they read it.
-        self.tally = state.runtime.metrics.lane
+        self.date = Date()
+        self.metrics = metrics = state.runtime.metrics
+        #: Lane replies by route, of each status (the metrics empty them when they read them).
+        self.sent = metrics.lane[200]
+        self.revalidated = metrics.lane[304]
 
-    def respond(self, head: Head, handler: FastLaneRequestHandler) -> bytes | None:
+    def respond(self, head: Head, handler: FastLaneRequestHandler, now: float) -> bytes | None:
         """The response to a request the lane has read, as aiohttp would write it, counted; or
         None when aiohttp is to answer it (a miss, another method, a coding not made yet, a
         stopping worker)."""
@@ -217,21 +229,21 @@ class FastLane:
                 if reply is None:
                     return None  # compressed when aiohttp answers (off the loop when large)
         if (b"if-none-match" in headers or b"if-modified-since" in headers) and self.unchanged(headers, reply):
-            status, wire, body = 304, reply.wire_304, b""
+            status, wire, body, counts = 304, reply.wire_304, b"", self.revalidated
         else:
-            status, wire, body = reply.status, reply.wire, reply.body if method == b"GET" else b""
+            status, wire, body, counts = 200, reply.wire, reply.body if method == b"GET" else b"", self.sent  # only 200s are cached
         if not http11:
             wire = b"HTTP/1.0" + wire[8:]
-        date = DATE.value if time() < DATE.until else DATE.refresh()
-        payload = b"".join((wire, date, _KEPT_ALIVE if keep_alive and http11 else _ENDINGS[(http11, keep_alive)], body))
-        tally = self.tally
-        key = (reply.route, status)
-        tally[key] = tally.get(key, 0) + 1
+        date = self.date
+        ending = _KEPT_ALIVE if keep_alive and http11 else _ENDINGS[(http11, keep_alive)]
+        payload = b"".join((wire, date.value if now < date.until else date.at(now), ending, body))
+        route = reply.route
+        counts[route] = counts.get(route, 0) + 1
         if self.access_log:
             user_agent = headers.get(b"user-agent")
             state = self.state
             state.runtime.log_access(handler.remote, method.decode(), target, value(user_agent) if user_agent is not None else None,
-                                     status, len(body), perf_counter() - handler.batch_started, reply.route, state.snapshot_name)
+                                     status, len(body), perf_counter() - handler.batch_started, route, state.snapshot_name)
         return payload
 
     def unchanged(self, headers: dict[bytes, bytes], reply: Reply) -> bool:
@@ -275,22 +287,34 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         if self._in_aiohttp or self._paused:
             self._hold(data)
             return
-        if data.find(_END) + 4 != len(data):
+        if data[-4:] != _END:  # a request not yet whole (and maybe whole ones before it)
             self._run(data)
             return
-        # One whole request, what nearly every read of a client holds: answered here, at the least cost.
-        head = self._reader.read(data)
+        # Whole requests, most often one, what nearly every read of a client holds: answered here,
+        # at the least cost.
+        reader = self._reader
+        head = reader.read(data)
         if head is None:
-            self._demote(data)
+            if len(reader.targets) > 1:  # several: each is read apart
+                reader.restart()
+                self._run(data)
+            else:
+                self._demote(data)
             return
         self.batch_started = started = perf_counter()
-        payload = self._lane.respond(head, self)
+        now = self._loop.time()
+        payload = self._lane.respond(head, self, now)
         if payload is None:
             self._in_aiohttp += 1
             super().data_received(data)
             return
         self.transport.write(payload)  # type: ignore[union-attr]
-        self._answered(1, started)
+        # _answered, written out: this is every cached request's path.
+        self._request_count += 1
+        self._next_keepalive_close_time = close_time = now + self._keepalive_timeout
+        if self._keepalive_handle is None:
+            self._keepalive_handle = self._loop.call_at(close_time, self._process_keepalive)
+        self._lane.metrics.lane_seconds += perf_counter() - started
         if not head[3]:
             self._close_after_lane()
 
@@ -344,11 +368,12 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         transport = self.transport
         assert transport is not None
         started = self.batch_started = perf_counter()
+        now = self._loop.time()
         out: list[bytes] = []
         size = answered = 0
         start = 0
         for end, head in heads:
-            payload = respond(head, self)
+            payload = respond(head, self, now)
             if payload is None:
                 self._flush(out)
                 out = []
@@ -377,7 +402,7 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
             self._held = data[start:]
         self._flush(out)
         if answered:
-            self._answered(answered, started)
+            self._answered(answered, started, now)
 
     def _close_after_lane(self) -> None:
         """A closing request answered: aiohttp would close the connection now."""
@@ -389,17 +414,15 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         if out and self.transport is not None:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
-    def _answered(self, count: int, started: float) -> None:
-        """What aiohttp does after answering: count the requests, restart the keep-alive clock."""
+    def _answered(self, count: int, started: float, now: float) -> None:
+        """What aiohttp does after answering: count the requests, restart the keep-alive clock.
+        (aiohttp's server-wide ``requests_count``, which only gunicorn's worker reads, counts
+        aiohttp's own requests.)"""
         self._request_count += count
-        if self._manager is not None:
-            self._manager.requests_count += count
-        loop = self._loop
-        close_time = loop.time() + self._keepalive_timeout
-        self._next_keepalive_close_time = close_time
+        close_time = self._next_keepalive_close_time = now + self._keepalive_timeout
         if self._keepalive_handle is None:
-            self._keepalive_handle = loop.call_at(close_time, self._process_keepalive)
-        self._lane.state.runtime.metrics.lane_seconds += perf_counter() - started
+            self._keepalive_handle = self._loop.call_at(close_time, self._process_keepalive)
+        self._lane.metrics.lane_seconds += perf_counter() - started
 
     def _carry_on(self) -> None:
         """Answer what waited, now that aiohttp has answered and the client reads."""

@@ -229,11 +229,11 @@ class System:
             os.killpg(self.process.pid, signal.SIGKILL)
 
 
-def start(name: str, snapshot: Path, database: Path, bodies: Path) -> System:
+def start(name: str, snapshot: Path, database: Path, bodies: Path, cache_mb: int = 1024) -> System:
     port = free_port()
     if name in ("docsrv", "docsrv-aiohttp"):
         return System(name, [sys.executable, "-m", "docsrv", "serve", "--snapshot", str(snapshot), "--port", str(port), "--workers", "1",
-                             "--response-cache-mb", "1024", *(["--no-fast-path"] if name == "docsrv-aiohttp" else [])], port)
+                             "--response-cache-mb", str(cache_mb), *(["--no-fast-path"] if name == "docsrv-aiohttp" else [])], port)
     if name == "ceiling":
         return System(name, [sys.executable, str(HERE / "peers" / "ceiling.py"), str(port), str(bodies)], port)
     if name == "nginx":
@@ -494,6 +494,8 @@ def main() -> None:
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     parser.add_argument("--endpoints", nargs="+", default=list(CLASSES), choices=list(CLASSES))
     parser.add_argument("--memory", action="store_true", help="also measure load time, peak RSS and PSS per worker")
+    parser.add_argument("--cache-mb", type=int, default=1024,
+                        help="docsrv's reply cache while measured; 0 makes every request a miss (the fast lane's cost on misses)")
     parser.add_argument("--out", type=Path, default=None, help="results path without suffix")
     args = parser.parse_args()
 
@@ -527,7 +529,7 @@ def main() -> None:
     systems: dict[str, System] = {}
     try:
         for name in args.systems:
-            systems[name] = start(name, snapshot, database, bodies)
+            systems[name] = start(name, snapshot, database, bodies, args.cache_mb)
         for kind in args.endpoints:
             paths = {}
             for name, system in systems.items():

@@ -4,9 +4,11 @@ Nearly all of a cached request's time in aiohttp is its HTTP layer (the request 
 objects, the task that runs the handler, header serialisation, the writer); the lookup itself
 is a dictionary get. So each connection's protocol (``FastLaneRequestHandler``, aiohttp's own
 request handler underneath) first reads what arrives with httptools (llhttp, as uvicorn does)
-and answers a GET or HEAD whose reply is in the reply cache by writing that reply's header
-block (made once per reply and content coding, ``reply.py``), the ``Date`` of this second, and
-its body. Everything else is handed to aiohttp on the same connection, in order:
+and answers a GET or HEAD whose reply is in the reply cache by writing that reply's head (its
+status line and headers, made once per reply and content coding, ``reply.py``), the ``Date`` of
+this second, and its body. A read that holds one whole request, as nearly every read of a client
+does, is answered in ``data_received`` itself. Everything else is handed to aiohttp on the same
+connection, in order:
 
 - a request the lane reads but does not answer (a miss, another method, a conditional request
   it cannot decide, a coding not made yet) is handed to aiohttp alone, as its exact bytes; what

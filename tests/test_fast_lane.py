@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from test_hostile import PATHS, header_values, query
 
 from conftest import DEMO, Server
+from docsrv.http.fast_lane import MISS_PROBE, MISS_STREAK
 
 #: Routes whose bodies name the worker and its timings: they differ between any two servers.
 COMPARABLE = [path for path in PATHS if path not in ("/readyz", "/metrics")]
@@ -233,3 +234,31 @@ def test_the_lane_answers_hits_and_metrics_count_them(pair):
 def requests_of(metrics: str, route: str) -> int:
     line = next(line for line in metrics.splitlines() if line.startswith(f'docsrv_requests_total{{route="{route}",status="200"}}'))
     return int(line.rsplit(" ", 1)[1])
+
+
+def lockstep(port: int, requests: list[bytes]) -> bytes:
+    """Each request sent once the response to the one before it is whole: one request a read."""
+    data = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=5.0) as sock:
+        for count, request in enumerate(requests, start=1):
+            sock.sendall(request)
+            while complete(data, 0) < count:
+                chunk = sock.recv(65536)
+                assert chunk, "the server closed the connection"
+                data += chunk
+    return _DATE.sub(b"\r\nDate: -\r\n", data)
+
+
+def test_after_a_run_of_misses_the_lane_reads_one_request_in_so_many_until_a_hit(pair):
+    """A connection whose requests keep missing is handed to aiohttp unread, but for one request
+    in MISS_PROBE, until one of those is a hit. Every response stays what aiohttp writes."""
+    lane, plain = pair
+    misses = [get(f"/api/v2/project/2/?run={n}") for n in range(MISS_STREAK + 1)]
+    hits = misses[:MISS_PROBE + 4]  # cached now, under each request's own key
+    for server in pair:
+        lockstep(server.port, [get("/api/v2/project/2/")])  # the canonical reply, made
+    before = lane_replies(lane)
+    assert lockstep(lane.port, misses + hits) == lockstep(plain.port, misses + hits)
+    # After MISS_STREAK + 1 misses: MISS_PROBE - 1 hits handed on unread, the probe read, and the
+    # hits after it answered by the lane.
+    assert lane_replies(lane) - before == len(hits) - (MISS_PROBE - 1)

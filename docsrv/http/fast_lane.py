@@ -54,6 +54,11 @@ MAX_HEADERS = 100
 MAX_HELD = 64 << 10
 #: Bytes of replies written in one go before the lane looks whether the client keeps up.
 WRITE_BATCH = 256 << 10
+#: After this many misses in a row on a connection, the lane reads only one request in
+#: ``MISS_PROBE`` of it, until a hit: a connection whose requests are all made anew (a cold
+#: cache, a crawler) does not pay for a read of each head that finds nothing.
+MISS_STREAK = 8
+MISS_PROBE = 8
 _END = b"\r\n\r\n"
 _PARSER_ERRORS = (httptools.HttpParserError, httptools.HttpParserUpgrade)
 #: Headers that mean a body or a protocol switch, or that aiohttp refuses outright: aiohttp's to handle.
@@ -191,6 +196,16 @@ def plausible_start(partial: bytes) -> bool:
     return True
 
 
+def one_plain_get(data: bytes) -> bool:
+    """Whether ``data``, which ends with a blank line, holds the head of one GET or HEAD and no
+    body or upgrade: what aiohttp may be handed unread, knowing that it answers exactly one
+    request and then expects the start of the next."""
+    if not (data.startswith(b"GET ") or data.startswith(b"HEAD ")) or data.count(_END) != 1:
+        return False
+    lowered = data.lower()
+    return b"content-length" not in lowered and b"transfer-encoding" not in lowered and b"upgrade" not in lowered
+
+
 class FastLane:
     """Answers requests from the reply cache of one serving state."""
 
@@ -272,6 +287,8 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         #: When the lane began on the bytes it is answering (for the access log's durations).
         self.batch_started = 0.0
         self._reader = HeadReader()
+        #: Requests the lane read and left to aiohttp, in a row (see ``MISS_STREAK``).
+        self._misses = 0
 
     @property
     def remote(self) -> str | None:
@@ -294,6 +311,12 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
             return
         # Whole requests, most often one, what nearly every read of a client holds: answered here,
         # at the least cost.
+        misses = self._misses
+        if misses >= MISS_STREAK and misses % MISS_PROBE and one_plain_get(data):
+            self._misses = misses + 1
+            self._in_aiohttp += 1
+            super().data_received(data)
+            return
         reader = self._reader
         head = reader.read(data)
         if head is None:
@@ -307,9 +330,12 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         now = self._loop.time()
         payload = self._lane.respond(head, self, now)
         if payload is None:
+            self._misses = misses + 1
             self._in_aiohttp += 1
             super().data_received(data)
             return
+        if misses:
+            self._misses = 0
         self.transport.write(payload)  # type: ignore[union-attr]
         # _answered, written out: this is every cached request's path.
         self._request_count += 1

@@ -254,7 +254,7 @@ def test_after_a_run_of_misses_the_lane_reads_one_request_in_so_many_until_a_hit
     in MISS_PROBE, until one of those is a hit. Every response stays what aiohttp writes."""
     lane, plain = pair
     misses = [get(f"/api/v2/project/2/?run={n}") for n in range(MISS_STREAK + 1)]
-    hits = misses[:MISS_PROBE + 4]  # cached now, under each request's own key
+    hits = [misses[n % len(misses)] for n in range(MISS_PROBE + 4)]  # cached now, under each request's own key
     for server in pair:
         lockstep(server.port, [get("/api/v2/project/2/")])  # the canonical reply, made
     before = lane_replies(lane)
@@ -262,3 +262,15 @@ def test_after_a_run_of_misses_the_lane_reads_one_request_in_so_many_until_a_hit
     # After MISS_STREAK + 1 misses: MISS_PROBE - 1 hits handed on unread, the probe read, and the
     # hits after it answered by the lane.
     assert lane_replies(lane) - before == len(hits) - (MISS_PROBE - 1)
+
+
+def test_a_closing_request_the_lane_answers_is_answered_closing_and_the_connection_closed(pair):
+    request = get("/api/v2/project/1/", "Connection: close")
+    same(pair, [get("/api/v2/project/1/")], 1)  # cached on both
+    for server in pair:
+        data = b""
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5.0) as sock:
+            sock.sendall(request)
+            while chunk := sock.recv(65536):  # a connection left open times out here
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 200 OK\r\n") and b"\r\nConnection: close\r\n" in data

@@ -154,9 +154,6 @@ class HeadReader:
             return None
         if len(targets) != 1:
             return None
-        keep_alive = parser.should_keep_alive()
-        if not keep_alive:  # llhttp refuses whatever follows a closing request
-            self.restart()
         count = len(headers)
         # A header named twice is one entry here: aiohttp reads the first, or refuses the request.
         if count != block.count(b"\r\n") - 2 or count > MAX_HEADERS or not _AIOHTTP_ONLY.isdisjoint(headers):
@@ -168,10 +165,22 @@ class HeadReader:
         if version == b"HTTP/1.1":
             if b"host" not in headers:  # aiohttp's parser refuses it
                 return None
-            return method, url, True, keep_alive, headers
-        if version == b"HTTP/1.0":
-            return method, url, False, keep_alive, headers
-        return None
+            http11 = True
+        elif version == b"HTTP/1.0":
+            http11 = False
+        else:
+            return None
+        # Keep-alive from the Connection header, not from httptools' should_keep_alive(), which
+        # llhttp has already reset by the time a message is complete.
+        connection = headers.get(b"connection")
+        if connection is not None:
+            connection = connection.rstrip(_OWS).lower()
+            if connection != b"close" and connection != b"keep-alive":
+                return None  # a list of options: aiohttp's to read
+        keep_alive = connection != b"close" if http11 else connection == b"keep-alive"
+        if not keep_alive:  # llhttp refuses whatever follows a closing request
+            self.restart()
+        return method, url, http11, keep_alive, headers
 
 
 class _Partial:
@@ -454,7 +463,7 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
 
     def _carry_on(self) -> None:
         """Answer what waited, now that aiohttp has answered and the client reads."""
-        if not self._lane_on or self._in_aiohttp or self._paused or self.transport is None or self._force_close or self._close:
+        if not self._lane_on or self._in_aiohttp or self._paused or self.transport is None:  # closing turns the lane off
             return
         if self._reading_paused_by_lane:
             self._reading_paused_by_lane = False

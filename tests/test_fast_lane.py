@@ -181,6 +181,14 @@ def test_a_request_split_across_reads(pair, at):
         b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\nX-Long: " + b"a" * 9000 + b"\r\n\r\n",
         b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\n" + b"X-Many: 1\r\n" * 120 + b"\r\n",
         b"\r\n\r\nGET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        # What changes aiohttp's connection handling, and targets that are not paths (issue 28).
+        b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\nProxy-Connection: close\r\n\r\n",
+        b"GET /api/v2/project/1/ HTTP/1.0\r\nHost: localhost\r\nProxy-Connection: keep-alive\r\n\r\n",
+        b"GET * HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        b"OPTIONS * HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        b"GET http://evil.example/api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        b"GET http://localhost/api/v2/version/?limit=3 HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+        b"GET localhost:80 HTTP/1.1\r\nHost: localhost\r\n\r\n",
     ],
 )
 def test_unusual_framing_is_answered_as_aiohttp_answers_it(pair, request_bytes):

@@ -1,9 +1,12 @@
 """The Host header: only allowed hosts are answered when links are built from it, and no Host
 can put a foreign name into a cached body (DECISIONS.md section 1; as Django's ALLOWED_HOSTS)."""
 
+import json
+
 import pytest
 
 from docsrv.http.hosts import AllowedHosts, default_allowed_hosts, host_name
+from helpers import raw_request
 
 
 @pytest.mark.parametrize(("header", "name"), [
@@ -58,3 +61,22 @@ def test_with_a_public_url_host_is_never_used(start_server):
     response = server.get("/api/v2/project/?limit=5", headers={"Host": "evil.example"})
     assert response.status == 200
     assert response.json()["next"] == "https://api.example.net/api/v2/project/?limit=5&offset=5"
+
+
+@pytest.mark.parametrize("lane", [True, False])
+def test_an_absolute_form_target_is_answered_with_the_host_header_s_host(start_server, lane):
+    """``GET http://allowed/...`` with a foreign Host once put that Host into cached links (issue
+    28): the allowlist, the cache key and the links now all read the Host header."""
+    server = start_server("--allowed-host", "api.example.org", *(() if lane else ("--no-fast-path",)))
+    target = "http://api.example.org/api/v2/version/?limit=3"
+    for _ in range(2):  # the second time through the reply cache, and the lane when it is on
+        poisoned = raw_request(server.port, f"GET {target} HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n".encode())
+        assert poisoned is not None and poisoned[0] == 400 and json.loads(poisoned[2]) == {"detail": "Invalid Host header."}
+    for _ in range(2):
+        answered = server.get("/api/v2/version/?limit=3", headers={"Host": "api.example.org"})
+        assert answered.status == 200 and answered.json()["next"].startswith("http://api.example.org/api/v2/version/?")
+    # Absolute-form with an allowed Host header: the path's reply, links from the Host header.
+    other = raw_request(server.port, b"GET http://elsewhere.example/api/v2/version/?limit=3 HTTP/1.1\r\n"
+                                     b"Host: api.example.org\r\nConnection: close\r\n\r\n")
+    assert other is not None and other[0] == 200
+    assert json.loads(other[2]) == server.get("/api/v2/version/?limit=3", headers={"Host": "api.example.org"}).json()

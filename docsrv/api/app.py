@@ -98,6 +98,9 @@ class Dispatcher:
             return await self.unsupported_version(request, state)
         if method == "GET" or method == "HEAD":
             raw = request.raw_path
+            if raw[:1] != "/":
+                request = origin_form(request)
+                raw = request.raw_path
             key = raw if state.fixed_base else (request.scheme, request.host, raw)
             reply = state.cache.get(key)
             if reply is None:
@@ -200,6 +203,16 @@ class Dispatcher:
                 location += "?" + request.rel_url.raw_query_string
             return state.uncached(301, {"detail": "Moved permanently.", "location": location}, {"Location": location})
         return state.uncached(404, v2.NOT_FOUND)
+
+
+def origin_form(request: web.BaseRequest) -> web.BaseRequest:
+    """An absolute-form request (``GET http://host/path HTTP/1.1``) as the origin-form one, whose
+    host is its Host header's, as the original's Django behind gunicorn read it.
+
+    aiohttp takes such a request's host from the target instead, while the reply's links were
+    built from the Host header: a target naming an allowed host then let any Host header into a
+    cached body. Here the allowlist, the cache key and the links all read one host."""
+    return request.clone(rel_url=request.rel_url)
 
 
 def init_server(state: ApiState, **kwargs: Any) -> web.Server:

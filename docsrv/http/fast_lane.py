@@ -13,8 +13,9 @@ connection, in order:
 - a request the lane reads but does not answer (a miss, another method, a conditional request
   it cannot decide, a coding not made yet) is handed to aiohttp alone, as its exact bytes; what
   follows it waits until aiohttp has answered, then the lane carries on;
-- anything the lane does not fully understand (a body, an upgrade, a repeated header, bytes
-  outside ASCII, a header block over aiohttp's limits, anything llhttp refuses) hands the
+- anything the lane does not fully understand (a body, an upgrade, a repeated header, a
+  ``Proxy-Connection`` header, a target that is not a path, bytes outside ASCII, a header block
+  over aiohttp's limits, anything llhttp refuses) hands the
   connection to aiohttp from that read on, for good. aiohttp's parser refuses a whole read when
   any part of it is wrong, so every request of a read is read before any is answered.
 
@@ -62,7 +63,10 @@ MISS_PROBE = 8
 _END = b"\r\n\r\n"
 _PARSER_ERRORS = (httptools.HttpParserError, httptools.HttpParserUpgrade)
 #: Headers that mean a body or a protocol switch, or that aiohttp refuses outright: aiohttp's to handle.
-_AIOHTTP_ONLY = frozenset((b"content-length", b"transfer-encoding", b"upgrade", b"expect", b"sec-websocket-key1"))
+#: ``proxy-connection`` too: llhttp (and so aiohttp) reads it as ``connection``.
+_AIOHTTP_ONLY = frozenset(
+    (b"content-length", b"transfer-encoding", b"upgrade", b"expect", b"sec-websocket-key1", b"proxy-connection")
+)
 _OWS = b" \t"
 _SERVER_LINE = f"\r\nServer: {SERVER_SOFTWARE}\r\n".encode()
 #: After ``Date``: the Server header, and the Connection header aiohttp adds, by (HTTP/1.1, keep-alive).
@@ -152,7 +156,7 @@ class HeadReader:
         except _PARSER_ERRORS:
             self.restart()
             return None
-        if len(targets) != 1:
+        if len(targets) != 1 or targets[0][:1] != b"/":  # an absolute-form target, or "*": aiohttp's to read
             return None
         count = len(headers)
         # A header named twice is one entry here: aiohttp reads the first, or refuses the request.

@@ -13,6 +13,7 @@ from pathlib import Path
 from .config import SERVE_OPTIONS, Settings, add_options, listed
 from .errors import CommandError, StartError
 from .snapshot.errors import SnapshotError
+from .snapshot.pull import Deadlines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--every", type=float, default=None, metavar="SECONDS",
                       help="pull again every SECONDS, for ever (a sidecar); failures are logged and retried with backoff")
     pull.add_argument("--keep", type=int, default=2, help="snapshots kept (the current one always)")
+    pull.add_argument("--manifest-timeout", type=float, default=Deadlines.manifest_seconds, metavar="SECONDS",
+                      help="the longest the origin may take to send manifest.json, in all (default: %(default)s)")
+    pull.add_argument("--min-kib", type=int, default=Deadlines.min_kib, metavar="KIB",
+                      help="a file transfer is given up (and resumed by the next pull) when fewer KiB than this arrive "
+                           "in --rate-window seconds (default: %(default)s)")
+    pull.add_argument("--rate-window", type=float, default=Deadlines.window, metavar="SECONDS",
+                      help="the window of --min-kib, also the longest wait for a file's first bytes (default: %(default)s)")
     pull.set_defaults(run=run_pull)
 
     info = snapshot.add_parser("info", help="print a snapshot's manifest and counts")
@@ -173,11 +181,12 @@ def run_pull(args: argparse.Namespace) -> int:
 
     from .snapshot.pull import PullError, describe, pull, pull_every
 
+    deadlines = Deadlines(manifest_seconds=args.manifest_timeout, min_kib=args.min_kib, window=args.rate_window)
     if args.every is not None:
-        asyncio.run(pull_every(args.url, args.into, args.every, keep=args.keep))
+        asyncio.run(pull_every(args.url, args.into, args.every, keep=args.keep, deadlines=deadlines))
         return 0
     try:
-        pulled = asyncio.run(pull(args.url, args.into, keep=args.keep))
+        pulled = asyncio.run(pull(args.url, args.into, keep=args.keep, deadlines=deadlines))
     except (PullError, OSError) as error:
         print(f"docsrv: pull failed: {describe(error)}", file=sys.stderr)
         return 1

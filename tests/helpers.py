@@ -230,7 +230,9 @@ class Origin:
     """A real HTTP server on a loopback port serving the files of a directory, as a static origin,
     CDN or object store does (ETag, conditional requests, byte ranges), with faults on demand:
     ``faults[name]`` is "404", "short" (a truncated file, consistently framed), "corrupt" (the same
-    size, other bytes) or "drop" (the connection closed half way through the body)."""
+    size, other bytes), "drop" (the connection closed half way through the body), "close" (the
+    connection closed before any answer), "drip" (a byte every 0.2 s), "loop" (a redirect to
+    itself) or "file" (a redirect to a file:// URL)."""
 
     def __init__(self, root: Path) -> None:
         import asyncio
@@ -263,11 +265,18 @@ class Origin:
         self.requests.append((name, dict(request.headers)))
         path = self.root / name
         fault = self.faults.get(name)
+        if fault == "close":
+            request.transport.close()
+            return web.Response()
+        if fault == "loop":
+            raise web.HTTPFound(str(request.url))
+        if fault == "file":
+            raise web.HTTPFound("file:///etc/passwd")
         if fault == "404" or not path.is_file():
             return web.json_response({"detail": "Not found."}, status=404)
         data = path.read_bytes()
         etag = '"' + hashlib.sha256(data).hexdigest()[:16] + '"'
-        if request.headers.get("If-None-Match") == etag:
+        if request.headers.get("If-None-Match") == etag and fault is None:
             return web.Response(status=304, headers={"ETag": etag})
         if fault == "short":
             data = data[: len(data) // 2]
@@ -285,6 +294,10 @@ class Origin:
             await asyncio.sleep(0.3)
             request.transport.close()
             return response
+        if fault == "drip":  # far too slow to finish: the pull gives up on it
+            for byte in data[start:]:
+                await response.write(bytes([byte]))
+                await asyncio.sleep(0.2)
         await response.write(data[start:])
         await response.write_eof()
         return response

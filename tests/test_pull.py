@@ -7,6 +7,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -66,6 +67,12 @@ def spoil_versions(directory):
     ({"builds.jsonl": "short"}, "builds.jsonl: 39442 bytes, but manifest.json records 78884 (truncated)"),
     ({"projects.jsonl": "corrupt"}, "projects.jsonl: its SHA-256 differs from the one manifest.json records (corrupt)"),
     ({"build_commands.jsonl": "drop"}, "build_commands.jsonl: transfer failed after"),
+    ({"manifest.json": "close"}, "manifest.json: ServerDisconnectedError: Server disconnected"),
+    ({"manifest.json": "loop"}, "manifest.json: more than 5 redirects"),
+    ({"manifest.json": "file"}, "manifest.json: redirected to 'file:///etc/passwd', which is not an http(s) URL"),
+    ({"users.jsonl": "close"}, "users.jsonl: transfer failed after 0 of"),
+    ({"manifest.json": "drip"}, "manifest.json: not received within 1 s (--manifest-timeout)"),
+    ({"projects.jsonl": "drip"}, "projects.jsonl: fewer than 1 KiB arrived in 1 s (--min-kib, --rate-window) after"),
     ("invalid", "snapshot snap-b has 6 problem(s): versions.jsonl:1: version 1 names project 999, which does not exist"),
 ])
 def test_every_failure_leaves_current_where_it_was_and_says_what_failed(tmp_path, origin, fault, message):
@@ -75,7 +82,7 @@ def test_every_failure_leaves_current_where_it_was_and_says_what_failed(tmp_path
     origin.publish(sealed(tmp_path / "b", "snap-b", edit=spoil_versions if fault == "invalid" else None))
     if isinstance(fault, dict):
         origin.faults.update(fault)
-    result = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    result = docsrv("snapshot", "pull", origin.url, "--into", str(into), "--manifest-timeout", "1", "--min-kib", "1", "--rate-window", "1")
     assert result.returncode == 1
     assert result.stderr.startswith("docsrv: pull failed: ") and result.stderr.count("\n") == 1, result.stderr
     assert message in result.stderr, result.stderr
@@ -135,3 +142,60 @@ def test_every_pulls_as_a_sidecar_until_stopped(tmp_path, origin):
         sidecar.send_signal(signal.SIGTERM)
         sidecar.wait(timeout=30)
     assert "pulled snapshot snap-b" in sidecar.stderr.read()
+
+
+@pytest.mark.parametrize(("name", "files", "message"), [
+    ("current", None, "the snapshot is named 'current', the name of the link a pull points"),
+    (".pull-state.json", None, "not a snapshot manifest: Expected `str` matching regex"),
+    ("..", None, "not a snapshot manifest: Expected `str` matching regex"),
+    ("snap-b", {"a\u0000b": {"size": 1, "sha256": "0" * 64}}, "not a snapshot manifest: Expected `str` matching regex"),
+    ("snap-b", {"../escape": {"size": 1, "sha256": "0" * 64}}, "not a snapshot manifest: Expected `str` matching regex"),
+    ("snap-b", {".hidden": {"size": 1, "sha256": "0" * 64}}, "not a snapshot manifest: Expected `str` matching regex"),
+])
+def test_a_manifest_whose_names_would_collide_with_the_pull_s_own_is_refused(tmp_path, origin, name, files, message):
+    """A snapshot's name is its directory under DIR: it can never be the current link, the pull's
+    state file, or anything else the pull keeps there (issue 28), nor can a file name leave it."""
+    origin.publish(sealed(tmp_path / "a", "snap-a"))
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    before = sorted(p.name for p in into.iterdir())
+    origin.publish(sealed(tmp_path / "b", "snap-b"))
+    manifest = json.loads((origin.root / "manifest.json").read_text())
+    manifest["name"] = name
+    if files is not None:
+        manifest["files"] = files
+    (origin.root / "manifest.json").write_text(json.dumps(manifest))
+    result = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert current_of(into) == "snap-a" and (into / "current").is_symlink()
+    assert sorted(p.name for p in into.iterdir()) == before
+    # The replica is whole: the next good snapshot is pulled as ever.
+    origin.publish(sealed(tmp_path / "c", "snap-c"))
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0 and current_of(into) == "snap-c"
+
+
+def test_the_sidecar_outlives_every_kind_of_origin_failure(tmp_path, origin):
+    """``--every`` logs each failure in one line and tries again: a disconnect, a redirect loop,
+    a redirect off http(s), a manifest it cannot read; then the origin mends and it pulls."""
+    origin.publish(sealed(tmp_path / "a", "snap-a"))
+    into = tmp_path / "replica"
+    sidecar = subprocess.Popen([sys.executable, "-m", "docsrv", "snapshot", "pull", origin.url, "--into", str(into), "--every", "0.2",
+                                "--manifest-timeout", "1"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(sidecar.stderr.readline, "")), daemon=True)
+    reader.start()
+    try:
+        poll(lambda: (into / "current").is_symlink(), what="the first pull")
+        for fault in ("close", "loop", "file", "drip"):
+            origin.faults["manifest.json"] = fault
+            seen = len(lines)
+            poll(lambda seen=seen: any("pull failed" in line for line in lines[seen:]), what=f"a failure logged ({fault})")
+            assert sidecar.poll() is None, "".join(lines)
+        origin.faults.clear()
+        origin.publish(sealed(tmp_path / "b", "snap-b"))
+        poll(lambda: current_of(into) == "snap-b", what="the pull after the origin mended")
+    finally:
+        sidecar.send_signal(signal.SIGTERM)
+        sidecar.wait(timeout=30)
+    failures = [line for line in lines if "pull failed" in line]
+    assert failures and not any("Traceback" in line for line in lines), "".join(lines)

@@ -42,13 +42,28 @@ STATE_FILE = ".pull-state.json"
 PARALLEL = 4
 CHUNK = 256 << 10
 MAX_MANIFEST_BYTES = 4 << 20
-TIMEOUT = aiohttp.ClientTimeout(total=None, connect=30, sock_read=60)
+#: Redirects followed from one URL (each to http or https only).
+MAX_REDIRECTS = 5
 #: Pauses between failed pulls with --every: doubling from the first to the last.
 RETRY_SECONDS = (5.0, 300.0)
+#: What an origin's failure raises (aiohttp's errors; a URL it cannot take is also a ValueError).
+NETWORK_ERRORS = (aiohttp.ClientError, TimeoutError, ValueError)
 
 
 class PullError(Exception):
     """A pull that failed; the message says what, in one line."""
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """How long an origin may take: the manifest has a deadline of its own; a file may take as
+    long as it needs while at least ``min_kib`` KiB of it arrive in every ``window`` seconds
+    (an origin that drips a byte now and then is given up on, not waited for for ever)."""
+
+    manifest_seconds: float = 30.0
+    min_kib: int = 32
+    window: float = 30.0
+    connect_seconds: float = 30.0
 
 
 @dataclass
@@ -69,28 +84,46 @@ class PullState(msgspec.Struct):
     name: str | None = None
 
 
-async def pull(url: str, into: Path, *, keep: int = 2, progress: bool | None = None, build_index: bool = True) -> Pulled:
-    """Pull the snapshot published at ``url`` into ``into`` and point ``into/current`` at it."""
+async def pull(
+    url: str, into: Path, *, keep: int = 2, progress: bool | None = None, build_index: bool = True, deadlines: Deadlines = Deadlines()
+) -> Pulled:
+    """Pull the snapshot published at ``url`` into ``into`` and point ``into/current`` at it.
+
+    Every failure of the origin (refused, reset, redirected in a loop or off http(s), too slow)
+    is a PullError of one line."""
+    if not url.startswith(("http://", "https://")):
+        raise PullError(f"{url}: not an http:// or https:// URL")
     started = time.perf_counter()
     base = url.rstrip("/")
     into.mkdir(parents=True, exist_ok=True)
     state = read_state(into)
     current = current_name(into)
-    async with aiohttp.ClientSession(timeout=TIMEOUT, raise_for_status=False) as session:
+    timeout = aiohttp.ClientTimeout(total=None, connect=deadlines.connect_seconds)
+    async with aiohttp.ClientSession(timeout=timeout, raise_for_status=False, max_field_size=8190) as session:
         headers = {}
         if state.name is not None and state.name == current:
             if state.etag:
                 headers["If-None-Match"] = state.etag
             if state.last_modified:
                 headers["If-Modified-Since"] = state.last_modified
-        async with session.get(f"{base}/manifest.json", headers=headers) as response:
-            if response.status == 304:
-                return Pulled(current or "", changed=False, seconds=time.perf_counter() - started)
-            if response.status != 200:
-                raise PullError(f"{base}/manifest.json: HTTP {response.status} {response.reason}")
-            raw = await read_bounded(response, MAX_MANIFEST_BYTES, f"{base}/manifest.json")
-            validators = PullState(response.headers.get("ETag"), response.headers.get("Last-Modified"))
+        where = f"{base}/manifest.json"
+        try:
+            async with asyncio.timeout(deadlines.manifest_seconds):
+                async with session.get(where, headers=headers, max_redirects=MAX_REDIRECTS) as response:
+                    if response.status == 304:
+                        return Pulled(current or "", changed=False, seconds=time.perf_counter() - started)
+                    if response.status != 200:
+                        raise PullError(f"{where}: HTTP {response.status} {response.reason}")
+                    raw = await read_bounded(response, MAX_MANIFEST_BYTES, where)
+                    validators = PullState(response.headers.get("ETag"), response.headers.get("Last-Modified"))
+        except TimeoutError:
+            raise PullError(f"{where}: not received within {deadlines.manifest_seconds:g} s (--manifest-timeout)") from None
+        except NETWORK_ERRORS as error:
+            raise PullError(f"{where}: {network_failure(error)}") from None
         manifest = decode_manifest(raw, base)
+        if manifest.name == CURRENT:
+            raise PullError(f"{where}: the snapshot is named {CURRENT!r}, the name of the link a pull points at the snapshot it serves; "
+                            "publish it under another name")
         validators.name = manifest.name
         target = into / manifest.name
         if current == manifest.name and (target / "manifest.json").is_file() and (target / "manifest.json").read_bytes() == raw:
@@ -105,7 +138,7 @@ async def pull(url: str, into: Path, *, keep: int = 2, progress: bool | None = N
 
             async def one(name: str, entry: FileDigest) -> None:
                 async with limit:
-                    await fetch_file(session, f"{base}/{name}", partial / name, entry, bar)
+                    await fetch_file(session, f"{base}/{name}", partial / name, entry, bar, deadlines)
 
             await asyncio.gather(*(one(name, entry) for name, entry in manifest.files.items()))
     async with aiofiles.open(partial / "manifest.json", "wb") as out:  # last: it seals the snapshot
@@ -125,9 +158,8 @@ def decode_manifest(raw: bytes, base: str) -> Manifest:
         raise PullError(f"{base}/manifest.json: not a snapshot manifest: {error}") from None
     if not manifest.files:
         raise PullError(f"{base}/manifest.json: lists no files (publish a snapshot written by docsrv: its manifest seals every file)")
-    for name in manifest.files:
-        if "/" in name or name.startswith(".") or name in ("manifest.json", CURRENT):
-            raise PullError(f"{base}/manifest.json: lists a file docsrv does not take: {name!r}")
+    if "manifest.json" in manifest.files:
+        raise PullError(f"{base}/manifest.json: lists itself as a record file")
     return manifest
 
 
@@ -140,7 +172,9 @@ async def read_bounded(response: aiohttp.ClientResponse, most: int, where: str) 
     return bytes(data)
 
 
-async def fetch_file(session: aiohttp.ClientSession, url: str, path: Path, entry: FileDigest, bar: tqdm | None) -> None:
+async def fetch_file(
+    session: aiohttp.ClientSession, url: str, path: Path, entry: FileDigest, bar: tqdm | None, deadlines: Deadlines
+) -> None:
     """Download ``url`` to ``path``, resuming what is there, and check its size and digest."""
     digest = hashlib.sha256()
     have = path.stat().st_size if path.exists() else 0
@@ -156,25 +190,37 @@ async def fetch_file(session: aiohttp.ClientSession, url: str, path: Path, entry
                 bar.update(have)
             return
     headers = {"Range": f"bytes={have}-"} if 0 < have < entry.size else {}
+    least = deadlines.min_kib << 10
     try:
-        async with session.get(url, headers=headers) as response:
-            if response.status == 200 and headers:  # the origin does not resume: start again
-                digest, have = hashlib.sha256(), 0
-            elif response.status not in (200, 206):
-                raise PullError(f"{url}: HTTP {response.status} {response.reason}")
-            if bar is not None:
-                bar.update(have)
-            async with aiofiles.open(path, "ab" if have else "wb") as out:
-                async for chunk in response.content.iter_chunked(CHUNK):
-                    have += len(chunk)
-                    if have > entry.size:
-                        raise PullError(f"{url}: more than the {entry.size} bytes manifest.json records")
-                    digest.update(chunk)
-                    await out.write(chunk)
-                    if bar is not None:
-                        bar.update(len(chunk))
-    except (TimeoutError, aiohttp.ClientError) as error:
-        failed = f"{url}: transfer failed after {have} of {entry.size} bytes ({type(error).__name__}); a new pull resumes it"
+        async with asyncio.timeout(deadlines.window) as window:  # the head within one window too
+            async with session.get(url, headers=headers, max_redirects=MAX_REDIRECTS) as response:
+                if response.status == 200 and headers:  # the origin does not resume: start again
+                    digest, have = hashlib.sha256(), 0
+                elif response.status not in (200, 206):
+                    raise PullError(f"{url}: HTTP {response.status} {response.reason}")
+                if bar is not None:
+                    bar.update(have)
+                loop = asyncio.get_running_loop()
+                window_ends, window_bytes = loop.time() + deadlines.window, 0
+                async with aiofiles.open(path, "ab" if have else "wb") as out:
+                    while chunk := await response.content.read(CHUNK):
+                        have += len(chunk)
+                        if have > entry.size:
+                            raise PullError(f"{url}: more than the {entry.size} bytes manifest.json records")
+                        digest.update(chunk)
+                        await out.write(chunk)
+                        if bar is not None:
+                            bar.update(len(chunk))
+                        window_bytes += len(chunk)
+                        if window_bytes >= least or have == entry.size:  # fast enough: a new window
+                            window_ends, window_bytes = loop.time() + deadlines.window, 0
+                            window.reschedule(window_ends)
+    except TimeoutError:
+        failed = (f"{url}: fewer than {deadlines.min_kib} KiB arrived in {deadlines.window:g} s (--min-kib, --rate-window) "
+                  f"after {have} of {entry.size} bytes; a new pull resumes it")
+        raise PullError(failed) from None
+    except NETWORK_ERRORS as error:
+        failed = f"{url}: transfer failed after {have} of {entry.size} bytes ({network_failure(error)}); a new pull resumes it"
         raise PullError(failed) from None
     if have != entry.size:
         raise PullError(f"{url}: {have} bytes, but manifest.json records {entry.size} (truncated); a new pull resumes it")
@@ -235,16 +281,29 @@ def write_state(into: Path, state: PullState) -> None:
     replace_file(into / STATE_FILE, msgspec.json.encode(state))
 
 
-async def pull_every(url: str, into: Path, seconds: float, *, keep: int, progress: bool | None = None) -> None:
-    """Pull now and every ``seconds``; a failure is logged in one line and tried again after a
-    pause that doubles with each failure in a row (from 5 s to 5 minutes, never past ``seconds``)."""
+def network_failure(error: Exception) -> str:
+    """One line for what aiohttp raised (its messages can be empty, or name a whole request)."""
+    if isinstance(error, aiohttp.TooManyRedirects):
+        return f"more than {MAX_REDIRECTS} redirects"
+    if isinstance(error, aiohttp.NonHttpUrlRedirectClientError):
+        return f"redirected to {str(error)[:200]!r}, which is not an http(s) URL"
+    text = " ".join(str(error).split())[:200]
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+async def pull_every(
+    url: str, into: Path, seconds: float, *, keep: int, progress: bool | None = None, deadlines: Deadlines = Deadlines()
+) -> None:
+    """Pull now and every ``seconds``; a failure, whatever it is, is logged in one line and tried
+    again after a pause that doubles with each failure in a row (from ``seconds`` or 5 s,
+    whichever is shorter, to 5 minutes): a sidecar never dies of its origin."""
     failures = 0
     while True:
         try:
-            pulled = await pull(url, into, keep=keep, progress=progress)
-        except (PullError, OSError) as error:
+            pulled = await pull(url, into, keep=keep, progress=progress, deadlines=deadlines)
+        except Exception as error:
             failures += 1
-            pause = min(RETRY_SECONDS[0] * 2 ** (failures - 1), RETRY_SECONDS[1], max(seconds, RETRY_SECONDS[0]))
+            pause = min(min(seconds, RETRY_SECONDS[0]) * 2 ** (failures - 1), RETRY_SECONDS[1])
             log.error("pull failed (%s); trying again in %.0f s", describe(error), pause)
             await asyncio.sleep(pause)
             continue
@@ -256,7 +315,9 @@ async def pull_every(url: str, into: Path, seconds: float, *, keep: int, progres
 
 
 def describe(error: Exception) -> str:
+    if isinstance(error, PullError | SnapshotError):
+        return str(error)
     if isinstance(error, OSError):
         where = f"{error.filename}: " if error.filename else ""
         return f"{where}{error.strerror or error}"
-    return str(error)
+    return f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"

@@ -178,10 +178,16 @@ class FileDigest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     sha256: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
 
 
+#: The name of a file of a snapshot: one plain name in its directory (no path, not hidden).
+FileName = Annotated[str, msgspec.Meta(max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+
+
 class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     format: str
     format_version: int
-    name: Annotated[str, msgspec.Meta(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")]
+    #: A snapshot's identity, and the name of its directory where a pull keeps it: never "." or
+    #: "..", never hidden (what a pull keeps for itself in that directory begins with ".").
+    name: Annotated[str, msgspec.Meta(max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
     created_at: AwareDatetime
     #: Base URL of the hosted documentation, e.g. ``https://docs.example.org``.
     public_url: Annotated[str, msgspec.Meta(pattern=r"^https?://[^/\s]+$")]
@@ -189,7 +195,7 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     description: str = ""
     #: Every record file by name, with its size and digest: a snapshot is complete when its files
     #: match. docsrv writes it for every snapshot it makes; a hand-made manifest may leave it out.
-    files: dict[str, FileDigest] = msgspec.field(default_factory=dict)
+    files: dict[FileName, FileDigest] = msgspec.field(default_factory=dict)
 
 
 #: Every kind of record, by the stem of its file in the snapshot directory, in load order.

@@ -163,3 +163,52 @@ def test_an_existing_directory_is_not_overwritten(tmp_path):
     (tmp_path / "snap").mkdir()
     result = docsrv("snapshot", "import-dump", str(DUMP), "--out", str(tmp_path / "snap"))
     assert result.returncode == 1 and "already exists" in result.stderr
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+GOOD = DUMP.read_text().rstrip()
+LINES = "".join(json.dumps(record) + "\n" for record in json.loads(GOOD))
+
+
+@pytest.mark.parametrize(("name", "content", "message"), [
+    ("truncated.json", GOOD[: len(GOOD) // 2], "truncated.json: invalid JSON after record 8: parse error: premature EOF"),
+    ("nan.json", GOOD[:-1] + ', {"model": "auth.user", "pk": NaN, "fields": {}}]', "nan.json: invalid JSON after record 20: lexical error"),
+    ("overflow.json", GOOD[:-1] + ', {"model": "auth.user", "pk": 99999999999999999999999, "fields": {}}]',
+     "overflow.json: invalid JSON after record 20: parse error: integer overflow"),
+    ("bad-line.jsonl", LINES + "{oops\n", "bad-line.jsonl:21: invalid JSON: JSON is malformed"),
+    ("utf16.json", "\ufeff" + GOOD, "utf16.json: UTF-16 text; a dump is UTF-8 JSON"),
+    ("deep.json", '[{"model": "projects.project", "pk": 1, "fields": {"users": ' + nested(200_000) + "}}]",
+     "deep.json: record 1 nests deeper than 32 levels"),
+    ("deep.jsonl", '{"model": "projects.project", "pk": 1, "fields": {"users": ' + nested(200_000) + "}}\n",
+     "deep.jsonl:1: the record nests deeper than 31 levels"),
+    ("deep-enough-for-msgspec.jsonl", LINES + '{"model": "projects.project", "pk": 1, "fields": {"users": ' + nested(40) + "}}\n",
+     "deep-enough-for-msgspec.jsonl:21: the record nests deeper than 31 levels"),
+])
+def test_a_malformed_dump_is_one_line_naming_the_file_and_where_in_bounded_memory(tmp_path, name, content, message):
+    """Truncated JSON, NaN, an integer past 64 bits, a bad line, UTF-16 and nesting no model of the
+    original's holds (issue 28: 200,000 levels once took 24 GB) end in one line, nothing written."""
+    import resource
+
+    dump = tmp_path / name
+    dump.write_bytes(content.encode("utf-16" if name.startswith("utf16") else "utf-8"))
+
+    def bounded() -> None:  # a dump read in bounded memory stays far inside this
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-m", "docsrv", "snapshot", "import-dump", str(dump), "--out", str(out)],
+                            capture_output=True, text=True, cwd=ROOT, timeout=120, preexec_fn=bounded)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr[-2000:]
+    assert result.stderr.startswith(f"docsrv: {dump.parent}/") and message in result.stderr, result.stderr
+    assert not out.exists()
+
+
+def test_a_record_whose_fields_are_not_an_object_is_skipped_and_named(tmp_path):
+    dump = tmp_path / "dump.json"
+    dump.write_text(GOOD[:-1] + ', {"model": "projects.project", "pk": 77, "fields": [1, 2]}]')
+    result = docsrv("snapshot", "import-dump", str(dump), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert "skipped projects.project pk=77: its fields are not an object" in result.stderr

@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import ijson
 import msgspec
+from ijson.common import ObjectBuilder
 
 from ..errors import CommandError
 from ..utils.progress import progress_bar, wanted
@@ -67,18 +68,89 @@ UNIQUE: dict[str, Callable[[Any], Any]] = {
 }
 
 
-def read_dump(path: Path) -> Iterator[dict]:
-    """The records of one dump file, one at a time (a JSON list, or JSON Lines)."""
+#: The deepest nesting a dump may hold: the list, a record, its fields, a field's value and
+#: what a JSON field of the original's models holds (a build's config, some levels deep).
+#: Deeper is no dump of the original's; refused at once, in bounded memory (building nested
+#: values with ijson costs memory quadratic in their depth: 20,000 levels took 1 GB).
+MAX_DEPTH = 32
+
+
+def read_dump(path: Path) -> Iterator[Any]:
+    """The records of one dump file, one at a time (a JSON list, or JSON Lines). Malformed JSON,
+    or JSON nested deeper than MAX_DEPTH, is a CommandError of one line naming the file and the
+    record (or line) where it is."""
     with open(path, "rb") as data:
         head = data.read(64).lstrip()
         data.seek(0)
+        if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise CommandError(f"{path}: UTF-16 text; a dump is UTF-8 JSON, as dumpdata writes it (iconv -f UTF-16 -t UTF-8 converts it)")
         if head.startswith(b"["):
-            yield from ijson.items(data, "item", use_float=True)
+            yield from list_items(data, path)
         else:
-            decoder = msgspec.json.Decoder()
-            for line in data:
-                if line.strip():
-                    yield decoder.decode(line)
+            yield from json_lines(data, path)
+
+
+def list_items(data: BinaryIO, path: Path) -> Iterator[Any]:
+    """The items of a JSON list, each built as soon as it ends."""
+    depth = 0
+    count = 0
+    builder: ObjectBuilder | None = None
+    try:
+        for event, value in ijson.basic_parse(data, use_float=True):
+            if event == "start_map" or event == "start_array":
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise CommandError(f"{path}: record {count + 1} nests deeper than {MAX_DEPTH} levels: no dump of the original's")
+                if depth == 2:
+                    builder = ObjectBuilder()
+            elif event == "end_map" or event == "end_array":
+                depth -= 1
+                if depth == 1 and builder is not None:
+                    builder.event(event, value)
+                    count += 1
+                    yield builder.value
+                    builder = None
+                    continue
+            if builder is not None:
+                builder.event(event, value)
+            elif depth == 1 and event != "start_array":  # a scalar item: no record, counted as such
+                count += 1
+                yield value
+    except (ijson.JSONError, UnicodeDecodeError) as error:
+        raise CommandError(f"{path}: invalid JSON after record {count}: {one_line(error)}") from None
+
+
+def json_lines(data: BinaryIO, path: Path) -> Iterator[Any]:
+    decoder = msgspec.json.Decoder()
+    for number, line in enumerate(data, start=1):
+        if line.strip():
+            try:
+                record = decoder.decode(line)
+            except msgspec.DecodeError as error:
+                raise CommandError(f"{path}:{number}: invalid JSON: {one_line(error)}") from None
+            except RecursionError:
+                raise too_deep(path, number) from None
+            if nesting(record) > MAX_DEPTH - 1:
+                raise too_deep(path, number)
+            yield record
+
+
+def too_deep(path: Path, line: int) -> CommandError:
+    return CommandError(f"{path}:{line}: the record nests deeper than {MAX_DEPTH - 1} levels: no dump of the original's")
+
+
+def nesting(value: Any) -> int:
+    """How deep containers nest in ``value`` (a scalar: 0). msgspec has decoded it already, with a
+    depth limit of its own, so the recursion here is bounded."""
+    if isinstance(value, dict):
+        return 1 + max(map(nesting, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(nesting, value), default=0)
+    return 0
+
+
+def one_line(error: Exception) -> str:
+    return " ".join(str(error).split())[:300]
 
 
 def text(value: Any, default: str = "") -> Any:
@@ -250,8 +322,13 @@ def import_dump(
                     reason = "django-guardian's AnonymousUser" if label == "auth.user" and pk == -1 else "its pk is not a positive id"
                     report.skip(label, pk, reason)
                     continue
+                fields = record.get("fields") or {}
+                if not isinstance(fields, dict):
+                    report.skip(label, pk, "its fields are not an object")
+                    by_pk[kind].pop(pk, None)
+                    continue
                 try:
-                    converted = msgspec.convert(fields_of(pk, record.get("fields") or {}), cls)
+                    converted = msgspec.convert(fields_of(pk, fields), cls)
                 except msgspec.ValidationError as error:
                     report.skip(label, pk, str(error))
                     by_pk[kind].pop(pk, None)  # a later record replaces an earlier one, even a bad one
@@ -267,8 +344,8 @@ def import_dump(
 
 def snapshot_name(text: str) -> str:
     """A valid snapshot name from a file name: other characters than letters, digits, ``.``, ``_``
-    and ``-`` become ``-`` (DECISIONS.md section 6)."""
-    return re.sub(r"[^A-Za-z0-9._-]", "-", text) or "dump"
+    and ``-`` become ``-`` (DECISIONS.md section 6), and it begins with a letter or a digit."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", text).lstrip("._-")[:200] or "dump"
 
 
 def keep_what_can_be_served(by_pk: dict[str, dict[int, tuple[str, Any]]], report: DumpReport) -> dict[str, list]:

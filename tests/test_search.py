@@ -333,6 +333,21 @@ def test_v1_anchor_search(server):
     assert server.get("/api/v1/file/anchor/?q=").status == 400
 
 
+def test_a_long_anchor_query_is_held_to_every_character_and_costs_no_500(server):
+    """The index is searched for a query's first characters and what it finds is held to the
+    whole query (issue 28: 500 characters answered 500 with a traceback, 480 took 100 ms)."""
+    heading = "Disclosing a vulnerability before its fix is released"
+    assert server.json(f"/api/v1/file/anchor/?q={quote(heading.upper())}")["objects"] == [
+        f"{BASE}/attrs/en/latest/security.html#disclosing-a-vulnerability-before-its-fix-is-released",
+        f"{BASE}/attrs/en/stable/security/#disclosing-a-vulnerability-before-its-fix-is-released",
+    ]
+    assert server.json(f"/api/v1/file/anchor/?q={quote(heading + ' and then some')}")["objects"] == []
+    for length in (480, 500, 5000):
+        response = server.get(f"/api/v1/file/anchor/?q={quote(('Disclosing ' * 10_000)[:length])}")
+        assert (response.status, response.json()) == (200, {"objects": []}), length
+    assert not any("Traceback" in line for line in server.log)
+
+
 def test_v1_anchor_search_finds_objects_and_glossary_terms(server):
     assert server.json("/api/v1/file/anchor/?q=render_all")["objects"] == [
         f"{BASE}/attrs/en/latest/api.html#widgetry.render_all",
@@ -353,6 +368,29 @@ def test_private_pages_never_appear(server):
         assert "acme-handbook" not in text and "2.4.0-rc1" not in text
     files = server.get("/api/v1/file/?limit=0").body.decode()
     assert "acme-handbook" not in files and "2.4.0-rc1" not in files
+
+
+def test_import_sphinx_skips_what_cannot_be_read_in_bounded_time_and_says_why(built, tmp_path):
+    """An objects.inv that inflates to 100 MB (from about 100 KB), a page of 500,000 nested
+    elements (lexbor is quadratic in nesting: it did not finish in two minutes) and a page of
+    17 MiB are skipped and named; the rest of the build is imported (issue 28)."""
+    import zlib
+
+    snapshot, _ = built
+    html = tmp_path / "html"
+    shutil.copytree(snapshot.parent / "html", html)
+    (html / "broken.html").unlink()
+    bomb = zlib.compress(b"bomb py:function 1 api.html#$ -\n" * 3_200_000, 9)
+    (html / "objects.inv").write_bytes(b"# Sphinx inventory version 2\n# Project: x\n# Version: 1\n# zlib\n" + bomb)
+    (html / "deep.html").write_bytes(b"<html><body><div role='main'>" + b"<div>" * 500_000 + b"</div>" * 500_000 + b"</div></body></html>")
+    (html / "huge.html").write_bytes(b"<html><body><div role='main'><p>" + b"big " * (17 << 18) + b"</p></div></body></html>")
+    copy = tmp_path / "snap"
+    shutil.copytree(snapshot, copy, ignore=shutil.ignore_patterns("index"))
+    result = docsrv("snapshot", "import-sphinx", str(html), "--into", str(copy), "--project", "attrs", "--version", "latest")
+    assert "skipped objects.inv: inflates to more than 64 MiB" in result.stderr
+    assert "skipped deep.html: elements nest more than 400 deep" in result.stderr
+    assert "skipped huge.html: 17 MiB of HTML, more than the 16 MiB a page may have" in result.stderr
+    assert "imported 8 pages (html layout) into attrs/latest" in result.stdout and "3 unreadable" in result.stdout
 
 
 def test_index_command_and_fingerprint(built, tmp_path):

@@ -18,11 +18,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import msgspec
-from selectolax.lexbor import LexborHTMLParser
 
 from ..errors import CommandError
 from ..utils.progress import progress_bar, wanted
 from .errors import ProblemList, SnapshotError
+from .html_input import UnreadablePage, parse_html
 from .load import read_manifest, read_records, record_file, record_files
 from .records import DOCUMENT_ROLE, INDEX_ROLE, LABEL_ROLE, TERM_ROLE, Entry, Page, Project, Record, Section, Version
 from .sphinx_entries import INVENTORY, Located, index_pages, read_general_index, read_inventory
@@ -45,10 +45,6 @@ NOISE = (
     "div.toctree-wrapper"
 )
 _SPACE = re.compile(r"\s+")
-
-
-class UnreadablePage(Exception):
-    """A page with no main content to take."""
 
 
 @dataclass
@@ -97,15 +93,26 @@ def content_files(root: Path) -> tuple[list[Path], dict[Path, str]]:
     return found, generated
 
 
-def named_entries(root: Path, generated: dict[Path, str], layout: str) -> list[Located]:
+def named_entries(root: Path, generated: dict[Path, str], layout: str, skipped: list[tuple[str, str]]) -> list[Located]:
     """The objects of the build's inventory, then the entries of its general index that name a
-    place no object of the inventory is at (most index entries are the objects themselves)."""
-    inventory = read_inventory(root / INVENTORY) if (root / INVENTORY).is_file() else []
+    place no object of the inventory is at (most index entries are the objects themselves).
+    An inventory or index page too large to read is added to ``skipped``, with why."""
+    inventory: list[Located] = []
+    if (root / INVENTORY).is_file():
+        try:
+            inventory = read_inventory(root / INVENTORY)
+        except UnreadablePage as error:
+            skipped.append((INVENTORY, str(error)))
     taken = {(located.page, located.entry.anchor) for located in inventory}
     urls = {page_path(PurePosixPath(path.relative_to(root).as_posix()), layout): path for path in generated}
     found = list(inventory)
     for url, path in index_pages(urls):
-        for located in read_general_index(path.read_bytes(), url):
+        try:
+            index = list(read_general_index(path.read_bytes(), url))
+        except UnreadablePage as error:
+            skipped.append((url, str(error)))
+            continue
+        for located in index:
             place = (located.page, located.entry.anchor)
             if place not in taken:
                 taken.add(place)
@@ -127,7 +134,7 @@ def clean(text: str) -> str:
 
 def read_page(html: bytes) -> tuple[str, tuple[Section, ...], str]:
     """(title, sections, body text) of a Sphinx page."""
-    tree = LexborHTMLParser(html.decode("utf-8"))
+    tree = parse_html(html)
     main = next((node for selector in MAIN_CONTENT if (node := tree.css_first(selector)) is not None), None)
     if main is None:
         raise UnreadablePage("no main content (no role=main, main, div.body, article or div.document)")
@@ -153,7 +160,29 @@ def read_page(html: bytes) -> tuple[str, tuple[Section, ...], str]:
     # Headings are indexed as the title and section headings, with their own weights.
     for node in main.css("h1, h2, h3, h4, h5, h6"):
         node.decompose()
-    return title, tuple(sections), clean(main.text(separator=" "))
+    return title, tuple(sections), clean(page_text(main))
+
+
+#: Elements that a browser lays out as blocks (or breaks a line at): their text is apart from
+#: the text before them. Text inside other elements runs on as it is written.
+BLOCKS = frozenset(
+    "address article aside blockquote br caption dd details div dl dt figcaption figure footer header hr li main ol p pre "
+    "section summary table tbody td tfoot th thead tr ul".split()
+)
+
+
+def page_text(main: Any) -> str:
+    """The text of ``main`` as a reader sees it: a space where a block starts, and nothing added
+    between inline elements, so that ``<span>--</span><span>broker</span>`` (Pygments' tokens)
+    stays ``--broker`` and fragments of it are exact (DECISIONS.md section 3)."""
+    parts = []
+    for node in main.traverse(include_text=True):
+        tag = node.tag
+        if tag == "-text":
+            parts.append(node.text_content)
+        elif tag in BLOCKS:
+            parts.append(" ")
+    return "".join(parts)
 
 
 def import_sphinx(
@@ -197,7 +226,7 @@ def import_sphinx(
     report.replaced = len(pages) - len(kept)
     next_id = max((p.id for p in pages), default=0) + 1
     entries: dict[str, list[Entry]] = defaultdict(list)
-    for located in named_entries(root, generated, report.layout):
+    for located in named_entries(root, generated, report.layout, report.skipped):
         entries[located.page].append(located.entry)
     imported: list[Page] = []
     with progress_bar(len(files), f"import {root.name}", wanted() if progress is None else progress, unit="page") as bar:

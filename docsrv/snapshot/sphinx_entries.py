@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urljoin
 
-from selectolax.lexbor import LexborHTMLParser
-
 from ..errors import CommandError
+from .html_input import UnreadablePage, parse_html
 from .records import INDEX_ROLE, Entry
 
 INVENTORY = "objects.inv"
@@ -35,6 +34,8 @@ _LINE = re.compile(r"(.+?)\s+(\S+)\s+(-?\d+)\s+?(\S*)\s+(.*)")
 _QUALIFIER = re.compile(r"\s*\([^()]*\)\s*$")
 _SPACE = re.compile(r"\s+")
 CATEGORY_TARGETS = 5
+#: The most an inventory may inflate to.
+MAX_INVENTORY_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +48,18 @@ class Located:
 
 def read_inventory(path: Path) -> list[Located]:
     """Every object of an ``objects.inv``, in its order. A file of another format, or one that
-    does not decompress, is a ``CommandError`` naming it (and the line, for a bad header)."""
+    does not decompress, is a ``CommandError`` naming it (and the line, for a bad header); one
+    that inflates past MAX_INVENTORY_BYTES (a zip bomb) is an UnreadablePage, not inflated further."""
     data = path.read_bytes()
     lines = data.split(b"\n", 4)
     if len(lines) < 5 or lines[0].rstrip() != _HEADER:
         raise CommandError(f"{path}:1: not a Sphinx inventory of version 2 (first line {lines[0][:60]!r})")
     try:
-        text = zlib.decompress(lines[4]).decode("utf-8")
+        inflater = zlib.decompressobj()
+        inflated = inflater.decompress(lines[4], MAX_INVENTORY_BYTES + 1)
+        if len(inflated) > MAX_INVENTORY_BYTES:
+            raise UnreadablePage(f"inflates to more than {MAX_INVENTORY_BYTES >> 20} MiB")
+        text = inflated.decode("utf-8")
     except (zlib.error, UnicodeDecodeError) as error:
         raise CommandError(f"{path}:5: the compressed part does not decompress: {error}") from None
     found = []
@@ -85,7 +91,7 @@ def read_general_index(html: bytes, url: str) -> Iterator[Located]:
     relative to): each top-level entry, at each of its targets. An entry of more than
     ``CATEGORY_TARGETS`` targets ("module", "built-in function", "configuration value") names a
     kind of thing, not a thing: it is left out."""
-    tree = LexborHTMLParser(html.decode("utf-8", "replace"))
+    tree = parse_html(html, errors="replace")
     base = "http://build/" + url
     for item in tree.css("table.indextable td > ul > li"):  # genindextable is an indextable too
         links = item.css("a[href]")

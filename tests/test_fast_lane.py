@@ -110,6 +110,13 @@ VARIANTS = {
     "keep-alive spelled out": lambda p: get(p, "Connection: Keep-Alive"),
     "other host": lambda p: b"GET " + p.encode() + b" HTTP/1.1\r\nHost: evil.example\r\n\r\n",
     "host with port": lambda p: b"GET " + p.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1:80\r\n\r\n",
+    # CORS (DECISIONS.md section 5): a docs origin is echoed with credentials, any other gets "*".
+    "docs origin": lambda p: get(p, "Origin: https://docs.example.org"),
+    "docs subdomain with a port": lambda p: get(p, "Origin: http://pip.docs.example.org:8080 ", "Accept-Encoding: gzip"),
+    "other origin": lambda p: get(p, "Origin: https://evil.example"),
+    "null origin": lambda p: get(p, "Origin: null"),
+    "docs host, other scheme": lambda p: get(p, "Origin: ftp://docs.example.org"),
+    "docs origin, conditional": lambda p: get(p, "Origin: https://docs.example.org", "If-None-Match: *"),
 }
 
 

@@ -124,4 +124,4 @@ async def test_the_dispatcher_in_process(aiohttp_raw_server, aiohttp_client, sta
     moved = await client.get("/api/v2/project", allow_redirects=False)
     assert moved.status == 301 and moved.headers["Location"] == "/api/v2/project/"
     compressed = await client.get("/api/v2/build/?limit=5", headers={"Accept-Encoding": "br"})
-    assert compressed.headers["Content-Encoding"] == "br" and compressed.headers["Vary"] == "Accept-Encoding"
+    assert compressed.headers["Content-Encoding"] == "br" and compressed.headers["Vary"] == "Accept-Encoding, Origin"

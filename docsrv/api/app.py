@@ -96,6 +96,8 @@ class Dispatcher:
         hit = False
         if request.version not in HTTP_VERSIONS:
             return await self.unsupported_version(request, state)
+        origin = request.headers.get(hdrs.ORIGIN)
+        cors = state.cors.headers(origin)
         if method == "GET" or method == "HEAD":
             raw = request.raw_path
             if raw[:1] != "/":
@@ -117,15 +119,16 @@ class Dispatcher:
                 headers.getall(hdrs.IF_NONE_MATCH, None), headers.get(hdrs.IF_MODIFIED_SINCE), reply.etag, state.last_modified
             ):
                 status = 304
-                response = web.Response(status=304, headers=reply.headers_304)
+                response = web.Response(status=304, headers={**reply.headers_304, **cors})
         elif method == "OPTIONS":
             reply = state.preflight
+            cors = state.cors.preflight(origin)
         else:
             reply = state.uncached(405, {"detail": f'Method "{excerpt(method)}" not allowed.'}, {"Allow": ALLOW})
             reply.route = "method not allowed"
         if status is None:
             status = reply.status
-            response = web.Response(body=reply.body, status=status, headers=reply.headers)
+            response = web.Response(body=reply.body, status=status, headers={**reply.headers, **cors})
         if state.draining:
             response.force_close()  # this worker is stopping: the client reconnects to another
         runtime = state.runtime
@@ -140,7 +143,8 @@ class Dispatcher:
     async def unsupported_version(request: web.BaseRequest, state: ApiState) -> web.StreamResponse:
         """505, written as HTTP/1.1 (prepared here, as aiohttp would write the request's version)."""
         reply = state.uncached(505, {"detail": VERSION_NOT_SUPPORTED})
-        response = web.Response(body=reply.body, status=505, headers=reply.headers)
+        cors = state.cors.headers(request.headers.get(hdrs.ORIGIN))
+        response = web.Response(body=reply.body, status=505, headers={**reply.headers, **cors})
         response.force_close()
         await response.prepare(as_http11(request))
         state.runtime.metrics.observe("unsupported version", 505, 0.0)

@@ -357,6 +357,10 @@ def build_document() -> bytes:
             "version": "2",
             "description": "The read-only JSON API of a documentation-hosting service, served from a snapshot. "
             "Every response is JSON; every 200 carries ETag, Last-Modified, Cache-Control, Surrogate-Key and Cache-Tag. "
+            "CORS: a request whose Origin is a docs origin (http or https, the docs host, a subdomain of it, or a project's "
+            "canonical host, any port) gets Access-Control-Allow-Origin: <that origin> and Access-Control-Allow-Credentials: "
+            "true, as the original's in-page search needs (it sends credentials); any other gets Access-Control-Allow-Origin: *. "
+            "Every response carries Vary: Origin (and Accept-Encoding for a 200). "
             "Unknown query parameters are ignored (and left out of links). On every API path: a Host header the server "
             "may not name (when it has no public URL) gets 400 {\"detail\": \"Invalid Host header.\"}; an HTTP version "
             "other than 1.0 and 1.1 gets 505; a record whose file changed on disk under the server gets 503.",

@@ -13,6 +13,7 @@ import orjson
 from ..config import Settings
 from ..http.caching import http_date, strong_etag
 from ..http.compression import OFFLOAD_BYTES, compress
+from ..http.cors import Cors
 from ..http.hosts import AllowedHosts
 from ..http.offload import offload
 from ..http.purge import purge_keys
@@ -40,7 +41,7 @@ def encoded_each(render: Callable[[Any], Any], items: Sequence[Any], option: int
 
 
 ALLOW = "GET, HEAD, OPTIONS"
-#: The answer to a CORS preflight: any origin may read, with any request header.
+#: The answer to a CORS preflight, its Access-Control-Allow-Origin aside (``http/cors.py``).
 PREFLIGHT = {
     "Access-Control-Allow-Methods": ALLOW,
     "Access-Control-Allow-Headers": "*",
@@ -67,18 +68,20 @@ class ApiState:
         self.draining = False
         #: Why the snapshot can no longer be trusted, when a worker found its files changed.
         self.problem: str | None = None
+        #: Who may read replies from a browser: the headers of each reply's CORS answer, which
+        #: the dispatcher and the fast lane add by the request's Origin (so every reply varies by it).
+        self.cors = Cors(store.public_url.split("://", 1)[1])
         self._common = {
             "Content-Type": "application/json",
-            "Access-Control-Allow-Origin": "*",
             "X-Snapshot": store.name,
         }
         self._ok = {
             **self._common,
             "Cache-Control": settings.cache_control,
             "Last-Modified": http_date(store.created_at),
-            "Vary": "Accept-Encoding",
+            "Vary": "Accept-Encoding, Origin",
         }
-        self._error = {**self._common, "Cache-Control": "no-cache"}
+        self._error = {**self._common, "Cache-Control": "no-cache", "Vary": "Origin"}
         self._shapes: dict[type, object] = {}
         self.preflight = self.empty(204, PREFLIGHT)
         self.preflight.route = "preflight"
@@ -130,6 +133,6 @@ class ApiState:
 
     def empty(self, status: int, headers: dict[str, str]) -> Reply:
         """A reply with no body (a CORS preflight)."""
-        reply = Reply(status, b"", {**self._common, **headers})
+        reply = Reply(status, b"", {**self._common, **headers, "Vary": "Origin"})
         del reply.headers["Content-Type"]
         return reply

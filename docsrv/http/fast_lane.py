@@ -39,7 +39,9 @@ from aiohttp.http import SERVER_SOFTWARE
 
 from .caching import not_modified
 from .compression import choose
+from .cors import ANYONE_WIRE, Cors
 from .protocol import JsonErrorRequestHandler, JsonErrorServer
+from .reply import WIRE_END_304
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -87,6 +89,7 @@ class LaneState(Protocol):
     """What the lane reads of the serving state (``api/state.py``'s ``ApiState``)."""
 
     cache: ReplyCache
+    cors: Cors
     fixed_base: str | None
     draining: bool
     last_modified: datetime
@@ -226,6 +229,7 @@ class FastLane:
         self.state = state
         # What does not change while the state serves, kept at hand.
         self.cache = state.cache
+        self.cors = state.cors
         self.fixed_base = state.fixed_base
         self.access_log = state.runtime.access_log
         self.date = Date()
@@ -259,14 +263,16 @@ class FastLane:
                 if reply is None:
                     return None  # compressed when aiohttp answers (off the loop when large)
         if (b"if-none-match" in headers or b"if-modified-since" in headers) and self.unchanged(headers, reply):
-            status, wire, body, counts = 304, reply.wire_304, b"", self.revalidated
-        else:
-            status, wire, body, counts = 200, reply.wire, reply.body if method == b"GET" else b"", self.sent  # only 200s are cached
+            status, wire, end, body, counts = 304, reply.wire_304, WIRE_END_304, b"", self.revalidated
+        else:  # only 200s are cached
+            status, wire, end, body, counts = 200, reply.wire, reply.wire_end, reply.body if method == b"GET" else b"", self.sent
         if not http11:
             wire = b"HTTP/1.0" + wire[8:]
+        origin = headers.get(b"origin")
+        cors = ANYONE_WIRE if origin is None else self.cors.wire(origin)
         date = self.date
         ending = _KEPT_ALIVE if keep_alive and http11 else _ENDINGS[(http11, keep_alive)]
-        payload = b"".join((wire, date.value if now < date.until else date.at(now), ending, body))
+        payload = b"".join((wire, cors, end, date.value if now < date.until else date.at(now), ending, body))
         route = reply.route
         counts[route] = counts.get(route, 0) + 1
         if self.access_log:

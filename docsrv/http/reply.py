@@ -5,8 +5,10 @@ is cached. Its compressed variants hang off it, made on first demand. ``nbytes``
 reply cache charges for it: every object it keeps alive, counted with ``sys.getsizeof``.
 
 A cacheable reply also holds its head as the fast lane writes it (``wire``, and ``wire_304`` for
-a 304): the HTTP/1.1 status line and every header aiohttp would write, in aiohttp's order, up to
-the value of ``Date``, which is spliced in per second (see ``fast_lane.py``).
+a 304): the HTTP/1.1 status line and the reply's own headers, in aiohttp's order; then the
+lane writes the CORS headers of the request's ``Origin`` (``cors.py``), ``wire_end`` (what
+aiohttp writes after them, up to the value of ``Date``, or ``WIRE_END_304``), and ``Date``,
+spliced in per second (see ``fast_lane.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ if TYPE_CHECKING:
 class Reply:
     """A response ready to send: status, encoded body, and every header that goes with it."""
 
-    __slots__ = ("body", "compressible", "entry", "etag", "headers", "headers_304", "route", "status", "variants", "wire", "wire_304")
+    __slots__ = (
+        "body", "compressible", "entry", "etag", "headers", "headers_304", "route", "status", "variants", "wire", "wire_304", "wire_end"
+    )
 
     def __init__(self, status: int, body: bytes, headers: dict[str, str], *, etag: str | None = None) -> None:
         self.status = status
@@ -39,8 +43,9 @@ class Reply:
         self.variants: dict[str, Reply] = {}
         #: The cache entry that owns this reply and is charged for it, if it is cached.
         self.entry: Entry | None = None
-        self.wire = head_block(status, headers, len(body)) if etag else b""
-        self.wire_304 = head_block(304, self.headers_304, None) if etag else b""
+        self.wire = head_block(status, headers) if etag else b""
+        self.wire_304 = head_block(304, self.headers_304) if etag else b""
+        self.wire_end = f"Content-Length: {len(body)}\r\nDate: ".encode() if etag else b""
 
     def compressed(self, coding: str, body: bytes) -> Reply:
         """The variant of this reply whose body is ``body``, this reply's body compressed with ``coding``.
@@ -57,7 +62,7 @@ class Reply:
     def nbytes(self) -> int:
         """Bytes this reply keeps alive: itself, its body, its header maps and its variants."""
         size = getsizeof(self) + getsizeof(self.body) + dict_bytes(self.headers) + getsizeof(self.variants)
-        size += getsizeof(self.wire) + getsizeof(self.wire_304)
+        size += getsizeof(self.wire) + getsizeof(self.wire_304) + getsizeof(self.wire_end)
         if self.headers_304 is not self.headers:
             size += dict_bytes(self.headers_304)
         for variant in self.variants.values():
@@ -70,11 +75,12 @@ def dict_bytes(mapping: dict[str, str]) -> int:
     return getsizeof(mapping) + sum(getsizeof(value) for value in mapping.values())
 
 
-def head_block(status: int, headers: dict[str, str], content_length: int | None) -> bytes:
-    """The head of a response as aiohttp writes it to an HTTP/1.1 request: the status line, the
-    reply's own headers, then ``Content-Length`` (none for a 304), then ``Date: `` with its value
-    left to the writer."""
-    lines = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n" + "".join(f"{name}: {value}\r\n" for name, value in headers.items())
-    if content_length is not None:
-        lines += f"Content-Length: {content_length}\r\n"
-    return (lines + "Date: ").encode()
+#: What aiohttp writes after a 304's headers, up to the value of ``Date`` (no ``Content-Length``).
+WIRE_END_304 = b"Date: "
+
+
+def head_block(status: int, headers: dict[str, str]) -> bytes:
+    """The start of a response's head as aiohttp writes it to an HTTP/1.1 request: the status
+    line and the reply's own headers."""
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    return f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n{lines}".encode()

@@ -100,8 +100,8 @@ def test_doc_search_on_a_parent_searches_its_public_subprojects(legacy):
     hits = server.json("/api/v2/docsearch/?project=umbrella&version=latest&q=html")["results"]["hits"]
     found = {(h["fields"]["project"][0], h["fields"]["path"][0], h["fields"]["link"]) for h in hits["hits"]}
     assert found == {
-        ("umbrella", "index.html", "https://docs.example.org/projects/umbrella/en/latest/index.html"),
-        ("umbrella_plugins", "plugins.html", "https://docs.example.org/projects/umbrella_plugins/en/latest/plugins.html"),
+        ("umbrella", "index", "https://docs.example.org/projects/umbrella/en/latest/index"),
+        ("umbrella_plugins", "plugins", "https://docs.example.org/projects/umbrella_plugins/en/latest/plugins"),
     }
     assert hits["total"] == 2
     only_plugins = server.json("/api/v2/docsearch/?project=umbrella&version=latest&q=plugins")["results"]["hits"]

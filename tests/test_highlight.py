@@ -7,6 +7,8 @@ import html
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from docsrv import highlight
 from docsrv.highlight import MAX_POSITIONS, Highlights, HighlightWriter, query_words
@@ -135,3 +137,34 @@ def test_only_long_pages_take_room_for_word_positions(tmp_path):
     assert len(highlights.keys) == 500
     assert highlights.fragments(short, words("six"), **V2) == ["a short page with <em>six</em> words"]
     assert highlights.fragments(long, words("w7"), **V2)[0].startswith("w0 w1 w2 w3 w4 w5 w6 <em>w7</em> w8")
+
+
+PIECES = [
+    "the", "broker", "Straße", "naïve", "ウィジェット", "🎛", "x", "--broker", "amqp://localhost:5672//", "https://docs.example.org/a?b=c&d=e",
+    "f(*args, **kwargs)", "__init__", "a.b_c-d", "<b>bold</b>", "&amp;", "&", "<", ">", "\"", "'", "@decorator", "x += 1", "...",
+    "C++", "i18n", "ΑΒΓ", "ﬁne", "İstanbul", "ǅ",
+]
+page_texts = st.lists(st.one_of(st.sampled_from(PIECES), st.text(min_size=1, max_size=12)), min_size=1, max_size=120).map(" ".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), texts=st.lists(page_texts, min_size=1, max_size=3), recorded=st.booleans())
+def test_every_fragment_is_an_exact_window_of_its_page(tmp_path_factory, data, texts, recorded):
+    """DECISIONS.md section 3: a fragment with its <em> tags stripped and unescaped is a
+    substring of the page's text, whatever the page holds and whatever is typed."""
+    from docsrv.search import read_query
+
+    directory = tmp_path_factory.mktemp("fragments") / "highlight"
+    with pytest.MonkeyPatch.context() as patch:
+        if recorded:
+            patch.setattr(highlight, "SHORT_PAGE_BYTES", 0)
+        with HighlightWriter(directory) as writer:
+            slots = [writer.add(page_id, text) for page_id, text in enumerate(texts, start=1)]
+    highlights = Highlights(directory)
+    typed = data.draw(st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=8)), min_size=1, max_size=4).map(" ".join))
+    found_words, phrases = read_query(typed)
+    query = query_words(found_words + [word for phrase in phrases for word in phrase])
+    for slot, text in zip(slots, texts, strict=True):
+        for fragment in highlights.fragments(slot, query, **V2):
+            assert unmarked(fragment) in text, (typed, fragment)
+        assert html.unescape(highlights.opening(slot, 100)) in text

@@ -212,3 +212,23 @@ def test_a_record_whose_fields_are_not_an_object_is_skipped_and_named(tmp_path):
     result = docsrv("snapshot", "import-dump", str(dump), "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     assert "skipped projects.project pk=77: its fields are not an object" in result.stderr
+
+
+def test_pages_get_their_sphinx_document_names_from_their_paths(imported, tmp_path):
+    """A dump records no document name: it is derived from the path, by the project's builder
+    (a sphinx_htmldir project's ``guide/index.html`` is the document ``guide``)."""
+    out, _ = imported
+    pages = {page["id"]: page for page in map(json.loads, (out / "pages.jsonl").read_text().splitlines())}
+    assert (pages[100]["path"], pages[100]["document"]) == ("index.html", "index")
+    assert (pages[101]["path"], pages[101]["document"]) == ("runbook.html", "runbook")
+    dump = tmp_path / "dump.json"
+    records = json.loads(GOOD)
+    for record in records:
+        if record["model"] == "projects.project" and record["pk"] == 1:
+            record["fields"]["documentation_type"] = "sphinx_htmldir"
+        if record["model"] == "projects.importedfile" and record["pk"] == 100:
+            record["fields"]["path"] = "/guide/setup/index.html"
+    dump.write_text(json.dumps(records))
+    assert docsrv("snapshot", "import-dump", str(dump), "--out", str(tmp_path / "out")).returncode == 0
+    page = next(p for p in map(json.loads, (tmp_path / "out" / "pages.jsonl").read_text().splitlines()) if p["id"] == 100)
+    assert (page["path"], page["document"]) == ("guide/setup/index.html", "guide/setup")

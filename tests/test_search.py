@@ -187,67 +187,86 @@ def test_pages_keep_main_content_only(server):
     assert "¶" not in server.get("/api/v2/docsearch/?project=attrs&version=latest&q=security").body.decode()
 
 
+def test_a_dirhtml_page_is_named_as_its_build_names_it(built):
+    """``cli/index.html`` of a dirhtml build is the document ``cli`` (from ``cli.rst``) or
+    ``cli/index`` (from ``cli/index.rst``): the build's searchindex.js lists which."""
+    from pathlib import PurePosixPath
+
+    from docsrv.snapshot.import_sphinx import document_name, document_names
+
+    snapshot, _ = built
+    listed = document_names(snapshot.parent / "dirhtml")
+    assert {"index", "install", "api", "guide/caching", "guide/frobnication"} <= listed
+    assert document_names(snapshot.parent / "nowhere") == frozenset()
+    assert document_name(PurePosixPath("cli/index.html"), "dirhtml", frozenset({"cli/index"})) == "cli/index"
+    assert document_name(PurePosixPath("cli/index.html"), "dirhtml", frozenset({"cli"})) == "cli"
+    assert document_name(PurePosixPath("cli/index.html"), "dirhtml", frozenset()) == "cli"
+    assert document_name(PurePosixPath("index.html"), "dirhtml", listed) == "index"
+    assert document_name(PurePosixPath("cli/index.html"), "html", frozenset()) == "cli/index"
+    assert document_name(PurePosixPath("guide/caching.html"), "html", listed) == "guide/caching"
+
+
 def test_both_layouts_map_paths_to_urls(server):
     html = search(server, "frobnicator", version="latest")
-    assert paths(html)[0] == "guide/frobnication.html"
-    assert hits(html)[0]["fields"]["link"] == f"{BASE}/attrs/en/latest/guide/frobnication.html"
+    assert paths(html)[0] == "guide/frobnication"
+    assert hits(html)[0]["fields"]["link"] == f"{BASE}/attrs/en/latest/guide/frobnication"
     dirhtml = search(server, "frobnicator", version="stable")
-    assert paths(dirhtml)[0] == "guide/frobnication/"
-    assert hits(dirhtml)[0]["fields"]["link"] == f"{BASE}/attrs/en/stable/guide/frobnication/"
+    assert paths(dirhtml)[0] == "guide/frobnication"
+    assert hits(dirhtml)[0]["fields"]["link"] == f"{BASE}/attrs/en/stable/guide/frobnication"
     assert hits(dirhtml)[0]["fields"] | {} == {
-        "link": f"{BASE}/attrs/en/stable/guide/frobnication/", "path": ["guide/frobnication/"],
+        "link": f"{BASE}/attrs/en/stable/guide/frobnication", "path": ["guide/frobnication"],
         "project": ["attrs"], "title": ["Frobnication"], "version": ["stable"],
     }
 
 
 def test_title_heading_and_body_matches_rank_in_that_order(server):
     # "memory": in the title of no page; in a heading of frobnication; in the body of caching.
-    assert paths(search(server, "memory"))[:2] == ["guide/frobnication.html", "guide/caching.html"]
+    assert paths(search(server, "memory"))[:2] == ["guide/frobnication", "guide/caching"]
     # "caching": the title of one page ranks it first.
-    assert paths(search(server, "caching"))[0] == "guide/caching.html"
-    assert paths(search(server, "eviction"))[0] == "guide/caching.html"
-    assert paths(search(server, "platforms"))[0] == "install.html"
+    assert paths(search(server, "caching"))[0] == "guide/caching"
+    assert paths(search(server, "eviction"))[0] == "guide/caching"
+    assert paths(search(server, "platforms"))[0] == "install"
 
 
 @pytest.mark.parametrize(
     ("q", "page"),
     [
-        ("widgetry.Widget.render", "api.html"),  # an object by its full name
-        ("Widget.render()", "api.html"),  # by a dotted tail, called
-        ("render", "api.html"),  # by its last name: other pages say "render" in their text
-        ("WIDGETRY.RENDER_ALL()", "api.html"),
-        ("RenderError", "api.html"),
-        ("`Render cycle`", "glossary.html"),  # a glossary term
-        ("transliteration", "unicode.html"),  # an index entry: the word is in no page's text
-        ("Memory use", "guide/frobnication.html"),  # a section title
-        ("Installation", "install.html"),  # a title, numbered "1. Installation" in the build
+        ("widgetry.Widget.render", "api"),  # an object by its full name
+        ("Widget.render()", "api"),  # by a dotted tail, called
+        ("render", "api"),  # by its last name: other pages say "render" in their text
+        ("WIDGETRY.RENDER_ALL()", "api"),
+        ("RenderError", "api"),
+        ("`Render cycle`", "glossary"),  # a glossary term
+        ("transliteration", "unicode"),  # an index entry: the word is in no page's text
+        ("Memory use", "guide/frobnication"),  # a section title
+        ("Installation", "install"),  # a title, numbered "1. Installation" in the build
     ],
 )
 def test_a_query_equal_to_a_name_finds_the_page_naming_it_first(server, q, page):
-    for version, path in (("latest", page), ("stable", page.removesuffix(".html") + "/")):
+    for version in ("latest", "stable"):  # html and dirhtml builds: the same document names
         found = hits(search(server, q, version=version))
-        assert found[0]["fields"]["path"] == [path]
-        assert found[0]["fields"]["link"] == f"{BASE}/attrs/en/{version}/{path}"
+        assert found[0]["fields"]["path"] == [page]
+        assert found[0]["fields"]["link"] == f"{BASE}/attrs/en/{version}/{page}"
 
 
 def test_a_name_outranks_pages_that_only_mention_its_words(server):
     # "render" is an object's last name on the API page and a word of the frobnication page's text.
     plain = paths(search(server, "render"))
-    assert plain[0] == "api.html" and "guide/frobnication.html" in plain[1:]
+    assert plain[0] == "api" and "guide/frobnication" in plain[1:]
     # Two words that name nothing: ranked by BM25 alone, pages with both first.
-    assert paths(search(server, "widget quux"))[0] == "guide/frobnication.html"
+    assert paths(search(server, "widget quux"))[0] == "guide/frobnication"
 
 
 def test_pages_holding_every_word_rank_above_pages_holding_some(server):
     body = search(server, "widget quux")
-    assert paths(body)[0] == "guide/frobnication.html"
+    assert paths(body)[0] == "guide/frobnication"
     assert body["results"]["hits"]["total"] > 1
     scores = [hit["_score"] for hit in hits(body)]
     assert body["results"]["hits"]["max_score"] == max(scores)
 
 
 def test_phrase_queries_match_the_phrase_only(server):
-    assert paths(search(server, '"eviction policy"')) == ["guide/caching.html"]
+    assert paths(search(server, '"eviction policy"')) == ["guide/caching"]
     assert search(server, '"policy eviction"')["results"]["hits"]["total"] == 0
 
 
@@ -260,12 +279,27 @@ def test_query_syntax_is_read_leniently(server, q):
 
 def test_highlights_mark_words_and_escape_page_text(server):
     body = search(server, "template script")
-    content = next(h for h in hits(body) if h["fields"]["path"] == ["security.html"])["highlight"]["content"]
+    content = next(h for h in hits(body) if h["fields"]["path"] == ["security"])["highlight"]["content"]
     joined = " ".join(content)
     assert "<em>template</em>" in joined
     assert "&lt;<em>script</em>&gt;" in joined
     assert "<script" not in joined and "<b>" not in joined
     assert len(content) <= 3 and all(len(fragment) < 250 for fragment in content)
+
+
+def test_fragments_are_exact_windows_of_code_as_the_page_shows_it(server):
+    """Pygments writes each token of a code block in a span of its own: the page's text joins
+    them as the reader sees them (issue 23: ``-- broker amqp : // localhost``)."""
+    content = hits(search(server, "broker"))[0]["highlight"]["content"]
+    assert "worker = connect(<em>broker</em>=&quot;amqp://localhost:5672//&quot;" in content[0]
+
+
+def test_a_title_is_html_as_sphinx_writes_it(server):
+    """The in-page search sets the title as HTML: markup in a title is escaped, never sent raw."""
+    hit = next(h for h in hits(search(server, "security notes")) if h["fields"]["path"] == ["security"])
+    assert hit["fields"]["title"] == ["Security notes: &lt;img src=x onerror=alert(1)&gt; &amp; friends"]
+    v1 = server.json("/api/v1/file/search/?q=friends")["objects"][0]
+    assert v1["name"] == "security.html"
 
 
 def test_highlights_are_right_on_non_ascii_text(server):
@@ -275,7 +309,7 @@ def test_highlights_are_right_on_non_ascii_text(server):
 
 
 def test_a_title_only_match_shows_the_opening_text(server):
-    hit = next(h for h in hits(search(server, "Internationalisation")) if h["fields"]["path"] == ["unicode.html"])
+    hit = next(h for h in hits(search(server, "Internationalisation")) if h["fields"]["path"] == ["unicode"])
     assert hit["highlight"]["content"] == ["Widgetry speaks many languages. The German word Straße and the French word naïve are rendered"]
 
 

@@ -84,6 +84,6 @@ def test_an_index_built_from_other_content_is_rebuilt(snapshot, start_server):
     assert any("built the search index" in line for line in again.log)
     assert json.loads((snapshot / "index" / "docsrv-index.json").read_text())["fingerprint"] != marker["fingerprint"]
     hits = again.json(query)["results"]["hits"]
-    assert hits["total"] == 1 and hits["hits"][0]["fields"]["path"] == ["index.html"]
+    assert hits["total"] == 1 and hits["hits"][0]["fields"]["path"] == ["index"]
     third = start_server("--snapshot", str(snapshot), "--workers", "1")
     assert not any("built the search index" in line for line in third.log)  # the index now matches: opened as it is

@@ -42,6 +42,8 @@ def test_small_scale_is_deterministic_valid_and_skewed(tmp_path):
         owners = Counter(item["project"] for item in items).most_common()
         top = sum(n for _, n in owners[:50])
         assert top > len(items) / 2
+    # Pages record their Sphinx document name: the path without the html builder's suffix.
+    assert all(page["document"] + ".html" == page["path"] for page in records("pages", snapshot))
     years = Counter(b["date"][:4] for b in builds)
     assert len(years) >= 5 and years["2026"] > years["2019"]
 

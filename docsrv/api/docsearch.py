@@ -6,6 +6,8 @@ search queue (``admission.py``), so that a slow query does not hold up the event
 
 from __future__ import annotations
 
+import html
+
 from aiohttp import web
 
 from ..http.purge import page_keys
@@ -43,7 +45,10 @@ async def docsearch(request: web.BaseRequest, state: ApiState, params: dict[str,
 
 
 def docsearch_body(state: ApiState, searched: list[Project], version: str, q: str) -> dict:
-    """The search and its highlighting, done together off the event loop."""
+    """The search and its highlighting, done together off the event loop. A hit is shaped for the
+    original's in-page search (DECISIONS.md section 3): ``path`` the page's Sphinx document name,
+    ``link`` the version's docs URL and that name (the client adds the builder's suffix), and
+    ``title`` HTML as Sphinx writes it (the client sets it as HTML)."""
     store = state.store
     found = state.search.search_pages(q, scopes=[version_scope(p.slug, version) for p in searched])
     highlights = state.search.highlights
@@ -52,6 +57,7 @@ def docsearch_body(state: ApiState, searched: list[Project], version: str, q: st
     for hit in found.hits:
         page = store.pages[hit.page_id]
         owner = store.projects[page.project]
+        document = page.document_name
         marked = highlights.fragments(
             hit.slot, found.words, count=HIGHLIGHT_FRAGMENTS, width=HIGHLIGHT_WIDTH, open_tag=b"<em>", close_tag=b"</em>", ellipsis=False
         )
@@ -59,10 +65,10 @@ def docsearch_body(state: ApiState, searched: list[Project], version: str, q: st
             {
                 "_score": hit.score,
                 "fields": {
-                    "link": bases[owner.id] + page.path,
-                    "path": [page.path],
+                    "link": bases[owner.id] + document,
+                    "path": [document],
                     "project": [owner.slug],
-                    "title": [page.title],
+                    "title": [html.escape(page.title, quote=False)],
                     "version": [version],
                 },
                 "highlight": {"content": marked or [highlights.opening(hit.slot, HIGHLIGHT_WIDTH)]},

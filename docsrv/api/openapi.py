@@ -101,14 +101,24 @@ SCHEMAS["DocSearch"] = obj(
                                     "_score": {"type": "number"},
                                     "fields": obj(
                                         {
-                                            "link": {"type": "string", "format": "uri"},
-                                            "path": _LIST_OF_STRING,
+                                            "link": {
+                                                "type": "string", "format": "uri",
+                                                "description": "The version's docs URL and the page's document name: "
+                                                "the in-page search adds the builder's file suffix.",
+                                            },
+                                            "path": {**_LIST_OF_STRING, "description": "The page's Sphinx document name "
+                                                     "(install, cli/pip_install, index), without the builder's suffix."},
                                             "project": _LIST_OF_STRING,
-                                            "title": _LIST_OF_STRING,
+                                            "title": {**_LIST_OF_STRING, "description": "The page title as HTML, as Sphinx "
+                                                      "writes it: &, < and > escaped."},
                                             "version": _LIST_OF_STRING,
                                         }
                                     ),
-                                    "highlight": obj({"content": {"type": "array", "maxItems": 3, "items": STRING}}),
+                                    "highlight": obj({"content": {
+                                        "type": "array", "maxItems": 3, "items": STRING,
+                                        "description": "Windows of about 100 characters of the page's text, exact (nothing "
+                                        "added, dropped or re-spaced), HTML-escaped, the matched words in <em>.",
+                                    }}),
                                 }
                             ),
                         },

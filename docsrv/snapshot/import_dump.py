@@ -26,7 +26,20 @@ from ijson.common import ObjectBuilder
 from ..errors import CommandError
 from ..utils.progress import progress_bar, wanted
 from .errors import Problem, SnapshotError
-from .records import FORMAT, FORMAT_VERSION, KINDS, Build, BuildCommand, Manifest, Page, Project, ProjectRelationship, User, Version
+from .records import (
+    FORMAT,
+    FORMAT_VERSION,
+    KINDS,
+    Build,
+    BuildCommand,
+    Manifest,
+    Page,
+    Project,
+    ProjectRelationship,
+    User,
+    Version,
+    document_of,
+)
 from .write import RecordWriter, built_aside, write_manifest
 
 #: The original service's names of documentation types, and the spec's neutral ones.
@@ -407,7 +420,16 @@ def keep_what_can_be_served(by_pk: dict[str, dict[int, tuple[str, Any]]], report
 
     builds = keep("builds", under_version)
     keep("build_commands", lambda label, c: c if c.build in builds else report.skip(label, c.id, f"its build {c.build} is not kept"))
-    keep("pages", under_version)
+    def page_ok(label: str, page: Page) -> Page | None:
+        """A page under its version, with its Sphinx document name (a dump records none: it is
+        derived from the path, as the project's builder laid it out)."""
+        page = under_version(label, page)
+        if page is None:
+            return None
+        dirhtml = projects[page.project].documentation_type == DOCUMENTATION_TYPES["sphinx_htmldir"]
+        return msgspec.structs.replace(page, document=document_of(page.path, dirhtml))
+
+    keep("pages", page_ok)
     return records
 
 

@@ -9,6 +9,7 @@ lexbor engine), which reads a large documentation build in seconds.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -24,7 +25,7 @@ from ..utils.progress import progress_bar, wanted
 from .errors import ProblemList, SnapshotError
 from .html_input import UnreadablePage, parse_html
 from .load import read_manifest, read_records, record_file, record_files
-from .records import DOCUMENT_ROLE, INDEX_ROLE, LABEL_ROLE, TERM_ROLE, Entry, Page, Project, Record, Section, Version
+from .records import DOCUMENT_ROLE, INDEX_ROLE, LABEL_ROLE, TERM_ROLE, Entry, Page, Project, Record, Section, Version, document_of
 from .sphinx_entries import INVENTORY, Located, index_pages, read_general_index, read_inventory
 from .write import SUFFIX, RecordWriter, built_aside, write_manifest
 
@@ -45,6 +46,8 @@ NOISE = (
     "div.toctree-wrapper"
 )
 _SPACE = re.compile(r"\s+")
+#: The list of document names in a ``searchindex.js`` (keys quoted or not, as Sphinx versions write them).
+_DOCNAMES = re.compile(r'"?docnames"?\s*:\s*(\[[^\]]*\])')
 
 
 @dataclass
@@ -126,6 +129,24 @@ def page_path(relative: PurePosixPath, layout: str) -> str:
         parent = str(relative.parent)
         return "" if parent == "." else parent + "/"
     return str(relative)
+
+
+def document_names(root: Path) -> frozenset[str]:
+    """The document names a build's ``searchindex.js`` lists (none when it has none): what tells
+    a dirhtml page ``cli/`` made from ``cli/index.rst`` from one made from ``cli.rst``."""
+    try:
+        found = _DOCNAMES.search((root / "searchindex.js").read_text(encoding="utf-8"))
+        return frozenset(json.loads(found.group(1))) if found else frozenset()
+    except (OSError, UnicodeDecodeError, ValueError):
+        return frozenset()
+
+
+def document_name(relative: PurePosixPath, layout: str, listed: frozenset[str]) -> str:
+    """The Sphinx document name of the page in file ``relative`` of a build."""
+    name = document_of(str(relative), dirhtml=layout == "dirhtml")
+    if layout == "dirhtml" and relative.name == "index.html" and name not in listed and f"{name}/index" in listed:
+        return f"{name}/index"
+    return name
 
 
 def clean(text: str) -> str:
@@ -229,6 +250,7 @@ def import_sphinx(
     for located in named_entries(root, generated, report.layout, report.skipped):
         entries[located.page].append(located.entry)
     imported: list[Page] = []
+    listed = document_names(root)
     with progress_bar(len(files), f"import {root.name}", wanted() if progress is None else progress, unit="page") as bar:
         for path in files:
             relative = PurePosixPath(path.relative_to(root).as_posix())
@@ -242,7 +264,8 @@ def import_sphinx(
                 report.entries.update(map(entry_kind, named))
                 imported.append(
                     Page(id=next_id, project=project.id, version=version.id, path=path_in_version,
-                         title=title, sections=sections, text=text, entries=named)
+                         title=title, sections=sections, text=text, entries=named,
+                         document=document_name(relative, report.layout, listed))
                 )
                 next_id += 1
             if bar is not None:

@@ -150,6 +150,21 @@ class Entry(msgspec.Struct, frozen=True, gc=False, array_like=True):
     title: str = ""
 
 
+def document_of(path: str, dirhtml: bool = False) -> str:
+    """The Sphinx document name of a page at ``path``: without the builder's suffix, a dirhtml
+    page by its directory (``cli/pip_install/`` and, when ``dirhtml``, ``cli/pip_install/index.html``
+    are ``cli/pip_install``; the root page is ``index``)."""
+    path = path.lstrip("/")
+    if dirhtml and (path == "index.html" or path.endswith("/index.html")):
+        path = path[: -len("index.html")]
+    if not path:
+        return "index"
+    if path.endswith("/"):
+        return path[:-1]
+    stem, dot, suffix = path.rpartition(".")
+    return stem if dot and suffix in ("html", "htm") and stem else path
+
+
 class PageHead(Record, frozen=True, gc=False, forbid_unknown_fields=False):
     """A page as a server keeps it once its search index is built: all but the text, which the
     index holds (``highlight.py``). Decoding skips the text without making a string of it, and
@@ -161,6 +176,14 @@ class PageHead(Record, frozen=True, gc=False, forbid_unknown_fields=False):
     path: str
     title: str = ""
     sections: tuple[Section, ...] = ()
+    #: The page's Sphinx document name (``install``, ``cli/pip_install``, ``index``): what doc
+    #: search shows as its path. Empty in snapshots written before it was recorded: then
+    #: ``document_name`` derives it from the path.
+    document: str = ""
+
+    @property
+    def document_name(self) -> str:
+        return self.document or document_of(self.path)
 
 
 class Page(PageHead, frozen=True, gc=False, forbid_unknown_fields=True):

@@ -333,10 +333,10 @@ class Synthesizer:
             ids = self.versions_of[index]
             vid = ids[0] if rng.random() < 0.6 or len(ids) == 1 else rng.choice(ids[:3])
             topic = self.words(rng.randint(1, 3), vocabulary=SECTION_WORDS)
-            path = "/".join(topic) + ".html"
-            if (vid, path) in used:
-                path = f"{'/'.join(topic)}-{pgid}.html"
-            used.add((vid, path))
+            document = "/".join(topic)
+            if (vid, document) in used:
+                document = f"{document}-{pgid}"
+            used.add((vid, document))
             sections = tuple(
                 Section(id="-".join(words), title=" ".join(words).capitalize())
                 for words in (self.words(rng.randint(1, 3), vocabulary=SECTION_WORDS) for _ in range(rng.randint(1, 5)))
@@ -346,7 +346,8 @@ class Synthesizer:
                 id=pgid,
                 project=index + 1,
                 version=vid,
-                path=path,
+                path=document + ".html",
+                document=document,
                 title=" ".join(topic).title(),
                 sections=sections,
                 text=text,

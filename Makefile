@@ -8,7 +8,10 @@ SNAPSHOT ?=
 HOST ?=
 PORT ?=
 
-.PHONY: serve test lint install clean bench bench-full
+SPHINX_VENV := .venv-sphinx
+SPHINX_STAMP := $(SPHINX_VENV)/.installed
+
+.PHONY: serve test test-browser lint install clean bench bench-full
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +29,17 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# The original's in-page search in a real browser: Debian's chromium (installed when missing),
+# a Sphinx that bundles jQuery in a virtual environment of its own (tests/browser/requirements-sphinx.txt).
+test-browser: $(STAMP) $(SPHINX_STAMP)
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+	$(BIN)/python -m pytest -n 0 -m browser tests/browser
+
+$(SPHINX_STAMP): tests/browser/requirements-sphinx.txt
+	$(PYTHON) -m venv $(SPHINX_VENV)
+	$(SPHINX_VENV)/bin/python -m pip install --quiet -r tests/browser/requirements-sphinx.txt
+	touch $(SPHINX_STAMP)
+
 # ruff (rules chosen in pyproject.toml) over the code, tests and benches; mypy over docsrv/.
 lint: $(STAMP)
 	$(BIN)/ruff check docsrv tests bench
@@ -40,4 +54,4 @@ bench-full: $(STAMP)
 	$(BIN)/python bench/run.py --scale medium --duration 10 --runs 3 --warmup 3 --memory
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(SPHINX_VENV) build *.egg-info

@@ -36,10 +36,12 @@ class Response:
 class Server:
     """A running ``docsrv serve`` process and a small HTTP client for it."""
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None, preexec_fn=None) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+    def __init__(self, args: list[str], env: dict[str, str] | None = None, preexec_fn=None, port: int | None = None) -> None:
+        if port is None:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+        self.port = port
         self.base = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "docsrv", "serve", "--host", "127.0.0.1", "--port", str(self.port), *args],

@@ -368,7 +368,8 @@ def report(results: dict, path: Path) -> None:
         f"Snapshot `{results['snapshot']}` ({results['counts']}). Server pinned to one core, "
         f"`wrk -t1 -c{results['connections']}` on the other; after a {results['warmup']} s warm-up, {results['runs']} rounds "
         f"of one {results['duration']} s run of each system in turn (the order turning each round); median requests per "
-        "second (min-max), and p50/p99 latency of the median run.",
+        "second (min-max), and p50/p99 latency of the median run."
+        + (f" Every request carried `Origin: {results['origin']}`." if results.get("origin") else ""),
         "",
         "| endpoint class | " + " | ".join(SYSTEM_NAMES[s] for s in results["systems"]) + " |",
         "|---|" + "---|" * len(results["systems"]),
@@ -496,8 +497,13 @@ def main() -> None:
     parser.add_argument("--memory", action="store_true", help="also measure load time, peak RSS and PSS per worker")
     parser.add_argument("--cache-mb", type=int, default=1024,
                         help="docsrv's reply cache while measured; 0 makes every request a miss (the fast lane's cost on misses)")
+    parser.add_argument("--origin", default=None,
+                        help="an Origin header on every measured request (a docs origin, e.g. https://docs.example.org: "
+                             "docsrv answers it with the origin echoed, as to the hosted docs' in-page search)")
     parser.add_argument("--out", type=Path, default=None, help="results path without suffix")
     args = parser.parse_args()
+    if args.origin:
+        os.environ["BENCH_ORIGIN"] = args.origin  # read by wrk-rotate.lua
 
     ensure_tools()
     if {"datasette", "drf"} & set(args.systems):
@@ -546,7 +552,7 @@ def main() -> None:
     results = {
         "date": date, "scale": args.scale, "snapshot": snapshot.name, "counts": json.loads(counts)["counts"],
         "duration": args.duration, "warmup": args.warmup, "runs": args.runs, "connections": args.connections,
-        "systems": args.systems, "classes": args.endpoints, "cells": cells,
+        "systems": args.systems, "classes": args.endpoints, "cells": cells, "origin": args.origin,
         "memory": memory(snapshot, workload) if args.memory else None,
     }
     report(results, out)

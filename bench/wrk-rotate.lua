@@ -1,6 +1,8 @@
 -- Rotates through the paths in $BENCH_PATHS (one per line: path, then optionally a tab and an
--- entity tag to send as If-None-Match), in the order given: the order carries the skew.
+-- entity tag to send as If-None-Match), in the order given: the order carries the skew. With
+-- $BENCH_ORIGIN set, every request carries that Origin header.
 local paths, tags, n, i = {}, {}, 0, 0
+local origin = os.getenv("BENCH_ORIGIN")
 
 init = function(args)
   local file = assert(io.open(os.getenv("BENCH_PATHS")))
@@ -15,8 +17,12 @@ end
 
 request = function()
   i = i % n + 1
+  local headers = {}
   if tags[i] ~= "" then
-    return wrk.format("GET", paths[i], { ["If-None-Match"] = tags[i] })
+    headers["If-None-Match"] = tags[i]
   end
-  return wrk.format("GET", paths[i])
+  if origin ~= nil and origin ~= "" then
+    headers["Origin"] = origin
+  end
+  return wrk.format("GET", paths[i], headers)
 end

@@ -1,9 +1,10 @@
 FROM python:3.11-slim
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
+RUN pip install --no-cache-dir -r requirements.lock
 COPY docsrv ./docsrv
 COPY snapshots ./snapshots
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir --no-deps .
 # Mount the snapshot to serve at /snapshot (or pull one: deploy/kubernetes/). Every setting of
 # `docsrv serve` is also its DOCSRV_* environment variable.
 VOLUME ["/snapshot"]

@@ -11,15 +11,26 @@ PORT ?=
 SPHINX_VENV := .venv-sphinx
 SPHINX_STAMP := $(SPHINX_VENV)/.installed
 
-.PHONY: serve test test-browser lint install clean bench bench-full
+.PHONY: serve test test-browser lint lock install clean bench bench-full
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(BIN)/python
+# Exact versions (with their hashes) from requirements.lock, then docsrv itself: every machine and
+# every CI run installs the same packages. `make lock` writes the lock anew from pyproject.toml.
+# requirements.lock holds what docsrv runs with (the Dockerfile installs it), requirements-test.lock
+# that and what its tests and lint need.
+$(STAMP): pyproject.toml requirements-test.lock | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -r requirements-test.lock
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+lock: | $(BIN)/python
+	$(BIN)/python -m pip install --quiet uv
+	$(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 --no-header --upgrade -o requirements.lock
+	$(BIN)/uv pip compile pyproject.toml --extra test --generate-hashes --python-version 3.11 --no-header --upgrade \
+		--constraint requirements.lock -o requirements-test.lock
 
 install: $(STAMP)
 

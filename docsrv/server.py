@@ -26,6 +26,7 @@ from .api.state import ApiState
 from .config import Settings
 from .errors import StartError
 from .http.accept import Acceptor
+from .http.limits import SERVER_LIMITS
 from .http.offload import GIL_SWITCH_SECONDS
 from .runtime import Runtime
 from .serving import Served, load_served
@@ -34,15 +35,6 @@ log = logging.getLogger("docsrv")
 
 DEMO_SNAPSHOT = Path(__file__).resolve().parent.parent / "snapshots" / "demo"
 
-#: Limits for hostile clients: the longest request line and header the parser takes, how
-#: many headers, and how long an idle keep-alive connection is kept.
-SERVER_LIMITS = {
-    "max_line_size": 8190,
-    "max_field_size": 8190,
-    "max_headers": 100,
-    "keepalive_timeout": 15.0,
-    "access_log": None,
-}
 #: Connections the kernel may queue before a worker accepts them (capped by net.core.somaxconn):
 #: thousands of clients connecting at once must not be refused.
 LISTEN_BACKLOG = 4096

@@ -16,6 +16,7 @@ from test_hostile import PATHS, header_values, query
 
 from conftest import DEMO, Server
 from docsrv.http.fast_lane import MISS_PROBE, MISS_STREAK
+from docsrv.http.limits import KEEPALIVE_SECONDS
 
 #: Routes whose bodies name the worker and its timings: they differ between any two servers.
 COMPARABLE = [path for path in PATHS if path not in ("/readyz", "/metrics")]
@@ -289,3 +290,44 @@ def test_a_closing_request_the_lane_answers_is_answered_closing_and_the_connecti
             while chunk := sock.recv(65536):  # a connection left open times out here
                 data += chunk
         assert data.startswith(b"HTTP/1.1 200 OK\r\n") and b"\r\nConnection: close\r\n" in data
+
+
+def test_an_idle_connection_answered_only_by_the_lane_is_closed_after_the_keepalive_timeout(pair):
+    """The lane keeps the keep-alive deadline of the connections it answers (issue 24): one it
+    alone answered is closed once idle for the timeout, as aiohttp closes its own."""
+    lane, _plain = pair
+    request = get("/api/v2/project/5/")
+    exchange(lane.port, [request], 1)  # cached
+    before = lane_replies(lane)
+    with socket.create_connection(("127.0.0.1", lane.port), timeout=KEEPALIVE_SECONDS * 3) as sock:
+        sock.sendall(request)
+        data = b""
+        while complete(data, 0) < 1:
+            data += sock.recv(65536)
+        assert lane_replies(lane) == before + 1 and data.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert sock.recv(65536) == b""  # closed by the server, not by the socket's own timeout (which raises)
+
+
+def test_a_connection_the_lane_keeps_busy_outlives_the_keepalive_timeout(pair):
+    """Answers push the deadline: a client asking every few seconds is never cut off."""
+    lane, _plain = pair
+    request = get("/api/v2/project/6/")
+    exchange(lane.port, [request], 1)
+    with socket.create_connection(("127.0.0.1", lane.port), timeout=10) as sock:
+        data = b""
+        for count in range(1, 6):  # over 1.5 timeouts in all
+            sock.sendall(request)
+            while complete(data, 0) < count:
+                chunk = sock.recv(65536)
+                assert chunk, f"closed before answer {count}"
+                data += chunk
+            time.sleep(KEEPALIVE_SECONDS * 0.3)
+
+
+def test_the_seam_names_what_an_aiohttp_release_lacks(monkeypatch):
+    from docsrv.http import aiohttp_seam
+
+    assert aiohttp_seam.missing_names() == []
+    monkeypatch.setattr(aiohttp_seam, "HANDLER_ATTRIBUTES", (*aiohttp_seam.HANDLER_ATTRIBUTES, "_renamed_in_a_release"))
+    with pytest.raises(ImportError, match=r"lacks what it uses: RequestHandler\._renamed_in_a_release; install the aiohttp"):
+        aiohttp_seam.check()

@@ -18,10 +18,11 @@ from aiohttp import hdrs, web
 from aiohttp.http import HttpVersion10, HttpVersion11
 from yarl import URL
 
+from ..http.aiohttp_seam import as_http11
 from ..http.caching import not_modified
 from ..http.compression import choose
 from ..http.fast_lane import FastLane, FastLaneServer
-from ..http.protocol import VERSION_NOT_SUPPORTED, JsonErrorServer, as_http11
+from ..http.protocol import VERSION_NOT_SUPPORTED, JsonErrorServer
 from ..http.reply import Reply
 from ..http.reply_cache import Key
 from ..snapshot.commands import FileChanged

@@ -37,9 +37,11 @@ import httptools
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 
+from .aiohttp_seam import handler_kwargs, keepalive_seconds, loop_of, resume_keepalive, server_loop, stop_keepalive
 from .caching import not_modified
 from .compression import choose
 from .cors import ANYONE_WIRE, Cors
+from .limits import MAX_HEADERS, MAX_LINE_BYTES
 from .protocol import JsonErrorRequestHandler, JsonErrorServer
 from .reply import WIRE_END_304
 
@@ -50,9 +52,7 @@ if TYPE_CHECKING:
 
 #: The longest header block the lane reads (aiohttp's limit on one line): a longer one is
 #: aiohttp's to judge.
-MAX_HEAD = 8190
-#: aiohttp's limit on the number of headers.
-MAX_HEADERS = 100
+MAX_HEAD = MAX_LINE_BYTES
 #: Bytes that wait for aiohttp to finish a request before the lane hands the connection over.
 MAX_HELD = 64 << 10
 #: Bytes of replies written in one go before the lane looks whether the client keeps up.
@@ -292,12 +292,28 @@ class FastLane:
 
 
 class FastLaneRequestHandler(JsonErrorRequestHandler):
-    """aiohttp's connection handler, with the fast lane in front of its parser."""
+    """aiohttp's connection handler, with the fast lane in front of its parser.
+
+    While the lane is on, it keeps the connection's keep-alive deadline itself, as uvicorn's
+    httptools protocol does: aiohttp's timer is cancelled (it would close a connection whose
+    requests only the lane answered, and whether it runs at all depends on aiohttp's state), and
+    the lane's own timer closes the connection once it has been idle for the keep-alive timeout
+    since the last answer, the lane's or aiohttp's, with no request in aiohttp's hands. When the
+    lane hands the connection over for good, the deadline goes back to aiohttp.
+    """
 
     def __init__(self, manager: Any, *, lane: FastLane, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._lane = lane
         self._lane_on = True
+        self._loop_time = loop_of(self).time
+        self._keepalive_seconds = keepalive_seconds(self)
+        #: When the connection is idle long enough to close (pushed by every answer), and the
+        #: lane's timer, which checks it (re-armed lazily, as aiohttp's is).
+        self._deadline = 0.0
+        self._idle_timer: Any = None
+        #: Whether the lane has answered a request (for the first-request deadline).
+        self._lane_answered = False
         #: Requests handed to aiohttp that it has not answered yet.
         self._in_aiohttp = 0
         #: Bytes received that wait: a request not yet whole, or what came after a handed-off one.
@@ -308,6 +324,24 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         self._reader = HeadReader()
         #: Requests the lane read and left to aiohttp, in a row (see ``MISS_STREAK``).
         self._misses = 0
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        stop_keepalive(self)
+        self._deadline = self._loop_time() + self._keepalive_seconds
+        self._idle_timer = loop_of(self).call_at(self._deadline, self._close_if_idle)
+
+    def _close_if_idle(self) -> None:
+        self._idle_timer = None
+        if not self._lane_on or self.transport is None:
+            return
+        if self._loop_time() < self._deadline or self._in_aiohttp:  # answered since, or aiohttp is answering
+            self._idle_timer = loop_of(self).call_at(max(self._deadline, self._loop_time() + 0.5), self._close_if_idle)
+            return
+        self.force_close()
+
+    def has_answered(self) -> bool:
+        return self._lane_answered or super().has_answered()
 
     @property
     def remote(self) -> str | None:
@@ -322,7 +356,7 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         if self._held:
             data = self._held + data
             self._held = b""
-        if self._in_aiohttp or self._paused:
+        if self._in_aiohttp or self.writing_paused:
             self._hold(data)
             return
         if data[-4:] != _END:  # a request not yet whole (and maybe whole ones before it)
@@ -346,7 +380,7 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
                 self._demote(data)
             return
         self.batch_started = started = perf_counter()
-        now = self._loop.time()
+        now = self._loop_time()
         payload = self._lane.respond(head, self, now)
         if payload is None:
             self._misses = misses + 1
@@ -357,21 +391,25 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
             self._misses = 0
         self.transport.write(payload)  # type: ignore[union-attr]
         # _answered, written out: this is every cached request's path.
-        self._request_count += 1
-        self._next_keepalive_close_time = close_time = now + self._keepalive_timeout
-        if self._keepalive_handle is None:
-            self._keepalive_handle = self._loop.call_at(close_time, self._process_keepalive)
+        self._lane_answered = True
+        self._deadline = now + self._keepalive_seconds
         self._lane.metrics.lane_seconds += perf_counter() - started
         if not head[3]:
             self._close_after_lane()
 
     def close(self) -> None:
-        self._lane_on = False  # aiohttp answers nothing more on a closing connection: nor does the lane
+        self._lane_off()  # aiohttp answers nothing more on a closing connection: nor does the lane
         super().close()
 
     def force_close(self) -> None:
-        self._lane_on = False
+        self._lane_off()
         super().force_close()
+
+    def _lane_off(self) -> None:
+        self._lane_on = False
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
 
     def _hold(self, data: bytes) -> None:
         if len(data) > MAX_HELD:
@@ -380,8 +418,9 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
             self._held = data
 
     def _demote(self, data: bytes) -> None:
-        """aiohttp takes the connection, from ``data`` on."""
-        self._lane_on = False
+        """aiohttp takes the connection, from ``data`` on, and its keep-alive deadline."""
+        self._lane_off()
+        resume_keepalive(self, self._deadline)
         if self._reading_paused_by_lane and self.transport is not None:
             self._reading_paused_by_lane = False
             self.transport.resume_reading()
@@ -415,7 +454,7 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         transport = self.transport
         assert transport is not None
         started = self.batch_started = perf_counter()
-        now = self._loop.time()
+        now = self._loop_time()
         out: list[bytes] = []
         size = answered = 0
         start = 0
@@ -440,7 +479,7 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
             if size > WRITE_BATCH:
                 self._flush(out)
                 out, size = [], 0
-                if self._paused:  # the client does not keep up: read no more until it does
+                if self.writing_paused:  # the client does not keep up: read no more until it does
                     self._held = data[start:]
                     transport.pause_reading()
                     self._reading_paused_by_lane = True
@@ -449,11 +488,11 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
             self._held = data[start:]
         self._flush(out)
         if answered:
-            self._answered(answered, started, now)
+            self._answered(started, now)
 
     def _close_after_lane(self) -> None:
         """A closing request answered: aiohttp would close the connection now."""
-        self._lane_on = False
+        self._lane_off()
         if self.transport is not None:
             self.transport.close()
 
@@ -461,19 +500,17 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         if out and self.transport is not None:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
-    def _answered(self, count: int, started: float, now: float) -> None:
-        """What aiohttp does after answering: count the requests, restart the keep-alive clock.
-        (aiohttp's server-wide ``requests_count``, which only gunicorn's worker reads, counts
-        aiohttp's own requests.)"""
-        self._request_count += count
-        close_time = self._next_keepalive_close_time = now + self._keepalive_timeout
-        if self._keepalive_handle is None:
-            self._keepalive_handle = self._loop.call_at(close_time, self._process_keepalive)
+    def _answered(self, started: float, now: float) -> None:
+        """What aiohttp does after answering: restart the keep-alive clock. (aiohttp's
+        server-wide ``requests_count``, which only gunicorn's worker reads, counts aiohttp's
+        own requests.)"""
+        self._lane_answered = True
+        self._deadline = now + self._keepalive_seconds
         self._lane.metrics.lane_seconds += perf_counter() - started
 
     def _carry_on(self) -> None:
         """Answer what waited, now that aiohttp has answered and the client reads."""
-        if not self._lane_on or self._in_aiohttp or self._paused or self.transport is None:  # closing turns the lane off
+        if not self._lane_on or self._in_aiohttp or self.writing_paused or self.transport is None:  # closing turns the lane off
             return
         if self._reading_paused_by_lane:
             self._reading_paused_by_lane = False
@@ -485,17 +522,18 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
     def resume_writing(self) -> None:
         super().resume_writing()
         if self._lane_on and (self._held or self._reading_paused_by_lane):
-            self._loop.call_soon(self._carry_on)
+            loop_of(self).call_soon(self._carry_on)
 
-    async def _handle_request(self, request: Any, start_time: float | None, request_handler: Any) -> tuple[Any, bool]:
-        resp, reset = await super()._handle_request(request, start_time, request_handler)
+    def answered_by_aiohttp(self, keep_alive: bool) -> None:
         if self._lane_on:
             self._in_aiohttp -= 1
-            if reset or not resp.keep_alive:
-                self._lane_on = False  # aiohttp closes the connection: nothing after it is answered
-            elif not self._in_aiohttp and self._held:
-                self._loop.call_soon(self._carry_on)
-        return resp, reset
+            if not keep_alive:
+                self._lane_off()  # aiohttp closes the connection: nothing after it is answered
+                return
+            stop_keepalive(self)  # aiohttp armed its timer after answering: the lane's keeps the deadline
+            self._deadline = self._loop_time() + self._keepalive_seconds
+            if not self._in_aiohttp and self._held:
+                loop_of(self).call_soon(self._carry_on)
 
 
 class FastLaneServer(JsonErrorServer):
@@ -506,4 +544,4 @@ class FastLaneServer(JsonErrorServer):
         self.lane = lane
 
     def __call__(self) -> FastLaneRequestHandler:
-        return FastLaneRequestHandler(self, loop=self._loop, lane=self.lane, **self._kwargs)
+        return FastLaneRequestHandler(self, loop=server_loop(self), lane=self.lane, **handler_kwargs(self))

@@ -14,7 +14,6 @@ from http import HTTPStatus
 
 import orjson
 from aiohttp import web
-from aiohttp.http import HttpVersion11
 from aiohttp.http_exceptions import (
     BadHttpMethod,
     BadStatusLine,
@@ -25,6 +24,8 @@ from aiohttp.http_exceptions import (
     TransferEncodingError,
 )
 from aiohttp.web_protocol import RequestHandler
+
+from .aiohttp_seam import HookedRequestHandler, handler_kwargs, loop_of, requests_answered, server_loop
 
 #: What an error of aiohttp's HTTP parser is called in the JSON body: never the bytes that were
 #: sent (the parser's own messages quote them whole).
@@ -48,13 +49,17 @@ VERSION_NOT_SUPPORTED = "HTTP version not supported: only HTTP/1.0 and HTTP/1.1 
 FIRST_REQUEST_SECONDS = 10.0
 
 
-class JsonErrorRequestHandler(RequestHandler):
+class JsonErrorRequestHandler(HookedRequestHandler):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self._loop.call_later(FIRST_REQUEST_SECONDS, self._close_if_silent)
+        loop_of(self).call_later(FIRST_REQUEST_SECONDS, self.close_if_silent)
 
-    def _close_if_silent(self) -> None:
-        if self._request_count == 0 and self.transport is not None:
+    def has_answered(self) -> bool:
+        """Whether a request of this connection has been answered."""
+        return requests_answered(self) > 0
+
+    def close_if_silent(self) -> None:
+        if not self.has_answered() and self.transport is not None:
             self.transport.close()
 
     def handle_error(
@@ -81,16 +86,6 @@ class JsonErrorRequestHandler(RequestHandler):
         return response
 
 
-def as_http11(request: web.BaseRequest) -> web.BaseRequest:
-    """The request, answered as HTTP/1.1: aiohttp writes a response's status line with the
-    request's version, and a version docsrv does not speak (``HTTP/2.0`` in an HTTP/1 request
-    line) must not appear in an HTTP/1 response. The connection is closed after it."""
-    answered = request.clone()
-    answered._message = answered._message._replace(version=HttpVersion11, should_close=True)
-    answered._version = HttpVersion11  # aiohttp keeps the message's version apart too
-    return answered
-
-
 class JsonErrorServer(web.Server):
     def __call__(self) -> RequestHandler:
-        return JsonErrorRequestHandler(self, loop=self._loop, **self._kwargs)
+        return JsonErrorRequestHandler(self, loop=server_loop(self), **handler_kwargs(self))

@@ -10,10 +10,9 @@ from collections import Counter
 from importlib.metadata import version
 from pathlib import Path
 
-from .config import SERVE_OPTIONS, Settings, add_options, listed
+from .config import SERVE_OPTIONS, Deadlines, Settings, add_options, listed
 from .errors import CommandError, StartError
 from .snapshot.errors import SnapshotError
-from .snapshot.pull import Deadlines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,7 +178,7 @@ def run_import_dump(args: argparse.Namespace) -> int:
 def run_pull(args: argparse.Namespace) -> int:
     import asyncio
 
-    from .snapshot.pull import PullError, describe, pull, pull_every
+    from .pull import PullError, describe, pull, pull_every
 
     deadlines = Deadlines(manifest_seconds=args.manifest_timeout, min_kib=args.min_kib, window=args.rate_window)
     if args.every is not None:

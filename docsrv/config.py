@@ -21,6 +21,20 @@ from pathlib import Path
 import msgspec
 
 
+@dataclass(frozen=True)
+class Deadlines:
+    """How long an origin may take when ``docsrv snapshot pull`` fetches from it: the manifest has
+    a deadline of its own; a file may take as long as it needs while at least ``min_kib`` KiB of it
+    arrive in every ``window`` seconds (an origin that drips a byte now and then is given up on,
+    not waited for for ever). The defaults of ``--manifest-timeout``, ``--min-kib`` and
+    ``--rate-window``."""
+
+    manifest_seconds: float = 30.0
+    min_kib: int = 32
+    window: float = 30.0
+    connect_seconds: float = 30.0
+
+
 class Settings(msgspec.Struct, frozen=True):
     """What a serving process needs to answer requests (the rest concerns the master)."""
 

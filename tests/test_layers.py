@@ -15,7 +15,8 @@ LAYERS = [
     ["docsrv.snapshot"],
     ["docsrv.store"],
     ["docsrv.highlight", "docsrv.named_entries", "docsrv.search"],
-    ["docsrv.serving", "docsrv.snapshot.pull"],
+    ["docsrv.serving"],
+    ["docsrv.pull"],
     ["docsrv.http", "docsrv.metrics", "docsrv.runtime"],
     ["docsrv.api"],
     ["docsrv.server"],
@@ -41,14 +42,15 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def runtime_imports(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of every import of a docsrv module that runs (not under TYPE_CHECKING)."""
+def runtime_imports(path: Path, *, type_only: bool = False) -> list[tuple[int, str]]:
+    """(line, module) of every import of a docsrv module that runs (not under TYPE_CHECKING),
+    and with ``type_only`` those made for type checking too."""
     tree = ast.parse(path.read_text())
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     skipped: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test) and not type_only:
             skipped |= {id(child) for child in ast.walk(node)}
     found = []
     for node in ast.walk(tree):
@@ -88,3 +90,24 @@ def test_the_layering_test_sees_a_violation():
     """It would catch one: the supervisor imports the server, the layer below it."""
     imported = dict((m, line) for line, m in runtime_imports(PACKAGE / "supervisor.py"))
     assert "docsrv.server" in imported and layer_of("docsrv.server") < layer_of("docsrv.supervisor")
+
+
+def test_no_import_cycle_not_even_for_types():
+    """Modules import each other one way only, type-only imports included (issue 24: reply.py and
+    reply_cache.py imported each other for types)."""
+    graph = {module_name(path): {m for _line, m in runtime_imports(path, type_only=True)} for path in PACKAGE.rglob("*.py")}
+    cycles = []
+
+    def visit(module: str, trail: list[str]) -> None:
+        for imported in sorted(graph.get(module, ())):
+            if imported in trail:
+                cycles.append(" -> ".join([*trail[trail.index(imported):], imported]))
+            elif imported not in done:
+                visit(imported, [*trail, imported])
+        done.add(module)
+
+    done: set[str] = set()
+    for module in sorted(graph):
+        if module not in done:
+            visit(module, [module])
+    assert cycles == []

@@ -10,14 +10,14 @@ import html
 
 from aiohttp import web
 
-from ..http.purge import page_keys
+from ..http.purge import page_keys, version_slug_keys
 from ..http.reply import Reply
 from ..search import version_scope
 from ..snapshot.records import Project
 from .errors import ApiError
 from .params import last
 from .state import V1_JSON, ApiState
-from .v1 import FILE, V1Shapes
+from .v1 import FILE, V1Serializer
 from .v1 import error as v1_error
 from .v2 import NOT_FOUND
 
@@ -40,7 +40,7 @@ async def docsearch(request: web.BaseRequest, state: ApiState, params: dict[str,
     # The project and its public subprojects that have the same version (DECISIONS.md section 3).
     searched = [project, *(child for child in store.subprojects.get(project.id, ()) if (child.id, version) in store.version_by_slug)]
     body = await state.searches.run(request, docsearch_body, state, searched, version, values["q"])
-    keys = ["search", "v2", *(key for p in searched for key in (f"project-{p.slug}", f"version-{p.slug}-{version}"))]
+    keys = ["search", "v2", *(key for p in searched for key in version_slug_keys(p, version))]
     return state.ok(body, keys)
 
 
@@ -94,7 +94,7 @@ def file_search_body(state: ApiState, q: str) -> tuple[list[dict], list[str]]:
     store = state.store
     found = state.search.search_pages(q)
     highlights = state.search.highlights
-    shapes = state.shapes(V1Shapes)
+    serializer = state.serializer(V1Serializer)
     objects: list[dict] = []
     keys: list[str] = []
     for hit in found.hits:
@@ -103,7 +103,7 @@ def file_search_body(state: ApiState, q: str) -> tuple[list[dict], list[str]]:
             hit.slot, found.words, count=1, width=V1_SNIPPET_WIDTH, open_tag=b'<span class="highlighted">', close_tag=b"</span>",
             ellipsis=True,
         )
-        objects.append({**FILE.render(shapes, page), "text": snippet[0] if snippet else highlights.opening(hit.slot, V1_SNIPPET_WIDTH)})
+        objects.append({**FILE.render(serializer, page), "text": snippet[0] if snippet else highlights.opening(hit.slot, V1_SNIPPET_WIDTH)})
         keys.extend(page_keys(store, page))
     return objects, keys
 

@@ -1,5 +1,5 @@
 """What one loaded snapshot serves with: the store, its search index, the reply cache, and
-rendered shapes. A worker serves one ApiState all its life: a reload starts new workers on
+serializers (one per API). A worker serves one ApiState all its life: a reload starts new workers on
 the new snapshot (see supervisor.py), so every response comes wholly from one snapshot.
 """
 
@@ -82,15 +82,15 @@ class ApiState:
             "Vary": "Accept-Encoding, Origin",
         }
         self._error = {**self._common, "Cache-Control": "no-cache", "Vary": "Origin"}
-        self._shapes: dict[type, object] = {}
+        self._serializers: dict[type, object] = {}
         self.preflight = self.empty(204, PREFLIGHT)
         self.preflight.route = "preflight"
 
-    def shapes(self, cls: type[T]) -> T:
-        """The renderer ``cls(store)`` of this snapshot, made once."""
-        found = self._shapes.get(cls)
+    def serializer(self, cls: type[T]) -> T:
+        """The serializer ``cls(store)`` of this snapshot, made once."""
+        found = self._serializers.get(cls)
         if found is None:
-            found = self._shapes[cls] = cls(self.store)  # type: ignore[call-arg]
+            found = self._serializers[cls] = cls(self.store)  # type: ignore[call-arg]
         return found  # type: ignore[return-value]
 
     def ok(self, data: object, keys: Iterable[str], option: int = orjson.OPT_UTC_Z) -> Reply:
@@ -101,7 +101,7 @@ class ApiState:
         headers = {**self._ok, "ETag": etag, "Surrogate-Key": " ".join(named), "Cache-Tag": ",".join(named)}
         return Reply(200, body, headers, etag=etag)
 
-    async def rendered(self, count: int, make: Callable[[], tuple[object, Iterable[str]]], option: int = orjson.OPT_UTC_Z) -> Reply:
+    async def ok_made(self, count: int, make: Callable[[], tuple[object, Iterable[str]]], option: int = orjson.OPT_UTC_Z) -> Reply:
         """A 200 of what ``make()`` returns (the data and its purge keys), made in the heavy-work
         thread when it renders more than OFFLOAD_ITEMS items."""
         if count > OFFLOAD_ITEMS:

@@ -47,7 +47,7 @@ def param_error(name: str, message: str) -> ApiError:
     return error(f"Invalid '{name}': {message}")
 
 
-class V1Shapes:
+class V1Serializer:
     """Renders v1 objects; the embedded v1 project is encoded once per project."""
 
     def __init__(self, store: Store) -> None:
@@ -74,7 +74,7 @@ class Field:
     name: str
     type: str
     help_text: str
-    value: Callable[[V1Shapes, Any], Any]
+    value: Callable[[V1Serializer, Any], Any]
     unique: bool = False
     nullable: bool = False
     related_type: str | None = None
@@ -96,8 +96,8 @@ class Field:
         return described
 
 
-def attr(name: str) -> Callable[[V1Shapes, Any], Any]:
-    return lambda shapes, item: getattr(item, name)
+def attr(name: str) -> Callable[[V1Serializer, Any], Any]:
+    return lambda serializer, item: getattr(item, name)
 
 
 def text(name: str, help_text: str, **kwargs: Any) -> Field:
@@ -109,15 +109,15 @@ def flag(name: str, help_text: str) -> Field:
 
 
 def moment(name: str, help_text: str) -> Field:
-    return Field(name, "datetime", help_text, lambda shapes, item: utc(getattr(item, name)))
+    return Field(name, "datetime", help_text, lambda serializer, item: utc(getattr(item, name)))
 
 
 def ident(resource: str) -> Field:
-    return Field("id", "string", f"Id of the {resource}.", lambda shapes, item: str(item.id), unique=True)
+    return Field("id", "string", f"Id of the {resource}.", lambda serializer, item: str(item.id), unique=True)
 
 
 def resource_uri(resource: str) -> Field:
-    return Field("resource_uri", "string", f"URI of this {resource}.", lambda shapes, item: uri(resource, item.id), unique=True)
+    return Field("resource_uri", "string", f"URI of this {resource}.", lambda serializer, item: uri(resource, item.id), unique=True)
 
 
 @dataclass(frozen=True)
@@ -136,8 +136,8 @@ class Resource:
         and any naming a field (a filter, or an error for a field that allows no filtering)."""
         return key in RESERVED or key.partition("__")[0] in self.names
 
-    def render(self, shapes: V1Shapes, item: Any) -> dict:
-        return {f.name: f.value(shapes, item) for f in self.fields}
+    def render(self, serializer: V1Serializer, item: Any) -> dict:
+        return {f.name: f.value(serializer, item) for f in self.fields}
 
     def schema(self) -> dict:
         return {
@@ -174,7 +174,7 @@ PROJECT = Resource(
         text("slug", "Slug of the project, used in URLs.", unique=True),
         text("description", "Description of the project (reStructuredText)."),
         Field("absolute_url", "string", "URI of the project page, not of the API object.",
-              lambda shapes, p: f"{shapes.store.public_url}/projects/{p.slug}/"),
+              lambda serializer, p: f"{serializer.store.public_url}/projects/{p.slug}/"),
         text("analytics_code", "Analytics tracking code."),
         text("copyright", "Copyright."),
         text("crate_url", "URI of the project in a package registry."),
@@ -190,11 +190,11 @@ PROJECT = Resource(
         text("requirements_file", "Requirements file of packages needed to build the docs."),
         resource_uri("project"),
         Field("subdomain", "string", "Subdomain of the hosted docs.",
-              lambda shapes, p: shapes.subdomain.format(slug=p.slug.replace("_", "-"))),
+              lambda serializer, p: serializer.subdomain.format(slug=p.slug.replace("_", "-"))),
         text("suffix", "File suffix of doc files."),
         text("theme", "Theme of the documentation generator."),
         flag("use_virtualenv", "Whether the project is built in a virtualenv."),
-        Field("users", "related", "URIs of the administrators.", lambda shapes, p: [uri("user", u) for u in p.users],
+        Field("users", "related", "URIs of the administrators.", lambda serializer, p: [uri("user", u) for u in p.users],
               related_type="to_many", openapi={"type": "array", "items": {"type": "string"}}),
         text("version", "Deprecated."),
     ),
@@ -212,7 +212,7 @@ VERSION = Resource(
         flag("built", "Whether docs have been built."),
         flag("uploaded", "Whether docs were uploaded instead of built."),
         Field("project", "related", "The project of the version.",
-              lambda shapes, v: shapes.project(shapes.store.projects[v.project]), related_type="to_one",
+              lambda serializer, v: serializer.project(serializer.store.projects[v.project]), related_type="to_one",
               openapi={"$ref": "#/components/schemas/V1Project"}),
         resource_uri("version"),
     ),
@@ -224,16 +224,16 @@ BUILD = Resource(
     (
         ident("build"),
         moment("date", "Date of the build."),
-        Field("state", "string", "triggered, building or finished.", lambda shapes, b: V1_STATE[b.state]),
+        Field("state", "string", "triggered, building or finished.", lambda serializer, b: V1_STATE[b.state]),
         flag("success", "Whether the build succeeded."),
         text("type", "html, pdf, man or epub."),
         text("error", "Error from the documentation build process."),
         text("output", "Output of the build process."),
         text("setup", "Setup output."),
         text("setup_error", "Setup error."),
-        Field("project", "related", "URI of the project.", lambda shapes, b: uri("project", b.project), related_type="to_one",
+        Field("project", "related", "URI of the project.", lambda serializer, b: uri("project", b.project), related_type="to_one",
               openapi={"type": "string"}),
-        Field("version", "related", "URI of the version.", lambda shapes, b: uri("version", b.version), related_type="to_one",
+        Field("version", "related", "URI of the version.", lambda serializer, b: uri("version", b.version), related_type="to_one",
               openapi={"type": "string"}),
         resource_uri("build"),
     ),
@@ -244,12 +244,12 @@ FILE = Resource(
     "file",
     (
         ident("file"),
-        Field("name", "string", "File name.", lambda shapes, page: posixpath.basename(page.path.rstrip("/")) or page.path),
+        Field("name", "string", "File name.", lambda serializer, page: posixpath.basename(page.path.rstrip("/")) or page.path),
         text("path", "Path of the file."),
         Field("absolute_url", "string", "URI of the actual file, not of the API object.",
-              lambda shapes, page: shapes.store.page_url(page)),
+              lambda serializer, page: serializer.store.page_url(page)),
         Field("project", "related", "The project of the file.",
-              lambda shapes, page: shapes.project(shapes.store.projects[page.project]), related_type="to_one",
+              lambda serializer, page: serializer.project(serializer.store.projects[page.project]), related_type="to_one",
               openapi={"$ref": "#/components/schemas/V1Project"}),
         resource_uri("file"),
     ),
@@ -300,17 +300,17 @@ async def listing(
         "previous": None if preceding is None else page_link(request, "", page.limit, preceding),
         "total_count": len(items),
     }
-    shapes = state.shapes(V1Shapes)
+    serializer = state.serializer(V1Serializer)
 
     def make() -> tuple[dict, list[str]]:
-        objects = encoded_each(lambda item: resource.render(shapes, item), shown, V1_JSON)
+        objects = encoded_each(lambda item: resource.render(serializer, item), shown, V1_JSON)
         return {"meta": meta, "objects": objects}, ["v1", *(key for item in shown for key in keys_of(item))]
 
-    return await state.rendered(len(shown), make, V1_JSON)
+    return await state.ok_made(len(shown), make, V1_JSON)
 
 
 def one(state: ApiState, resource: Resource, item: Any, keys: tuple[str, ...]) -> Reply:
-    return state.ok(resource.render(state.shapes(V1Shapes), item), ["v1", *keys], V1_JSON)
+    return state.ok(resource.render(state.serializer(V1Serializer), item), ["v1", *keys], V1_JSON)
 
 
 def id_of(value: str, name: str) -> int:

@@ -35,11 +35,11 @@ def not_found() -> ApiError:
     return ApiError(404, NOT_FOUND)
 
 
-def rendered(fields: tuple[Field, ...], shapes: V2Shapes, item: Any) -> dict[str, Any]:
-    return {field.name: field.value(shapes, item) for field in fields}
+def rendered(fields: tuple[Field, ...], serializer: V2Serializer, item: Any) -> dict[str, Any]:
+    return {field.name: field.value(serializer, item) for field in fields}
 
 
-class V2Shapes:
+class V2Serializer:
     """The v2 representations, from the tables above.
 
     A project is embedded in every version, so its encoding is made once and spliced in.
@@ -84,12 +84,12 @@ class Field:
 
     name: str
     schema: dict[str, Any]
-    value: Callable[[V2Shapes, Any], Any]
+    value: Callable[[V2Serializer, Any], Any]
 
 
-def attr(name: str) -> Callable[[V2Shapes, Any], Any]:
+def attr(name: str) -> Callable[[V2Serializer, Any], Any]:
     getter = attrgetter(name)
-    return lambda shapes, item: getter(item)
+    return lambda serializer, item: getter(item)
 
 
 def plain(name: str, schema: dict[str, Any]) -> Field:
@@ -98,7 +98,7 @@ def plain(name: str, schema: dict[str, Any]) -> Field:
 
 def moment(name: str) -> Field:
     getter = attrgetter(name)
-    return Field(name, DATETIME, lambda shapes, item: utc(getter(item)))
+    return Field(name, DATETIME, lambda serializer, item: utc(getter(item)))
 
 
 # The fields of each object, in the order of the original service's serializers (DECISIONS.md
@@ -107,31 +107,31 @@ PROJECT_FIELDS = (
     plain("id", INTEGER), plain("name", STRING), plain("slug", STRING), plain("description", STRING), plain("language", STRING),
     plain("programming_language", STRING), plain("repo", STRING), plain("repo_type", STRING), plain("default_version", STRING),
     plain("default_branch", STRING), plain("documentation_type", STRING),
-    Field("users", {"type": "array", "items": INTEGER}, lambda shapes, p: list(p.users)),
-    Field("canonical_url", URI, lambda shapes, p: shapes.store.version_url(p, p.default_version)),
+    Field("users", {"type": "array", "items": INTEGER}, lambda serializer, p: list(p.users)),
+    Field("canonical_url", URI, lambda serializer, p: serializer.store.version_url(p, p.default_version)),
 )
 VERSION_FIELDS = (
     plain("id", INTEGER),
-    Field("project", ref("Project"), lambda shapes, v: shapes.project(shapes.store.projects[v.project])),
+    Field("project", ref("Project"), lambda serializer, v: serializer.project(serializer.store.projects[v.project])),
     plain("slug", STRING), plain("identifier", STRING), plain("verbose_name", STRING), plain("active", BOOLEAN),
     plain("built", BOOLEAN),
     Field("downloads", {"type": "object", "properties": {k: STRING for k in DOWNLOAD_FORMATS}, "additionalProperties": False},
-          lambda shapes, v: shapes.downloads(v)),
+          lambda serializer, v: serializer.downloads(v)),
     plain("type", enum(get_args(VersionType))),
 )
 COMMAND_FIELDS = (
     plain("id", INTEGER),
-    Field("run_time", INTEGER, lambda shapes, c: int((c.end_time - c.start_time).total_seconds())),
+    Field("run_time", INTEGER, lambda serializer, c: int((c.end_time - c.start_time).total_seconds())),
     plain("command", STRING), plain("description", STRING), plain("output", STRING), plain("exit_code", INTEGER),
     moment("start_time"), moment("end_time"), plain("build", INTEGER),
 )
 BUILD_FIELDS = (
     plain("id", INTEGER),
     Field("commands", {"type": "array", "items": ref("BuildCommand")},
-          lambda shapes, b: [shapes.command(c) for c in shapes.store.commands_of(b)]),
-    Field("project_slug", STRING, lambda shapes, b: shapes.store.projects[b.project].slug),
-    Field("version_slug", STRING, lambda shapes, b: shapes.store.versions[b.version].slug),
-    Field("docs_url", URI, lambda shapes, b: shapes.docs_url(b)),
+          lambda serializer, b: [serializer.command(c) for c in serializer.store.commands_of(b)]),
+    Field("project_slug", STRING, lambda serializer, b: serializer.store.projects[b.project].slug),
+    Field("version_slug", STRING, lambda serializer, b: serializer.store.versions[b.version].slug),
+    Field("docs_url", URI, lambda serializer, b: serializer.docs_url(b)),
     plain("type", enum(get_args(BuildType))), plain("state", enum(get_args(BuildState))), moment("date"),
     plain("success", BOOLEAN), plain("error", STRING), plain("commit", STRING), plain("length", INTEGER),
     plain("project", INTEGER), plain("version", INTEGER),
@@ -169,14 +169,14 @@ async def listed(
     def make() -> tuple[dict, list[str]]:
         return {**envelope, "results": encoded_each(render, shown)}, ["v2", *(key for item in shown for key in keys_of(item))]
 
-    return await state.rendered(len(shown), make)
+    return await state.ok_made(len(shown), make)
 
 
 async def project_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     items = state.store.projects_where(slug=last(request.query, "slug"))
     if "page" in request.query:
         return await numbered_page(request, state, items)
-    return await paginated(request, state, items, state.shapes(V2Shapes).project, project_keys)
+    return await paginated(request, state, items, state.serializer(V2Serializer).project, project_keys)
 
 
 async def numbered_page(request: web.BaseRequest, state: ApiState, items: list[Project]) -> Reply:
@@ -192,21 +192,21 @@ async def numbered_page(request: web.BaseRequest, state: ApiState, items: list[P
         "next": page_number_link(request, base, number + 1) if number < pages else None,
         "previous": page_number_link(request, base, number - 1) if number > 1 else None,
     }
-    return await listed(state, envelope, shown, state.shapes(V2Shapes).project, project_keys)
+    return await listed(state, envelope, shown, state.serializer(V2Serializer).project, project_keys)
 
 
 async def project_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     project = by_id(state.store.projects, params["id"], not_found)
-    return state.ok(state.shapes(V2Shapes).project(project), ["v2", *project_keys(project)])
+    return state.ok(state.serializer(V2Serializer).project(project), ["v2", *project_keys(project)])
 
 
 async def active_versions(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     store = state.store
     project = by_id(store.projects, params["id"], not_found)
     versions = store.versions_of_project_active.get((project.id, True), [])
-    shapes = state.shapes(V2Shapes)
+    serializer = state.serializer(V2Serializer)
     keys = ["v2", *project_keys(project), *(key for v in versions for key in version_keys(store, v))]
-    return state.ok({"versions": [shapes.version(v) for v in versions]}, keys)
+    return state.ok({"versions": [serializer.version(v) for v in versions]}, keys)
 
 
 async def version_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
@@ -214,21 +214,21 @@ async def version_list(request: web.BaseRequest, state: ApiState, params: dict[s
     query = request.query
     active = boolean(query, "active", bad_param)
     items = store.versions_where(projects=store.project_named(slug=last(query, "project__slug")), active=active)
-    return await paginated(request, state, items, state.shapes(V2Shapes).version, lambda v: version_keys(store, v))
+    return await paginated(request, state, items, state.serializer(V2Serializer).version, lambda v: version_keys(store, v))
 
 
 async def version_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     version = by_id(state.store.versions, params["id"], not_found)
-    return state.ok(state.shapes(V2Shapes).version(version), ["v2", *version_keys(state.store, version)])
+    return state.ok(state.serializer(V2Serializer).version(version), ["v2", *version_keys(state.store, version)])
 
 
 async def build_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     store = state.store
     query = request.query
     items = store.builds_where(projects=store.project_named(slug=last(query, "project__slug")), commit=last(query, "commit"))
-    return await paginated(request, state, items, state.shapes(V2Shapes).build, lambda b: build_keys(store, b))
+    return await paginated(request, state, items, state.serializer(V2Serializer).build, lambda b: build_keys(store, b))
 
 
 async def build_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
     build = by_id(state.store.builds, params["id"], not_found)
-    return state.ok(state.shapes(V2Shapes).build(build), ["v2", *build_keys(state.store, build)])
+    return state.ok(state.serializer(V2Serializer).build(build), ["v2", *build_keys(state.store, build)])

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from time import perf_counter, time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import httptools
 from aiohttp.helpers import rfc822_formatted_time
@@ -80,9 +80,20 @@ _ENDINGS = {
     (False, False): _SERVER_LINE + b"\r\n",
 }
 
-#: A request head as the lane reads it: method, target, HTTP/1.1 (else 1.0), keep-alive, and
-#: the headers by lower-case name (each value as llhttp gives it: leading white space dropped).
-Head = tuple[bytes, bytes, bool, bool, dict[bytes, bytes]]
+class Head(NamedTuple):
+    """A request head as the lane reads it."""
+
+    method: bytes
+    target: bytes
+    http11: bool
+    #: Whether the connection stays open after the answer.
+    keep_alive: bool
+    #: By lower-case name; each value as llhttp gives it (leading white space dropped).
+    headers: dict[bytes, bytes]
+
+
+#: Made without the named tuple's ``__new__`` (a Python function): the head of every request.
+_new_head = tuple.__new__
 
 
 class LaneState(Protocol):
@@ -187,7 +198,7 @@ class HeadReader:
         keep_alive = connection != b"close" if http11 else connection == b"keep-alive"
         if not keep_alive:  # llhttp refuses whatever follows a closing request
             self.restart()
-        return method, url, http11, keep_alive, headers
+        return _new_head(Head, (method, url, http11, keep_alive, headers))
 
 
 class _Partial:
@@ -394,7 +405,7 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         self._lane_answered = True
         self._deadline = now + self._keepalive_seconds
         self._lane.metrics.lane_seconds += perf_counter() - started
-        if not head[3]:
+        if not head.keep_alive:
             self._close_after_lane()
 
     def close(self) -> None:
@@ -441,7 +452,7 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         end = data.find(_END) + 4
         while end >= 4:
             head = read(data[pos:end])
-            if head is None or (not head[3] and end < len(data)):  # bytes after a close: an error to llhttp
+            if head is None or (not head.keep_alive and end < len(data)):  # bytes after a close: an error to llhttp
                 self._demote(data)
                 return
             heads.append((end, head))
@@ -471,7 +482,7 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
             size += len(payload)
             answered += 1
             start = end
-            if not head[3]:  # aiohttp closes after such a response: nothing follows it (see above)
+            if not head.keep_alive:  # aiohttp closes after such a response: nothing follows it (see above)
                 self._flush(out)
                 out = []
                 self._close_after_lane()

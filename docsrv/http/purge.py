@@ -22,8 +22,12 @@ def project_keys(project: Project) -> tuple[str, ...]:
 
 
 def version_keys(store: Store, version: Version) -> tuple[str, ...]:
-    slug = store.projects[version.project].slug
-    return (f"project-{slug}", f"version-{slug}-{version.slug}")
+    return version_slug_keys(store.projects[version.project], version.slug)
+
+
+def version_slug_keys(project: Project, version_slug: str) -> tuple[str, ...]:
+    """The keys of a project's version, by its slug (doc search names versions by slug)."""
+    return (f"project-{project.slug}", f"version-{project.slug}-{version_slug}")
 
 
 def build_keys(store: Store, build: Build) -> tuple[str, ...]:

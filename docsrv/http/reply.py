@@ -15,12 +15,8 @@ from __future__ import annotations
 
 from http import HTTPStatus
 from sys import getsizeof
-from typing import TYPE_CHECKING
 
 from .compression import MIN_SIZE
-
-if TYPE_CHECKING:
-    from .reply_cache import Entry
 
 
 class Reply:
@@ -41,8 +37,9 @@ class Reply:
         self.compressible = etag is not None and len(body) > MIN_SIZE
         #: Compressed variants by coding, made on demand (see ``compressed``).
         self.variants: dict[str, Reply] = {}
-        #: The cache entry that owns this reply and is charged for it, if it is cached.
-        self.entry: Entry | None = None
+        #: The cache entry (``reply_cache.Entry``) that owns this reply and is charged for it, if it
+        #: is cached. Only the cache reads it: a reply knows nothing of the cache's types.
+        self.entry: object | None = None
         self.wire = head_block(status, headers) if etag else b""
         self.wire_304 = head_block(304, self.headers_304) if etag else b""
         self.wire_end = f"Content-Length: {len(body)}\r\nDate: ".encode() if etag else b""

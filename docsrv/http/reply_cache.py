@@ -120,7 +120,7 @@ class ReplyCache:
             return
         reply.variants[coding] = variant
         entry = reply.entry
-        if entry is not None and not entry.dead:
+        if isinstance(entry, Entry) and not entry.dead:
             size = variant.nbytes() + SLOT_BYTES
             entry.nbytes += size
             if entry.main:

@@ -1,4 +1,6 @@
-"""Pulling a published snapshot from an origin: any static HTTP(S) server, a CDN, an object store.
+"""``docsrv snapshot pull``: a published snapshot from an origin (any static HTTP(S) server, a CDN,
+an object store), checked and indexed as a server would, then made current. It sits above
+``serving``, whose load and index build it runs before it points ``current`` at a snapshot.
 
 ``URL/manifest.json`` names every file of the snapshot with its size and SHA-256; each file
 lies beside it. A pull fetches the manifest (conditionally: an unchanged snapshot costs one
@@ -28,11 +30,14 @@ import aiohttp
 import msgspec
 from tqdm import tqdm
 
-from ..utils.files import replace_file
-from ..utils.progress import progress_bar, wanted
-from .errors import SnapshotError
-from .records import FileDigest, Manifest
-from .write import put_in_place
+from .config import Deadlines
+from .serving import build_index_aside, fingerprint, index_directories
+from .snapshot.errors import SnapshotError
+from .snapshot.records import FileDigest, Manifest
+from .snapshot.write import put_in_place
+from .store import load_store
+from .utils.files import replace_file
+from .utils.progress import progress_bar, wanted
 
 log = logging.getLogger("docsrv")
 
@@ -44,6 +49,7 @@ CHUNK = 256 << 10
 MAX_MANIFEST_BYTES = 4 << 20
 #: Redirects followed from one URL (each to http or https only).
 MAX_REDIRECTS = 5
+DEFAULT_DEADLINES = Deadlines()
 #: Pauses between failed pulls with --every: doubling from the first to the last.
 RETRY_SECONDS = (5.0, 300.0)
 #: What an origin's failure raises (aiohttp's errors; a URL it cannot take is also a ValueError).
@@ -52,18 +58,6 @@ NETWORK_ERRORS = (aiohttp.ClientError, TimeoutError, ValueError)
 
 class PullError(Exception):
     """A pull that failed; the message says what, in one line."""
-
-
-@dataclass(frozen=True)
-class Deadlines:
-    """How long an origin may take: the manifest has a deadline of its own; a file may take as
-    long as it needs while at least ``min_kib`` KiB of it arrive in every ``window`` seconds
-    (an origin that drips a byte now and then is given up on, not waited for for ever)."""
-
-    manifest_seconds: float = 30.0
-    min_kib: int = 32
-    window: float = 30.0
-    connect_seconds: float = 30.0
 
 
 @dataclass
@@ -85,7 +79,7 @@ class PullState(msgspec.Struct):
 
 
 async def pull(
-    url: str, into: Path, *, keep: int = 2, progress: bool | None = None, build_index: bool = True, deadlines: Deadlines = Deadlines()
+    url: str, into: Path, *, keep: int = 2, progress: bool | None = None, build_index: bool = True, deadlines: Deadlines = DEFAULT_DEADLINES
 ) -> Pulled:
     """Pull the snapshot published at ``url`` into ``into`` and point ``into/current`` at it.
 
@@ -231,9 +225,6 @@ async def fetch_file(
 
 def check_and_index(directory: Path, name: str, build_index: bool) -> None:
     """Load the snapshot as a server would (every record checked) and build its search index."""
-    from ..serving import build_index_aside, fingerprint, index_directories
-    from ..store import load_store
-
     try:
         store = load_store(directory, progress=False)
     except SnapshotError as error:
@@ -292,7 +283,7 @@ def network_failure(error: Exception) -> str:
 
 
 async def pull_every(
-    url: str, into: Path, seconds: float, *, keep: int, progress: bool | None = None, deadlines: Deadlines = Deadlines()
+    url: str, into: Path, seconds: float, *, keep: int, progress: bool | None = None, deadlines: Deadlines = DEFAULT_DEADLINES
 ) -> None:
     """Pull now and every ``seconds``; a failure, whatever it is, is logged in one line and tried
     again after a pause that doubles with each failure in a row (from ``seconds`` or 5 s,

@@ -10,7 +10,7 @@ from multidict import MultiDict, MultiDictProxy
 from conftest import DEMO
 from docsrv.api.app import ROUTER, Dispatcher
 from docsrv.api.errors import ApiError
-from docsrv.api.params import boolean, excerpt, parse_page, positive_id, whole_number
+from docsrv.api.params import V2_PAGING, boolean, excerpt, parse_page, positive_id, whole_number
 from docsrv.api.state import ApiState
 from docsrv.config import Settings
 from docsrv.http.caching import not_modified
@@ -54,7 +54,7 @@ def test_numbers_and_ids():
     ({}, 10, 0), ({"limit": "5"}, 5, 0), ({"limit": "5000"}, 1000, 0), ({"offset": "30"}, 10, 30),
 ])
 def test_pages(pairs, limit, offset):
-    page = parse_page(query(**pairs), default_limit=10, max_limit=1000, zero_limit_means_max=False, error=error)
+    page = parse_page(query(**pairs), V2_PAGING, error)
     assert (page.limit, page.offset) == (limit, offset)
     assert page.next_offset(offset + limit) is None and page.next_offset(offset + limit + 1) == offset + limit
     assert page.previous_offset() == (None if offset == 0 else max(offset - limit, 0))
@@ -67,7 +67,7 @@ def test_pages(pairs, limit, offset):
 ])
 def test_bad_pages(pairs, body):
     with pytest.raises(ApiError) as raised:
-        parse_page(query(**pairs), default_limit=10, max_limit=1000, zero_limit_means_max=False, error=error)
+        parse_page(query(**pairs), V2_PAGING, error)
     assert raised.value.body == body
 
 

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from ..http.reply import Reply
 from . import v1, v2
+from .params import V1_PAGING, V2_PAGING
 from .schema import BOOLEAN, DATETIME, INTEGER, NULLABLE_URI, STRING, obj, ref
 from .state import ApiState
 
@@ -161,7 +162,7 @@ def path_id(example: int) -> dict:
 
 def pagination(limit_example: int | None = None, offset_example: int | None = None) -> list[dict]:
     return [
-        query("limit", "Page size: 1 to 1000 (larger is clamped), default 10.", {"type": "integer", "minimum": 1}, limit_example),
+        query("limit", V2_PAGING.limit_help(), {"type": "integer", "minimum": 1}, limit_example),
         query("offset", "Index of the first item, default 0.", {"type": "integer", "minimum": 0}, offset_example),
     ]
 
@@ -208,7 +209,7 @@ def v1_paths() -> dict[str, dict]:
     for name in v1.RESOURCES:
         title = f"V1{name.title()}"
         filters, detail_example = V1_EXAMPLES[name]
-        limit = query("limit", "Page size: 1 to 1000; 0 means 1000; default 20.", {"type": "integer", "minimum": 0})
+        limit = query("limit", V1_PAGING.limit_help(), {"type": "integer", "minimum": 0})
         offset = query("offset", "Index of the first item, default 0.", {"type": "integer", "minimum": 0})
         paths[f"/api/v1/{name}/"] = operation(
             f"v1 {name}s (deprecated).",

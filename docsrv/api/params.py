@@ -7,6 +7,7 @@ ignored. A repeated parameter counts by its last value, as Django's QueryDict do
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import urlencode
 
@@ -91,21 +92,34 @@ class Page:
         return max(self.offset - self.limit, 0)
 
 
-def parse_page(
-    query: MultiMapping[str],
-    *,
-    default_limit: int,
-    max_limit: int,
-    zero_limit_means_max: bool,
-    error: Callable[[str, str], ApiError],
-) -> Page:
-    limit = default_limit
+@dataclass(frozen=True, slots=True)
+class Paging:
+    """How an API pages its lists by ``limit`` and ``offset`` (DECISIONS.md sections 2 and 4): the
+    handlers, the v1 schema documents and the OpenAPI document all read these."""
+
+    default_limit: int
+    max_limit: int
+    #: v1: ``limit=0`` means the largest page; v2: it is an error.
+    zero_limit_means_max: bool
+
+    def limit_help(self) -> str:
+        if self.zero_limit_means_max:
+            return f"Page size: 1 to {self.max_limit}; 0 means {self.max_limit}; default {self.default_limit}."
+        return f"Page size: 1 to {self.max_limit} (larger is clamped), default {self.default_limit}."
+
+
+V2_PAGING = Paging(default_limit=10, max_limit=1000, zero_limit_means_max=False)
+V1_PAGING = Paging(default_limit=20, max_limit=1000, zero_limit_means_max=True)
+
+
+def parse_page(query: MultiMapping[str], paging: Paging, error: Callable[[str, str], ApiError]) -> Page:
+    limit = paging.default_limit
     text = last(query, "limit")
     if text is not None:
         number = whole_number(text)
-        if number is None or (number == 0 and not zero_limit_means_max):
+        if number is None or (number == 0 and not paging.zero_limit_means_max):
             raise error("limit", "A positive integer is required.")
-        limit = min(number or max_limit, max_limit)
+        limit = min(number or paging.max_limit, paging.max_limit)
     offset = 0
     text = last(query, "offset")
     if text is not None:

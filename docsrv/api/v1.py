@@ -22,7 +22,7 @@ from ..snapshot.records import Build, Project, User, Version
 from ..store import Store
 from ..utils.timefmt import utc
 from .errors import ApiError
-from .params import boolean, by_id, excerpt, last, page_link, parse_page, positive_id, whole_number
+from .params import V1_PAGING, boolean, by_id, excerpt, last, page_link, parse_page, positive_id, whole_number
 from .state import V1_JSON, ApiState, encoded_each
 
 T = TypeVar("T")
@@ -144,7 +144,7 @@ class Resource:
             "allowed_detail_http_methods": ["get"],
             "allowed_list_http_methods": ["get"],
             "default_format": "application/json",
-            "default_limit": 20,
+            "default_limit": V1_PAGING.default_limit,
             "fields": {f.name: f.schema() for f in self.fields},
             "filtering": {name: list(lookups) for name, lookups in self.filtering.items()},
         }
@@ -289,7 +289,7 @@ async def listing(
     request: web.BaseRequest, state: ApiState, resource: Resource, items: Sequence[T], keys_of: Callable[[T], Iterable[str]]
 ) -> Reply:
     """One page of ``items`` in the v1 envelope; next/previous are paths."""
-    page = parse_page(request.query, default_limit=20, max_limit=1000, zero_limit_means_max=True, error=param_error)
+    page = parse_page(request.query, V1_PAGING, param_error)
     shown = page.slice(items)
     following = page.next_offset(len(items))
     preceding = page.previous_offset()

@@ -16,7 +16,7 @@ from ..snapshot.records import Build, BuildCommand, BuildState, BuildType, Proje
 from ..store import Store
 from ..utils.timefmt import utc
 from .errors import ApiError
-from .params import boolean, by_id, last, page_link, page_number_link, parse_page, positive_id
+from .params import V2_PAGING, boolean, by_id, last, page_link, page_number_link, parse_page, positive_id
 from .schema import BOOLEAN, DATETIME, INTEGER, STRING, URI, enum, ref
 from .state import ApiState, encoded_each
 
@@ -144,7 +144,7 @@ async def paginated(
     request: web.BaseRequest, state: ApiState, items: Sequence[T], render: Callable[[T], Any], keys_of: Callable[[T], Iterable[str]]
 ) -> Reply:
     """One page of ``items`` in the v2 list envelope, with absolute next/previous links."""
-    page = parse_page(request.query, default_limit=10, max_limit=1000, zero_limit_means_max=False, error=bad_param)
+    page = parse_page(request.query, V2_PAGING, bad_param)
     base = links_base(request, state)
     following = page.next_offset(len(items))
     preceding = page.previous_offset()

@@ -198,6 +198,11 @@ def test_a_dirhtml_page_is_named_as_its_build_names_it(built):
     listed = document_names(snapshot.parent / "dirhtml")
     assert {"index", "install", "api", "guide/caching", "guide/frobnication"} <= listed
     assert document_names(snapshot.parent / "nowhere") == frozenset()
+    for broken in (b"Search.setIndex({docnames:[1, null, {}, \"x\"", b"\xff\xfe", b"docnames:[\"a\", 2]"):
+        odd = snapshot.parent / f"odd-{len(broken)}"
+        odd.mkdir()
+        (odd / "searchindex.js").write_bytes(broken)
+        assert document_names(odd) <= {"a"}  # unreadable or half-read: no names, never an error
     assert document_name(PurePosixPath("cli/index.html"), "dirhtml", frozenset({"cli/index"})) == "cli/index"
     assert document_name(PurePosixPath("cli/index.html"), "dirhtml", frozenset({"cli"})) == "cli"
     assert document_name(PurePosixPath("cli/index.html"), "dirhtml", frozenset()) == "cli"

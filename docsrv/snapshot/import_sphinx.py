@@ -48,6 +48,8 @@ NOISE = (
 _SPACE = re.compile(r"\s+")
 #: The list of document names in a ``searchindex.js`` (keys quoted or not, as Sphinx versions write them).
 _DOCNAMES = re.compile(r'"?docnames"?\s*:\s*(\[[^\]]*\])')
+#: The largest searchindex.js read for document names (a large build's is a few MB).
+MAX_SEARCHINDEX_BYTES = 64 << 20
 
 
 @dataclass
@@ -132,13 +134,19 @@ def page_path(relative: PurePosixPath, layout: str) -> str:
 
 
 def document_names(root: Path) -> frozenset[str]:
-    """The document names a build's ``searchindex.js`` lists (none when it has none): what tells
-    a dirhtml page ``cli/`` made from ``cli/index.rst`` from one made from ``cli.rst``."""
+    """The document names a build's ``searchindex.js`` lists: what tells a dirhtml page ``cli/``
+    made from ``cli/index.rst`` from one made from ``cli.rst``. None when it has none, or one
+    that cannot be read or is larger than MAX_SEARCHINDEX_BYTES: the names then come from the
+    paths alone."""
+    path = root / "searchindex.js"
     try:
-        found = _DOCNAMES.search((root / "searchindex.js").read_text(encoding="utf-8"))
-        return frozenset(json.loads(found.group(1))) if found else frozenset()
+        if path.stat().st_size > MAX_SEARCHINDEX_BYTES:
+            return frozenset()
+        found = _DOCNAMES.search(path.read_text(encoding="utf-8"))
+        names = json.loads(found.group(1)) if found else []
     except (OSError, UnicodeDecodeError, ValueError):
         return frozenset()
+    return frozenset(name for name in names if isinstance(name, str))
 
 
 def document_name(relative: PurePosixPath, layout: str, listed: frozenset[str]) -> str:

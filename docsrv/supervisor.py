@@ -12,9 +12,10 @@ closes the socket and exits 1, so that systemd or Kubernetes restarts it rather 
 port that accepts connections nobody answers.
 
 Reloads (SIGHUP; ``--watch`` seeing a new snapshot at the path; the files of the snapshot being
-served changing on disk): the master loads the snapshot beside the one being served. If it
-loads, a new set of workers is forked on it; once they are ready, the old ones are told to stop
-and finish what they have (``server.Listening.close``). If it does not, the error is logged and
+served changing on disk): the master loads the snapshot beside the one being served, in a thread
+of its own, so that it goes on supervising meanwhile (a worker that dies is replaced, SIGTERM
+stops the server). If it loads, a new set of workers is forked on it; once they are all ready,
+the old ones are told to stop and finish what they have (``server.Listening.close``). If it does not, the error is logged and
 shown in ``/readyz`` and ``/metrics``, and the old workers go on serving. A snapshot is taken
 only when settled: its manifest lists each file's size, and every file has it (a snapshot still
 being copied is waited for, not loaded); a failed load is tried again when the files change again.
@@ -23,12 +24,14 @@ being copied is waited for, not loaded); a failed load is tried again when the f
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import select
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,8 +53,9 @@ log = logging.getLogger("docsrv")
 READY_SECONDS = 120.0
 #: Pause before replacing a worker after the first failure in a row; it doubles up to the last.
 BACKOFF_SECONDS = (0.5, 30.0)
-#: How often the master looks for the end of a pause and for workers that became ready.
-TICK_SECONDS = 0.1
+#: The longest the master's loop waits: it wakes at once on a signal (a wakeup pipe), a worker
+#: becoming ready or a load ending, and at the end of a pause or of the interval between looks.
+TICK_SECONDS = 1.0
 
 
 @dataclass
@@ -62,6 +66,39 @@ class Starting:
 
 class NoWorkers(Exception):
     """No worker could serve for the configured time."""
+
+
+class Reload:
+    """A reload under way: the snapshot loading in a thread, then a new set of workers starting
+    on it. The master's loop advances it (``Supervisor.advance_reload``) and never waits for it."""
+
+    def __init__(self, why: str, directory: Path, wake: int) -> None:
+        self.why = why
+        self.directory = directory
+        self.served: Served | None = None
+        self.error: Exception | None = None
+        #: The new workers: starting (not ready yet), and ready.
+        self.starting: dict[int, Starting] = {}
+        self.ready: set[int] = set()
+        self._wake = wake
+        self.thread = threading.Thread(target=self._load, name="docsrv-reload", daemon=True)
+        self.thread.start()
+
+    def _load(self) -> None:
+        try:
+            self.served = load_served(self.directory)
+        except Exception as error:  # a bad snapshot of any kind: reported by the loop
+            self.error = error
+        finally:
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._wake, b"L")  # wake the loop
+
+    @property
+    def loading(self) -> bool:
+        return self.thread.is_alive()
+
+    def pids(self) -> set[int]:
+        return set(self.starting) | self.ready
 
 
 class Supervisor:
@@ -102,6 +139,13 @@ class Supervisor:
         self.loaded: tuple[Path, Signature] | None = None
         self.tried: tuple[Path, Signature] | None = None
         self.waiting_for: tuple[Path, Signature] | None = None
+        #: The reload under way, and why another was asked for meanwhile (taken after it).
+        self.reloading: Reload | None = None
+        self.reload_again: str | None = None
+        #: Signals, and the end of a load, write to this pipe: the loop's select wakes on it.
+        self.wake_read, self.wake_write = os.pipe()
+        for fd in (self.wake_read, self.wake_write):
+            os.set_blocking(fd, False)
 
     # The life of the master.
 
@@ -116,24 +160,32 @@ class Supervisor:
             self.write_status()
             for signum, flag in ((signal.SIGHUP, "reload"), (signal.SIGTERM, "stop"), (signal.SIGINT, "stop"), (signal.SIGCHLD, "reap")):
                 signal.signal(signum, self.flagger(flag))
+            signal.set_wakeup_fd(self.wake_write)
             self.loop()
             return 0
         except NoWorkers as error:
             log.error("%s; exiting", error)
             return 1
         finally:
+            signal.set_wakeup_fd(-1)
             self.sock.close()
             self.stop_all()
             shutil.rmtree(self.run_dir, ignore_errors=True)
+            for fd in (self.wake_read, self.wake_write):
+                os.close(fd)
 
     def loop(self) -> None:
         next_look = time.monotonic() + self.look_interval
         while "stop" not in self._flags:
-            self.wait_for_ready(TICK_SECONDS)
+            now = time.monotonic()
+            until = min(next_look, self.next_start) if len(self.live) + len(self.starting) < self.wanted else next_look
+            self.wait_for_ready(min(TICK_SECONDS, max(0.0, until - now)))
             if "reap" in self._flags:
                 self._flags.discard("reap")
                 self.reap()
             self.start_missing()
+            if self.reloading is not None:
+                self.advance_reload()
             if "reload" in self._flags:
                 self._flags.discard("reload")
                 self.reload("SIGHUP")
@@ -169,19 +221,28 @@ class Supervisor:
             self.starting[pid] = Starting(ready, now + READY_SECONDS)
 
     def wait_for_ready(self, timeout: float) -> None:
+        """Wait for a worker to become ready, a signal or a load's end, at most ``timeout``."""
         fds = {s.ready_fd: pid for pid, s in self.starting.items() if s.ready_fd >= 0}
-        if not fds:
-            time.sleep(timeout)
-            return
+        if self.reloading is not None:
+            fds.update({s.ready_fd: pid for pid, s in self.reloading.starting.items() if s.ready_fd >= 0})
         try:
-            readable, _, _ = select.select(list(fds), [], [], timeout)
+            readable, _, _ = select.select([self.wake_read, *fds], [], [], timeout)
         except InterruptedError:
             return
         for fd in readable:
+            if fd == self.wake_read:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(fd, 4096)
+                continue
             pid = fds[fd]
+            renewing = self.reloading is not None and pid in self.reloading.starting
+            if not renewing and pid not in self.starting:
+                continue  # let go of since the select (a swap or a failed reload closed its pipe)
             got = os.read(fd, 1)
             os.close(fd)
-            if got == b"R":
+            if renewing:
+                self.new_worker_answered(pid, got == b"R")
+            elif got == b"R":
                 del self.starting[pid]
                 self.live.add(pid)
                 self.failures = 0
@@ -212,8 +273,13 @@ class Supervisor:
         # The worker.
         code = 1
         try:
+            gc.enable()  # a load in the master's thread may have paused the collector
+            signal.set_wakeup_fd(-1)
             os.close(read_end)
-            for ready in self.starting.values():
+            for fd in (self.wake_read, self.wake_write):
+                os.close(fd)
+            starting = [*self.starting.values(), *(self.reloading.starting.values() if self.reloading is not None else ())]
+            for ready in starting:
                 if ready.ready_fd >= 0:
                     os.close(ready.ready_fd)
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -226,27 +292,6 @@ class Supervisor:
         finally:
             os._exit(code)
 
-    def spawn_all(self, served: Served) -> set[int]:
-        """A full set of workers on ``served``, all ready, or none (for a reload)."""
-        started: dict[int, int] = {}
-        try:
-            for _ in range(self.wanted):
-                pid, ready = self.spawn(served)
-                started[pid] = ready
-            deadline = time.monotonic() + READY_SECONDS
-            for pid, ready in started.items():
-                waiting, _, _ = select.select([ready], [], [], max(0.0, deadline - time.monotonic()))
-                if not waiting or os.read(ready, 1) != b"R":
-                    raise RuntimeError(f"worker {pid} did not become ready")
-        except BaseException:
-            for pid in started:
-                self.signal_worker(pid, signal.SIGKILL)
-            raise
-        finally:
-            for ready in started.values():
-                os.close(ready)
-        return set(started)
-
     def reap(self) -> None:
         while True:
             try:
@@ -256,6 +301,9 @@ class Supervisor:
             if pid == 0:
                 return
             retire(self.run_dir, pid)
+            if self.reloading is not None and pid in self.reloading.pids():
+                self.fail_reload(RuntimeError(f"new worker {pid} exited (status {status}) before the swap"))
+                continue
             starting = self.starting.pop(pid, None)
             if starting is not None and starting.ready_fd >= 0:
                 os.close(starting.ready_fd)
@@ -274,7 +322,7 @@ class Supervisor:
 
     def stop_all(self) -> None:
         """Ask every worker to drain and stop; wait for them; kill what is left."""
-        pids = self.live | set(self.starting)
+        pids = self.live | set(self.starting) | (self.reloading.pids() if self.reloading is not None else set())
         for pid in pids:
             self.signal_worker(pid, signal.SIGTERM)
         deadline = time.monotonic() + DRAIN_SECONDS + 5
@@ -297,7 +345,7 @@ class Supervisor:
         (always), or another snapshot was put there (with --watch); once it is settled."""
         directory = resolve(self.snapshot)
         now = (directory, signature(directory))
-        if now == self.loaded or now == self.tried:
+        if now == self.loaded or now == self.tried or self.reloading is not None:
             return
         assert self.loaded is not None
         if directory == self.loaded[0]:
@@ -318,26 +366,76 @@ class Supervisor:
         self.reload(f"a new snapshot at {self.snapshot}" if directory != self.loaded[0] else "its files changed", directory)
 
     def reload(self, why: str, directory: Path | None = None) -> None:
-        """Load the snapshot in ``directory`` (by default, where the snapshot path points now):
-        the directory that was looked at, not wherever a link flipped since points."""
-        log.info("reloading (%s): loading %s beside the snapshot being served", why, self.snapshot)
-        try:
-            served = load_served(directory or self.snapshot)
-            new = self.spawn_all(served)
-        except Exception as error:  # a bad snapshot of any kind: the old one keeps serving
-            self.status.reload_failures += 1
-            self.status.last_reload_error = public_error(error)
-            self.write_status()
-            log.error("reload failed; still serving snapshot %s: %s", self.served.store.name, error)
+        """Start loading the snapshot in ``directory`` (by default, where the snapshot path points
+        now: the directory that was looked at, not wherever a link flipped since points)."""
+        if self.reloading is not None:
+            log.info("reload asked (%s) while one is under way: it follows", why)
+            self.reload_again = why
             return
+        log.info("reloading (%s): loading %s beside the snapshot being served", why, self.snapshot)
+        self.reloading = Reload(why, resolve(directory or self.snapshot), self.wake_write)
+
+    def advance_reload(self) -> None:
+        """Take the reload under way one step further, without waiting: once loaded, start its
+        workers; once they are all ready, swap them in; on any failure, keep the old ones."""
+        reloading = self.reloading
+        assert reloading is not None
+        if reloading.loading:
+            return
+        if reloading.error is not None:
+            self.fail_reload(reloading.error)
+            return
+        assert reloading.served is not None
+        now = time.monotonic()
+        if not reloading.starting and not reloading.ready:
+            for _ in range(self.wanted):
+                pid, ready = self.spawn(reloading.served)
+                reloading.starting[pid] = Starting(ready, now + READY_SECONDS)
+            return
+        if any(now > starting.deadline for starting in reloading.starting.values()):
+            self.fail_reload(RuntimeError(f"a new worker did not become ready in {READY_SECONDS:.0f} s"))
+        elif len(reloading.ready) == self.wanted:
+            self.swap(reloading.served, reloading.ready)
+
+    def new_worker_answered(self, pid: int, ready: bool) -> None:
+        """A worker of the reload under way became ready, or failed before it was."""
+        reloading = self.reloading
+        assert reloading is not None
+        del reloading.starting[pid]
+        if ready:
+            reloading.ready.add(pid)
+            self.advance_reload()
+        else:
+            reloading.ready.add(pid)  # killed with the others
+            self.fail_reload(RuntimeError(f"new worker {pid} failed before it was ready"))
+
+    def fail_reload(self, error: Exception) -> None:
+        """The reload under way failed: its workers are killed, and the old ones go on serving."""
+        reloading = self.reloading
+        assert reloading is not None
+        for starting in reloading.starting.values():
+            if starting.ready_fd >= 0:
+                os.close(starting.ready_fd)
+        for pid in reloading.pids():
+            self.signal_worker(pid, signal.SIGKILL)
+        self.reloading = None
+        self.status.reload_failures += 1
+        self.status.last_reload_error = public_error(error)
+        self.write_status()
+        log.error("reload failed; still serving snapshot %s: %s", self.served.store.name, error)
+        self.after_reload()
+
+    def swap(self, served: Served, new: set[int]) -> None:
+        """The new workers are all ready: they serve, and the old ones drain and stop."""
         old = self.live | set(self.starting)
         for starting in self.starting.values():
             if starting.ready_fd >= 0:
                 os.close(starting.ready_fd)
         self.starting.clear()
-        self.live = new
+        self.live = set(new)
         self.served = served
         self.loaded = (served.directory, served.signature)
+        self.reloading = None
         for pid in old:
             self.signal_worker(pid, signal.SIGTERM)
         self.status.reloads += 1
@@ -347,6 +445,12 @@ class Supervisor:
         self.status.load_seconds = round(served.store.load_seconds, 3)
         self.write_status()
         log.info("reloaded: serving snapshot %s (loaded in %.2f s)", served.store.name, served.store.load_seconds)
+        self.after_reload()
+
+    def after_reload(self) -> None:
+        if self.reload_again is not None:
+            why, self.reload_again = self.reload_again, None
+            self.reload(why)
 
 
 def settled(directory: Path) -> bool:

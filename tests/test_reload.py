@@ -96,3 +96,32 @@ def test_sigterm_drains_and_exits_zero(start_server):
     assert server.stop() == 0
     assert any("stopping: workers finish the requests in flight" in line for line in server.log)
     keep_alive.close()
+
+
+def test_while_a_reload_loads_the_master_replaces_a_dead_worker_and_stops_on_sigterm(tmp_path, start_server):
+    """The master loads a new snapshot in a thread and goes on supervising (issues 24 and 25): here
+    the load never ends (its manifest is a FIFO no one writes), yet a killed worker is
+    replaced and serves, and SIGTERM stops the server."""
+    first = make_snapshot(tmp_path / "a", "snap-a", "pip (a)")
+    blocked = make_snapshot(tmp_path / "b", "snap-b", "pip (b)")
+    (blocked / "manifest.json").unlink()
+    os.mkfifo(blocked / "manifest.json")
+    current = tmp_path / "current"
+    point(current, first)
+    server = start_server("--snapshot", str(current), "--workers", "2")
+    point(current, blocked)
+    server.process.send_signal(signal.SIGHUP)
+    server.wait_for("reloading (SIGHUP)")
+    workers = poll(lambda: len(children(server.process.pid)) == 2 and children(server.process.pid), what="two workers")
+    os.kill(workers[0], signal.SIGKILL)
+    server.wait_for(f"worker {workers[0]} exited unexpectedly")
+    replaced = poll(lambda: server.json("/readyz")["workers"] == 2 and set(children(server.process.pid)) - set(workers),
+                    what="a worker started in place of the killed one")
+    assert len(replaced) == 1
+    for _ in range(20):  # fresh connections reach both workers: all serve the old snapshot
+        status, headers, _body = fresh_get(server.port, "/api/v2/project/1/")
+        assert (status, headers["X-Snapshot"]) == (200, "snap-a")
+    assert not any("reloaded" in line or "reload failed" in line for line in server.log), "".join(server.log)  # still loading
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(timeout=60) == 0
+    server.wait_for("stopping: workers finish the requests in flight")

@@ -19,7 +19,7 @@ from aiohttp import web
 from ..http.reply import Reply
 from . import v1, v2
 from .params import V1_PAGING, V2_PAGING
-from .schema import BOOLEAN, DATETIME, INTEGER, NULLABLE_URI, STRING, obj, ref
+from .schema import DATETIME, INTEGER, NULLABLE_URI, STRING, obj, ref
 from .state import ApiState
 
 EXAMPLES_FILE = Path(__file__).with_name("openapi-examples.json")
@@ -53,10 +53,9 @@ SCHEMAS: dict[str, dict] = {
         }
     ),
 }
-V1_TYPES = {"string": STRING, "boolean": BOOLEAN, "datetime": DATETIME, "integer": INTEGER}
 for _resource in v1.RESOURCES.values():
     _title = f"V1{_resource.name.title()}"
-    SCHEMAS[_title] = obj({f.name: f.openapi or V1_TYPES[f.type] for f in _resource.fields})
+    SCHEMAS[_title] = obj({f.name: f.schema for f in _resource.fields})
     SCHEMAS[f"{_title}List"] = obj(
         {
             "meta": obj(

@@ -20,9 +20,10 @@ from ..http.purge import build_keys, page_keys, project_keys, version_keys
 from ..http.reply import Reply
 from ..snapshot.records import Build, Project, User, Version
 from ..store import Store
-from ..utils.timefmt import utc
 from .errors import ApiError
+from .fields import EmbeddedProjects, Field, V1Description, Value, attribute, moment, render
 from .params import V1_PAGING, boolean, by_id, excerpt, last, page_link, parse_page, positive_id, whole_number
+from .schema import BOOLEAN, DATETIME, INTEGER, STRING
 from .state import V1_JSON, ApiState, encoded_each
 
 T = TypeVar("T")
@@ -54,70 +55,48 @@ class V1Serializer:
         self.store = store
         scheme, host = store.public_url.split("://", 1)
         self.subdomain = f"{scheme}://{{slug}}.{host}/"  # the slug with "_" as "-": a host name takes no underscore
-        self._projects: dict[int, orjson.Fragment] = {}
+        self._projects = EmbeddedProjects(PROJECT.fields, V1_JSON)
 
     def project(self, project: Project) -> orjson.Fragment:
-        found = self._projects.get(project.id)
-        if found is None:
-            found = self._projects[project.id] = orjson.Fragment(
-                orjson.dumps(PROJECT.render(self, project), option=V1_JSON)
-            )
-        return found
+        return self._projects.get(self, project)
 
 
 def uri(resource: str, ident: int) -> str:
     return f"/api/v1/{resource}/{ident}/"
 
 
-@dataclass(frozen=True, slots=True)
-class Field:
-    name: str
-    type: str
-    help_text: str
-    value: Callable[[V1Serializer, Any], Any]
-    unique: bool = False
-    nullable: bool = False
-    related_type: str | None = None
-    #: The JSON schema of the value, for /openapi.json; None: the one of ``type``.
-    openapi: dict | None = None
-
-    def schema(self) -> dict:
-        described = {
-            "blank": False,
-            "default": "No default provided.",
-            "help_text": self.help_text,
-            "nullable": self.nullable,
-            "readonly": True,
-            "type": self.type,
-            "unique": self.unique,
-        }
-        if self.related_type:
-            described["related_type"] = self.related_type
-        return described
+#: The JSON schema of each v1 type, unless a field names its own.
+V1_TYPES = {"string": STRING, "boolean": BOOLEAN, "datetime": DATETIME, "integer": INTEGER}
 
 
-def attr(name: str) -> Callable[[V1Serializer, Any], Any]:
-    return lambda serializer, item: getattr(item, name)
+def v1_field(
+    name: str, type: str, help_text: str, value: Value, *, unique: bool = False, nullable: bool = False,
+    related_type: str | None = None, openapi: dict | None = None,
+) -> Field:
+    """A field as v1 describes it: its type's name and help text in its schema documents;
+    ``openapi``, the JSON schema of its value where its type does not say it."""
+    schema = openapi if openapi is not None else V1_TYPES[type]
+    return Field(name, schema, value, V1Description(type, help_text, unique, nullable, related_type))
 
 
 def text(name: str, help_text: str, **kwargs: Any) -> Field:
-    return Field(name, "string", help_text, attr(name), **kwargs)
+    return v1_field(name, "string", help_text, attribute(name), **kwargs)
 
 
 def flag(name: str, help_text: str) -> Field:
-    return Field(name, "boolean", help_text, attr(name))
+    return v1_field(name, "boolean", help_text, attribute(name))
 
 
-def moment(name: str, help_text: str) -> Field:
-    return Field(name, "datetime", help_text, lambda serializer, item: utc(getattr(item, name)))
+def when(name: str, help_text: str) -> Field:
+    return v1_field(name, "datetime", help_text, moment(name))
 
 
 def ident(resource: str) -> Field:
-    return Field("id", "string", f"Id of the {resource}.", lambda serializer, item: str(item.id), unique=True)
+    return v1_field("id", "string", f"Id of the {resource}.", lambda serializer, item: str(item.id), unique=True)
 
 
 def resource_uri(resource: str) -> Field:
-    return Field("resource_uri", "string", f"URI of this {resource}.", lambda serializer, item: uri(resource, item.id), unique=True)
+    return v1_field("resource_uri", "string", f"URI of this {resource}.", lambda serializer, item: uri(resource, item.id), unique=True)
 
 
 @dataclass(frozen=True)
@@ -137,7 +116,7 @@ class Resource:
         return key in RESERVED or key.partition("__")[0] in self.names
 
     def render(self, serializer: V1Serializer, item: Any) -> dict:
-        return {f.name: f.value(serializer, item) for f in self.fields}
+        return render(self.fields, serializer, item)
 
     def schema(self) -> dict:
         return {
@@ -145,7 +124,7 @@ class Resource:
             "allowed_list_http_methods": ["get"],
             "default_format": "application/json",
             "default_limit": V1_PAGING.default_limit,
-            "fields": {f.name: f.schema() for f in self.fields},
+            "fields": {f.name: f.v1.document() for f in self.fields if f.v1 is not None},
             "filtering": {name: list(lookups) for name, lookups in self.filtering.items()},
         }
 
@@ -173,7 +152,7 @@ PROJECT = Resource(
         text("name", "Name of the project."),
         text("slug", "Slug of the project, used in URLs.", unique=True),
         text("description", "Description of the project (reStructuredText)."),
-        Field("absolute_url", "string", "URI of the project page, not of the API object.",
+        v1_field("absolute_url", "string", "URI of the project page, not of the API object.",
               lambda serializer, p: f"{serializer.store.public_url}/projects/{p.slug}/"),
         text("analytics_code", "Analytics tracking code."),
         text("copyright", "Copyright."),
@@ -182,19 +161,19 @@ PROJECT = Resource(
         text("default_branch", "Default branch of the repository."),
         text("default_version", "Default version of the documentation."),
         text("documentation_type", "Kind of documentation build."),
-        moment("modified_date", "Last modified date."),
-        moment("pub_date", "Last published date."),
+        when("modified_date", "Last modified date."),
+        when("pub_date", "Last published date."),
         text("project_url", "Project homepage."),
         text("repo", "URI of the repository."),
         text("repo_type", "Type of repository."),
         text("requirements_file", "Requirements file of packages needed to build the docs."),
         resource_uri("project"),
-        Field("subdomain", "string", "Subdomain of the hosted docs.",
+        v1_field("subdomain", "string", "Subdomain of the hosted docs.",
               lambda serializer, p: serializer.subdomain.format(slug=p.slug.replace("_", "-"))),
         text("suffix", "File suffix of doc files."),
         text("theme", "Theme of the documentation generator."),
         flag("use_virtualenv", "Whether the project is built in a virtualenv."),
-        Field("users", "related", "URIs of the administrators.", lambda serializer, p: [uri("user", u) for u in p.users],
+        v1_field("users", "related", "URIs of the administrators.", lambda serializer, p: [uri("user", u) for u in p.users],
               related_type="to_many", openapi={"type": "array", "items": {"type": "string"}}),
         text("version", "Deprecated."),
     ),
@@ -211,7 +190,7 @@ VERSION = Resource(
         flag("active", "Whether docs continue to be built for it."),
         flag("built", "Whether docs have been built."),
         flag("uploaded", "Whether docs were uploaded instead of built."),
-        Field("project", "related", "The project of the version.",
+        v1_field("project", "related", "The project of the version.",
               lambda serializer, v: serializer.project(serializer.store.projects[v.project]), related_type="to_one",
               openapi={"$ref": "#/components/schemas/V1Project"}),
         resource_uri("version"),
@@ -223,17 +202,17 @@ BUILD = Resource(
     "build",
     (
         ident("build"),
-        moment("date", "Date of the build."),
-        Field("state", "string", "triggered, building or finished.", lambda serializer, b: V1_STATE[b.state]),
+        when("date", "Date of the build."),
+        v1_field("state", "string", "triggered, building or finished.", lambda serializer, b: V1_STATE[b.state]),
         flag("success", "Whether the build succeeded."),
         text("type", "html, pdf, man or epub."),
         text("error", "Error from the documentation build process."),
         text("output", "Output of the build process."),
         text("setup", "Setup output."),
         text("setup_error", "Setup error."),
-        Field("project", "related", "URI of the project.", lambda serializer, b: uri("project", b.project), related_type="to_one",
+        v1_field("project", "related", "URI of the project.", lambda serializer, b: uri("project", b.project), related_type="to_one",
               openapi={"type": "string"}),
-        Field("version", "related", "URI of the version.", lambda serializer, b: uri("version", b.version), related_type="to_one",
+        v1_field("version", "related", "URI of the version.", lambda serializer, b: uri("version", b.version), related_type="to_one",
               openapi={"type": "string"}),
         resource_uri("build"),
     ),
@@ -244,11 +223,11 @@ FILE = Resource(
     "file",
     (
         ident("file"),
-        Field("name", "string", "File name.", lambda serializer, page: posixpath.basename(page.path.rstrip("/")) or page.path),
+        v1_field("name", "string", "File name.", lambda serializer, page: posixpath.basename(page.path.rstrip("/")) or page.path),
         text("path", "Path of the file."),
-        Field("absolute_url", "string", "URI of the actual file, not of the API object.",
+        v1_field("absolute_url", "string", "URI of the actual file, not of the API object.",
               lambda serializer, page: serializer.store.page_url(page)),
-        Field("project", "related", "The project of the file.",
+        v1_field("project", "related", "The project of the file.",
               lambda serializer, page: serializer.project(serializer.store.projects[page.project]), related_type="to_one",
               openapi={"$ref": "#/components/schemas/V1Project"}),
         resource_uri("file"),

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any, TypeVar, get_args
 
 import orjson
@@ -14,8 +12,8 @@ from ..http.purge import build_keys, project_keys, version_keys
 from ..http.reply import Reply
 from ..snapshot.records import Build, BuildCommand, BuildState, BuildType, Project, Version, VersionType
 from ..store import Store
-from ..utils.timefmt import utc
 from .errors import ApiError
+from .fields import EmbeddedProjects, Field, attribute, moment, render
 from .params import V2_PAGING, boolean, by_id, last, page_link, page_number_link, parse_page, positive_id
 from .schema import BOOLEAN, DATETIME, INTEGER, STRING, URI, enum, ref
 from .state import ApiState, encoded_each
@@ -35,12 +33,8 @@ def not_found() -> ApiError:
     return ApiError(404, NOT_FOUND)
 
 
-def rendered(fields: tuple[Field, ...], serializer: V2Serializer, item: Any) -> dict[str, Any]:
-    return {field.name: field.value(serializer, item) for field in fields}
-
-
 class V2Serializer:
-    """The v2 representations, from the tables above.
+    """The v2 representations, from the tables below.
 
     A project is embedded in every version, so its encoding is made once and spliced in.
     """
@@ -48,22 +42,19 @@ class V2Serializer:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.download_host = store.public_url.split("://", 1)[1]
-        self._projects: dict[int, orjson.Fragment] = {}
+        self._projects = EmbeddedProjects(PROJECT_FIELDS, orjson.OPT_UTC_Z)
 
     def project(self, project: Project) -> orjson.Fragment:
-        found = self._projects.get(project.id)
-        if found is None:
-            found = self._projects[project.id] = orjson.Fragment(orjson.dumps(rendered(PROJECT_FIELDS, self, project)))
-        return found
+        return self._projects.get(self, project)
 
     def version(self, version: Version) -> dict[str, Any]:
-        return rendered(VERSION_FIELDS, self, version)
+        return render(VERSION_FIELDS, self, version)
 
     def build(self, build: Build) -> dict[str, Any]:
-        return rendered(BUILD_FIELDS, self, build)
+        return render(BUILD_FIELDS, self, build)
 
     def command(self, command: BuildCommand) -> dict[str, Any]:
-        return rendered(COMMAND_FIELDS, self, command)
+        return render(COMMAND_FIELDS, self, command)
 
     def docs_url(self, build: Build) -> str:
         return self.store.version_url(self.store.projects[build.project], self.store.versions[build.version].slug)
@@ -78,27 +69,12 @@ class V2Serializer:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class Field:
-    """One field of a v2 object: its name, its JSON schema, and how a value is read from a record."""
-
-    name: str
-    schema: dict[str, Any]
-    value: Callable[[V2Serializer, Any], Any]
-
-
-def attr(name: str) -> Callable[[V2Serializer, Any], Any]:
-    getter = attrgetter(name)
-    return lambda serializer, item: getter(item)
-
-
 def plain(name: str, schema: dict[str, Any]) -> Field:
-    return Field(name, schema, attr(name))
+    return Field(name, schema, attribute(name))
 
 
-def moment(name: str) -> Field:
-    getter = attrgetter(name)
-    return Field(name, DATETIME, lambda serializer, item: utc(getter(item)))
+def when(name: str) -> Field:
+    return Field(name, DATETIME, moment(name))
 
 
 # The fields of each object, in the order of the original service's serializers (DECISIONS.md
@@ -123,7 +99,7 @@ COMMAND_FIELDS = (
     plain("id", INTEGER),
     Field("run_time", INTEGER, lambda serializer, c: int((c.end_time - c.start_time).total_seconds())),
     plain("command", STRING), plain("description", STRING), plain("output", STRING), plain("exit_code", INTEGER),
-    moment("start_time"), moment("end_time"), plain("build", INTEGER),
+    when("start_time"), when("end_time"), plain("build", INTEGER),
 )
 BUILD_FIELDS = (
     plain("id", INTEGER),
@@ -132,7 +108,7 @@ BUILD_FIELDS = (
     Field("project_slug", STRING, lambda serializer, b: serializer.store.projects[b.project].slug),
     Field("version_slug", STRING, lambda serializer, b: serializer.store.versions[b.version].slug),
     Field("docs_url", URI, lambda serializer, b: serializer.docs_url(b)),
-    plain("type", enum(get_args(BuildType))), plain("state", enum(get_args(BuildState))), moment("date"),
+    plain("type", enum(get_args(BuildType))), plain("state", enum(get_args(BuildState))), when("date"),
     plain("success", BOOLEAN), plain("error", STRING), plain("commit", STRING), plain("length", INTEGER),
     plain("project", INTEGER), plain("version", INTEGER),
 )

@@ -22,9 +22,10 @@ from ..snapshot.records import Build, Project, User, Version
 from ..store import Store
 from .errors import ApiError
 from .fields import EmbeddedProjects, Field, V1Description, Value, attribute, moment, render
+from .lists import V1_LIST, listed
 from .params import V1_PAGING, boolean, by_id, excerpt, last, page_link, parse_page, positive_id, whole_number
 from .schema import BOOLEAN, DATETIME, INTEGER, STRING
-from .state import V1_JSON, ApiState, encoded_each
+from .state import V1_JSON, ApiState
 
 T = TypeVar("T")
 #: A handler of a route (as routing.Handler, which imports this module's neighbours).
@@ -280,12 +281,7 @@ async def listing(
         "total_count": len(items),
     }
     serializer = state.serializer(V1Serializer)
-
-    def make() -> tuple[dict, list[str]]:
-        objects = encoded_each(lambda item: resource.render(serializer, item), shown, V1_JSON)
-        return {"meta": meta, "objects": objects}, ["v1", *(key for item in shown for key in keys_of(item))]
-
-    return await state.ok_made(len(shown), make, V1_JSON)
+    return await listed(state, V1_LIST, {"meta": meta}, shown, lambda item: resource.render(serializer, item), keys_of)
 
 
 def one(state: ApiState, resource: Resource, item: Any, keys: tuple[str, ...]) -> Reply:

@@ -14,9 +14,10 @@ from ..snapshot.records import Build, BuildCommand, BuildState, BuildType, Proje
 from ..store import Store
 from .errors import ApiError
 from .fields import EmbeddedProjects, Field, attribute, moment, render
+from .lists import V2_LIST, listed
 from .params import V2_PAGING, boolean, by_id, last, page_link, page_number_link, parse_page, positive_id
 from .schema import BOOLEAN, DATETIME, INTEGER, STRING, URI, enum, ref
-from .state import ApiState, encoded_each
+from .state import ApiState
 
 T = TypeVar("T")
 NOT_FOUND = {"detail": "Not found."}
@@ -129,23 +130,12 @@ async def paginated(
         "next": None if following is None else page_link(request, base, page.limit, following),
         "previous": None if preceding is None else page_link(request, base, page.limit, preceding),
     }
-    return await listed(state, envelope, page.slice(items), render, keys_of)
+    return await listed(state, V2_LIST, envelope, page.slice(items), render, keys_of)
 
 
 def links_base(request: web.BaseRequest, state: ApiState) -> str:
     """What absolute links start with: the public URL, else the request's own scheme and (allowed) Host."""
     return state.fixed_base or f"{request.scheme}://{request.host.lower()}"
-
-
-async def listed(
-    state: ApiState, envelope: dict[str, Any], shown: Sequence[T], render: Callable[[T], Any], keys_of: Callable[[T], Iterable[str]]
-) -> Reply:
-    """The v2 list envelope with the ``shown`` items rendered, and their purge keys."""
-
-    def make() -> tuple[dict, list[str]]:
-        return {**envelope, "results": encoded_each(render, shown)}, ["v2", *(key for item in shown for key in keys_of(item))]
-
-    return await state.ok_made(len(shown), make)
 
 
 async def project_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
@@ -168,7 +158,7 @@ async def numbered_page(request: web.BaseRequest, state: ApiState, items: list[P
         "next": page_number_link(request, base, number + 1) if number < pages else None,
         "previous": page_number_link(request, base, number - 1) if number > 1 else None,
     }
-    return await listed(state, envelope, shown, state.serializer(V2Serializer).project, project_keys)
+    return await listed(state, V2_LIST, envelope, shown, state.serializer(V2Serializer).project, project_keys)
 
 
 async def project_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:

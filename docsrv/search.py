@@ -58,8 +58,8 @@ def build_index(store: Store, directory: Path, print_progress: bool | None = Non
     started = time.perf_counter()
     directory.mkdir(parents=True, exist_ok=True)
     (directory / ENTRIES).mkdir(exist_ok=True)
-    pages = tantivy.Index(build_schema(), path=str(directory)).writer(heap_size=256 << 20, num_threads=2)
-    entries = tantivy.Index(named_entries.build_schema(), path=str(directory / ENTRIES)).writer(heap_size=64 << 20, num_threads=1)
+    pages = quiet(tantivy.Index(build_schema(), path=str(directory))).writer(heap_size=256 << 20, num_threads=2)
+    entries = quiet(tantivy.Index(named_entries.build_schema(), path=str(directory / ENTRIES))).writer(heap_size=64 << 20, num_threads=1)
     if print_progress is None:
         print_progress = wanted()
     with progress_bar(len(store.pages), "index pages", print_progress, unit="page") as bar, HighlightWriter(
@@ -87,6 +87,17 @@ def build_index(store: Store, directory: Path, print_progress: bool | None = Non
         writer.commit()
         writer.wait_merging_threads()
     return time.perf_counter() - started
+
+
+def quiet(index: tantivy.Index) -> tantivy.Index:
+    """``index`` with a reader that never reloads by itself. tantivy's default reader watches
+    meta.json from a thread of its own and, when it changes, reloads under a file lock (flock)
+    on ``.tantivy-meta.lock``; a worker forked while that thread holds the lock keeps it for
+    ever (the lock belongs to the open file, which the worker shares), and any other process
+    opening the index then waits for ever. An index docsrv serves never changes (a new one is
+    built aside and swapped in), so nothing is lost."""
+    index.config_reader("Manual", 0)
+    return index
 
 
 def version_scope(project: str, version: str) -> str:
@@ -143,8 +154,8 @@ class SearchIndex:
     def open(cls, store: Store, directory: Path) -> SearchIndex:
         """The index built in ``directory`` over ``store``: every file opened now (a server opens it
         before it forks, so its workers never open a file of the snapshot again)."""
-        named = named_entries.NamedEntries(tantivy.Index.open(str(directory / ENTRIES)))
-        return cls(store, tantivy.Index.open(str(directory)), named, Highlights(directory / "highlight"))
+        named = named_entries.NamedEntries(quiet(tantivy.Index.open(str(directory / ENTRIES))))
+        return cls(store, quiet(tantivy.Index.open(str(directory))), named, Highlights(directory / "highlight"))
 
     def __init__(self, store: Store, index: tantivy.Index, named: named_entries.NamedEntries, highlights: Highlights) -> None:
         self.store = store

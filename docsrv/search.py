@@ -40,6 +40,8 @@ _ALNUM = re.compile(r"[^\W_]+")
 MAX_TOKEN_BYTES = 40
 #: The entries index, in the pages' index directory.
 ENTRIES = "entries"
+#: The file tantivy locks while it reads or writes an index's meta.json.
+META_LOCK = ".tantivy-meta.lock"
 
 
 def build_schema() -> tantivy.Schema:
@@ -155,7 +157,9 @@ class SearchIndex:
         """The index built in ``directory`` over ``store``: every file opened now (a server opens it
         before it forks, so its workers never open a file of the snapshot again)."""
         named = named_entries.NamedEntries(quiet(tantivy.Index.open(str(directory / ENTRIES))))
-        return cls(store, quiet(tantivy.Index.open(str(directory))), named, Highlights(directory / "highlight"))
+        opened = cls(store, quiet(tantivy.Index.open(str(directory))), named, Highlights(directory / "highlight"))
+        opened.lock_files = (directory / META_LOCK, directory / ENTRIES / META_LOCK)
+        return opened
 
     def __init__(self, store: Store, index: tantivy.Index, named: named_entries.NamedEntries, highlights: Highlights) -> None:
         self.store = store
@@ -164,6 +168,8 @@ class SearchIndex:
         self.searcher = index.searcher()
         self.named = named
         self.highlights = highlights
+        #: The files tantivy locks (flock) to read an index's meta.json (see ``quiet``).
+        self.lock_files: tuple[Path, ...] = ()
 
     def _in_fields(self, tokens: list[str], scope: tuple | None = None) -> list[tuple[tantivy.Occur, tantivy.Query]]:
         """One word (a phrase when it makes several tokens) or phrase in each field, by field weight,

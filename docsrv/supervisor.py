@@ -24,6 +24,7 @@ being copied is waited for, not loaded); a failed load is tried again when the f
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gc
 import logging
 import os
@@ -33,7 +34,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -266,7 +267,8 @@ class Supervisor:
 
     def spawn(self, served: Served) -> tuple[int, int]:
         read_end, write_end = os.pipe()
-        pid = os.fork()
+        with index_locks_held(served):
+            pid = os.fork()
         if pid:
             os.close(write_end)
             return pid, read_end
@@ -451,6 +453,30 @@ class Supervisor:
         if self.reload_again is not None:
             why, self.reload_again = self.reload_again, None
             self.reload(why)
+
+
+@contextlib.contextmanager
+def index_locks_held(served: Served) -> Iterator[None]:
+    """The index's meta locks taken by the master while it forks a worker.
+
+    tantivy takes an flock on ``.tantivy-meta.lock`` from threads of its own and lets go of it by
+    closing the file: a worker forked while such a thread holds it would share that open file,
+    and hold the lock for as long as it lives (and then a process opening the index waits for
+    ever). Taking the lock first waits for any such thread to finish; the worker shares the
+    master's lock instead, which the master's unlock releases for both."""
+    held = []
+    try:
+        for path in served.search.lock_files:
+            with contextlib.suppress(OSError):  # no lock file: nothing to hold
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                held.append(fd)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        for fd in held:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
 
 def settled(directory: Path) -> bool:

@@ -1,7 +1,9 @@
-"""Fixtures that start the real docsrv server, as a separate process on a free loopback port."""
+"""Fixtures that start the real docsrv server on a free loopback port: in this process (``demo``),
+or as a separate ``docsrv serve`` process where a process is the point (``start_server``)."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import os
@@ -10,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,28 +36,98 @@ class Response:
         return self._json
 
 
-class Server:
-    """A running ``docsrv serve`` process and a small HTTP client for it."""
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Client:
+    """A small HTTP client for a server on ``127.0.0.1:port``: one connection a request."""
+
+    port: int
+
+    def request(self, path: str, *, method: str = "GET", headers: dict[str, str] | None = None) -> Response:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            connection.request(method, path, headers=headers or {})
+            response = connection.getresponse()
+            return Response(response.status, response.headers, response.read())
+        finally:
+            connection.close()
+
+    def get(self, path: str, **kwargs) -> Response:
+        return self.request(path, **kwargs)
+
+    def json(self, path: str, status: int = 200):
+        response = self.get(path)
+        assert response.status == status, (path, response.status, response.body[:300])
+        return response.json()
+
+
+class InProcessServer(Client):
+    """The real server (``docsrv.server.running_server``: the dispatcher, the fast lane, the
+    reply cache) over a snapshot, on an event loop of its own in a thread of this process."""
+
+    def __init__(self, snapshot: Path, settings=None) -> None:
+        from docsrv.server import running_server
+
+        self._loop = asyncio.new_event_loop()
+        self._stop = asyncio.Event()
+        self._ready = threading.Event()
+        self._failed: BaseException | None = None
+
+        async def serve() -> None:
+            try:
+                async with running_server(snapshot, settings) as base:
+                    self.base = base
+                    self.port = int(base.rsplit(":", 1)[1])
+                    self._ready.set()
+                    await self._stop.wait()
+            except BaseException as error:
+                self._failed = error
+                self._ready.set()
+
+        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(serve(),), daemon=True)
+        self._thread.start()
+        self._ready.wait(60)
+        if self._failed is not None:
+            raise self._failed
+
+    def stop(self) -> None:
+        with suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=30)
+        self._loop.close()
+
+
+class Server(Client):
+    """A running ``docsrv serve`` process, and a client for it."""
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None, preexec_fn=None, port: int | None = None) -> None:
-        if port is None:
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", 0))
-                port = probe.getsockname()[1]
-        self.port = port
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "docsrv", "serve", "--host", "127.0.0.1", "--port", str(self.port), *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            cwd=ROOT,
-            preexec_fn=preexec_fn,
-        )
-        self.log: list[str] = []
-        self._reader = threading.Thread(target=self._read_output, daemon=True)
-        self._reader.start()
-        self.wait_for("serving snapshot")
+        # A free port is probed, then given to the server: another test's process may take it in
+        # between, so a probed port that is taken by then is probed again.
+        attempts = 5 if port is None else 1
+        for attempt in range(1, attempts + 1):
+            self.port = port or free_port()
+            self.base = f"http://127.0.0.1:{self.port}"
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "docsrv", "serve", "--host", "127.0.0.1", "--port", str(self.port), *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                cwd=ROOT,
+                preexec_fn=preexec_fn,
+            )
+            self.log: list[str] = []
+            self._reader = threading.Thread(target=self._read_output, daemon=True)
+            self._reader.start()
+            try:
+                self.wait_for("serving snapshot")
+                return
+            except AssertionError:
+                if attempt == attempts or not any("cannot listen" in line for line in self.log):
+                    raise
 
     def _read_output(self) -> None:
         """Keep reading the server's output, so that it never blocks on a full pipe."""
@@ -74,23 +147,6 @@ class Server:
             time.sleep(0.02)
         raise AssertionError(f"no {text!r} within {timeout} s:\n" + "".join(self.log))
 
-    def request(self, path: str, *, method: str = "GET", headers: dict[str, str] | None = None) -> Response:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        try:
-            connection.request(method, path, headers=headers or {})
-            response = connection.getresponse()
-            return Response(response.status, response.headers, response.read())
-        finally:
-            connection.close()
-
-    def get(self, path: str, **kwargs) -> Response:
-        return self.request(path, **kwargs)
-
-    def json(self, path: str, status: int = 200):
-        response = self.get(path)
-        assert response.status == status, (path, response.status, response.body[:300])
-        return response.json()
-
     def stop(self) -> int:
         self.process.terminate()
         code = self.process.wait(timeout=60)
@@ -100,8 +156,8 @@ class Server:
 
 @pytest.fixture(scope="session")
 def demo():
-    """The bundled demo snapshot, served with links built from each request's host."""
-    server = Server(["--snapshot", str(DEMO)])
+    """The bundled demo snapshot, served in this process with links built from each request's host."""
+    server = InProcessServer(DEMO)
     yield server
     server.stop()
 

@@ -2,7 +2,7 @@
 
     python tests/record_openapi_examples.py
 
-A real server answers every example request of ``docsrv/api/openapi.py``; the bodies are written
+A real server answers every example request of the routes (``docsrv/api/routes.py``); the bodies are written
 to ``docsrv/api/openapi-examples.json``, which ``test_openapi.py`` replays against the server.
 """
 
@@ -18,7 +18,8 @@ from aiohttp import ClientSession
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from docsrv.api.openapi import EXAMPLES_FILE, EXAMPLES_PUBLIC_URL, LIVE, PATHS, example_request  # noqa: E402
+from docsrv.api.openapi import EXAMPLES_FILE, EXAMPLES_PUBLIC_URL, LIVE, example_request  # noqa: E402
+from docsrv.api.routes import ROUTES  # noqa: E402
 from docsrv.config import Settings  # noqa: E402
 from docsrv.server import running_server  # noqa: E402
 
@@ -27,11 +28,11 @@ async def record_examples(snapshot: Path) -> dict:
     """Answer every example request from ``snapshot`` with a real server; the bodies, by template."""
     examples = {}
     async with running_server(snapshot, Settings(public_url=EXAMPLES_PUBLIC_URL)) as base, ClientSession() as session:
-        for template in PATHS:
-            if template in LIVE:
+        for route in ROUTES:
+            if route.template in LIVE:
                 continue
-            async with session.get(base + example_request(template)) as response:
-                examples[template] = await response.json()
+            async with session.get(base + example_request(route.template, route.doc)) as response:
+                examples[route.template] = await response.json()
     return examples
 
 

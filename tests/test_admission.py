@@ -8,21 +8,15 @@ import pytest
 
 from docsrv.api.admission import CLIENT_GONE, SearchQueue
 from docsrv.api.errors import ApiError
+from docsrv.api.request import ApiRequest
 
 
-class Transport:
-    def __init__(self) -> None:
-        self.closing = False
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-
-class Request:
-    """What the queue looks at of a request: its connection's transport (None once it is lost)."""
+class Client:
+    """A client that may go away: what the queue asks of a request is whether it has."""
 
     def __init__(self) -> None:
-        self.transport: Transport | None = Transport()
+        self.left = False
+        self.request = ApiRequest.of("/api/v2/docsearch/?q=x", gone=lambda: self.left)
 
 
 class Blocked:
@@ -39,7 +33,7 @@ class Blocked:
         return n
 
     async def start(self) -> asyncio.Future:
-        first = asyncio.ensure_future(self.queue.run(Request(), self.search, 0))
+        first = asyncio.ensure_future(self.queue.run(Client().request, self.search, 0))
         await asyncio.sleep(0)
         while len(self.queue):  # the first is taken into the search thread, which blocks
             await asyncio.sleep(0.01)
@@ -50,10 +44,10 @@ async def test_a_full_queue_refuses_with_503_and_retry_after():
     blocked = Blocked(limit=2)
     queue, release, ran, search = blocked.queue, blocked.release, blocked.ran, blocked.search
     first = await blocked.start()
-    waiting = [asyncio.ensure_future(queue.run(Request(), search, n)) for n in (1, 2)]
+    waiting = [asyncio.ensure_future(queue.run(Client().request, search, n)) for n in (1, 2)]
     await asyncio.sleep(0)
     with pytest.raises(ApiError) as refused:
-        await queue.run(Request(), search, 3)
+        await queue.run(Client().request, search, 3)
     assert refused.value.status == 503
     assert refused.value.headers == {"Retry-After": "1"}
     assert refused.value.body == {"detail": "Too many searches are waiting; try again shortly."}
@@ -67,11 +61,11 @@ async def test_a_search_whose_client_has_gone_is_dropped_before_it_runs():
     blocked = Blocked(limit=10)
     queue, release, ran, search = blocked.queue, blocked.release, blocked.ran, blocked.search
     first = await blocked.start()
-    gone, closing, staying = Request(), Request(), Request()
-    futures = [asyncio.ensure_future(queue.run(r, search, n)) for n, r in ((1, gone), (2, closing), (3, staying))]
+    gone, closing, staying = Client(), Client(), Client()
+    futures = [asyncio.ensure_future(queue.run(c.request, search, n)) for n, c in ((1, gone), (2, closing), (3, staying))]
     await asyncio.sleep(0)
-    gone.transport = None
-    closing.transport.closing = True
+    gone.left = True
+    closing.left = True
     release.set()
     assert await first == 0
     for future in futures[:2]:
@@ -82,10 +76,10 @@ async def test_a_search_whose_client_has_gone_is_dropped_before_it_runs():
     assert ran == [0, 3]
     assert queue.counts == {"run": 2, "refused": 0, "dropped": 2}
     # A client already gone when it asks is not queued at all.
-    late = Request()
-    late.transport = None
+    late = Client()
+    late.left = True
     with pytest.raises(ApiError):
-        await queue.run(late, search, 4)
+        await queue.run(late.request, search, 4)
     assert queue.counts["dropped"] == 3 and ran == [0, 3]
 
 
@@ -96,5 +90,5 @@ async def test_an_error_in_a_search_reaches_its_request_and_the_queue_goes_on():
         raise ValueError("bad")
 
     with pytest.raises(ValueError):
-        await queue.run(Request(), broken)
-    assert await queue.run(Request(), lambda: 7) == 7
+        await queue.run(Client().request, broken)
+    assert await queue.run(Client().request, lambda: 7) == 7

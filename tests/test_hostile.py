@@ -6,7 +6,7 @@ import socket
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from docsrv.api.app import ROUTES
+from docsrv.api.routes import ROUTES
 from helpers import raw_request
 
 PATHS = [r.template.replace("{id}", "1") for r in ROUTES] + [

@@ -38,7 +38,8 @@ def test_access_log_is_one_json_line_per_request(start_server):
     assert record["route"] == "/api/v2/project/{id}/" and record["method"] == "GET" and record["snapshot"] == "demo"
 
 
-def test_no_access_log_by_default(demo):
+def test_no_access_log_by_default(start_server):
+    demo = start_server("--workers", "1")
     demo.get("/api/v2/project/2/?from=quiet")
     poll(lambda: "/api/v2/project/{id}/" in demo.get("/metrics").body.decode(), what="the request counted")  # it was handled
     assert not any("from=quiet" in line for line in demo.log)

@@ -16,9 +16,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from aiohttp import web
-
 from .errors import ApiError
+from .request import ApiRequest
 
 SEARCH_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="docsrv-search")
 RETRY_AFTER_SECONDS = 1
@@ -26,15 +25,10 @@ RETRY_AFTER_SECONDS = 1
 CLIENT_GONE = 499
 
 
-def client_gone(request: web.BaseRequest) -> bool:
-    transport = request.transport
-    return transport is None or transport.is_closing()
-
-
 class SearchQueue:
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._waiting: deque[tuple[web.BaseRequest, Callable[..., Any], tuple, asyncio.Future]] = deque()
+        self._waiting: deque[tuple[ApiRequest, Callable[..., Any], tuple, asyncio.Future]] = deque()
         self._pump: asyncio.Task | None = None
         #: Searches run, refused (queue full) and dropped (client gone), since start.
         self.counts = {"run": 0, "refused": 0, "dropped": 0}
@@ -42,9 +36,9 @@ class SearchQueue:
     def __len__(self) -> int:
         return len(self._waiting)
 
-    async def run(self, request: web.BaseRequest, function: Callable[..., Any], *args: Any) -> Any:
+    async def run(self, request: ApiRequest, function: Callable[..., Any], *args: Any) -> Any:
         """``function(*args)`` in the search thread, in turn; 503 when too many wait."""
-        if client_gone(request):
+        if request.gone():
             self.counts["dropped"] += 1
             raise ApiError(CLIENT_GONE, {"detail": "Client closed the connection."})
         if len(self._waiting) >= self.limit:
@@ -66,7 +60,7 @@ class SearchQueue:
             request, function, args, future = self._waiting.popleft()
             if future.done():
                 continue
-            if client_gone(request):
+            if request.gone():
                 self.counts["dropped"] += 1
                 future.set_exception(ApiError(CLIENT_GONE, {"detail": "Client closed the connection."}))
                 continue

@@ -1,4 +1,4 @@
-"""Every route docsrv serves, and the dispatcher that answers a request.
+"""The dispatcher that answers a request, by the routes of ``routes.py``.
 
 docsrv runs on aiohttp's low-level ``web.Server`` with this small router rather than on
 ``web.Application``: the application's routing and request objects cost 12-17 µs a request,
@@ -9,6 +9,7 @@ for a ready reply under its path and query; only a miss reaches a handler.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from operator import itemgetter
 from time import perf_counter
 from typing import Any
@@ -16,6 +17,7 @@ from urllib.parse import quote
 
 from aiohttp import hdrs, web
 from aiohttp.http import HttpVersion10, HttpVersion11
+from multidict import MultiDict, MultiDictProxy
 from yarl import URL
 
 from ..http.aiohttp_seam import as_http11
@@ -26,51 +28,15 @@ from ..http.protocol import VERSION_NOT_SUPPORTED, JsonErrorServer
 from ..http.reply import Reply
 from ..http.reply_cache import Key
 from ..snapshot.commands import FileChanged
-from . import docsearch, openapi, ops, v1, v2
+from . import v2
 from .errors import ApiError
 from .params import excerpt
-from .routing import Route, Router, params
+from .request import ApiRequest
+from .routes import ROUTES
+from .routing import Route, Router
 from .state import ALLOW, ApiState
 
 log = logging.getLogger("docsrv")
-
-PAGE = ("limit", "offset")
-V1_ONE = params("format")
-
-ROUTES = (
-    Route("/api/v2/project/", v2.project_list, params("slug", "page", *PAGE)),
-    Route("/api/v2/project/{id}/", v2.project_detail),
-    Route("/api/v2/project/{id}/active_versions/", v2.active_versions),
-    Route("/api/v2/version/", v2.version_list, params("project__slug", "active", *PAGE)),
-    Route("/api/v2/version/{id}/", v2.version_detail),
-    Route("/api/v2/build/", v2.build_list, params("project__slug", "commit", *PAGE)),
-    Route("/api/v2/build/{id}/", v2.build_detail),
-    Route("/api/v2/docsearch/", docsearch.docsearch, params("project", "version", "q")),
-    Route("/api/v1/", v1.root, V1_ONE),
-    Route("/api/v1/build/", v1.build_list, v1.BUILD.accepts),
-    Route("/api/v1/build/schema/", v1.schema_handler(v1.BUILD), V1_ONE),
-    Route("/api/v1/build/{id}/", v1.build_detail, V1_ONE),
-    Route("/api/v1/file/", v1.file_list, v1.FILE.accepts),
-    Route("/api/v1/file/schema/", v1.schema_handler(v1.FILE), V1_ONE),
-    Route("/api/v1/file/search/", docsearch.file_search, params("q")),
-    Route("/api/v1/file/anchor/", docsearch.anchor_search, params("q")),
-    Route("/api/v1/file/{id}/", v1.file_detail, V1_ONE),
-    Route("/api/v1/project/", v1.project_list, v1.PROJECT.accepts),
-    Route("/api/v1/project/schema/", v1.schema_handler(v1.PROJECT), V1_ONE),
-    Route("/api/v1/project/{id}/", v1.project_detail, V1_ONE),
-    Route("/api/v1/project/{id}", v1.project_detail, V1_ONE),
-    Route("/api/v1/user/", v1.user_list, v1.USER.accepts),
-    Route("/api/v1/user/schema/", v1.schema_handler(v1.USER), V1_ONE),
-    Route("/api/v1/user/{id}/", v1.user_detail, V1_ONE),
-    Route("/api/v1/version/", v1.version_list, v1.VERSION.accepts),
-    Route("/api/v1/version/schema/", v1.schema_handler(v1.VERSION), V1_ONE),
-    Route("/api/v1/version/{id}/", v1.version_detail, v1.VERSION.accepts),
-    Route("/api/v1/version/{id}", v1.version_detail, v1.VERSION.accepts),
-    Route("/healthz", ops.healthz, checks_host=False),
-    Route("/readyz", ops.readyz, checks_host=False),
-    Route("/metrics", ops.metrics, checks_host=False),
-    Route("/openapi.json", openapi.document),
-)
 
 ROUTER = Router(ROUTES)
 HTTP_VERSIONS = (HttpVersion11, HttpVersion10)
@@ -173,9 +139,9 @@ class Dispatcher:
         if cached is not None:
             reply = cached
         else:
-            if target != request.raw_path:
-                request = request.clone(rel_url=url)
-            reply = await self.answer(request, state, route, params)
+            base = state.fixed_base or f"{request.scheme}://{request.host.lower()}"
+            asked = ApiRequest(params, MultiDictProxy(MultiDict(query)), url.raw_path, base, gone_check(request))
+            reply = await self.answer(asked, state, route)
             if reply.etag is not None:
                 state.cache.put(canonical, reply)
         if reply.etag is not None and canonical != key:
@@ -183,9 +149,9 @@ class Dispatcher:
         return reply, hit
 
     @staticmethod
-    async def answer(request: web.BaseRequest, state: ApiState, route: Route, params: dict[str, str]) -> Reply:
+    async def answer(request: ApiRequest, state: ApiState, route: Route) -> Reply:
         try:
-            reply = await route.handler(request, state, params)
+            reply = await route.handler(request, state)
         except ApiError as error:
             reply = state.uncached(error.status, error.body, error.headers)
         except FileChanged as error:
@@ -193,7 +159,7 @@ class Dispatcher:
             reply = state.uncached(503, {"detail": "This record's file changed on disk; the snapshot is being reloaded."},
                                    {"Retry-After": "2"})
         except Exception:
-            log.exception("error answering %s", excerpt(request.raw_path, 200))
+            log.exception("error answering %s", excerpt(request.path, 200))
             reply = state.uncached(500, {"detail": "Internal server error."})
         reply.route = route.template
         return reply
@@ -208,6 +174,16 @@ class Dispatcher:
                 location += "?" + request.rel_url.raw_query_string
             return state.uncached(301, {"detail": "Moved permanently.", "location": location}, {"Location": location})
         return state.uncached(404, v2.NOT_FOUND)
+
+
+def gone_check(request: web.BaseRequest) -> Callable[[], bool]:
+    """Whether the client of ``request`` has gone, asked later (a search waits its turn)."""
+    transport = request.transport
+    return transport.is_closing if transport is not None else always
+
+
+def always() -> bool:
+    return True
 
 
 def origin_form(request: web.BaseRequest) -> web.BaseRequest:

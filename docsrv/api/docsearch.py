@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import html
 
-from aiohttp import web
-
 from ..http.purge import page_keys, version_slug_keys
 from ..http.reply import Reply
 from ..search import version_scope
 from ..snapshot.records import Project
 from .errors import ApiError
 from .params import last
+from .request import ApiRequest
 from .state import V1_JSON, ApiState
 from .v1 import FILE, V1Serializer
 from .v1 import error as v1_error
@@ -26,7 +25,7 @@ HIGHLIGHT_WIDTH = 100
 V1_SNIPPET_WIDTH = 200
 
 
-async def docsearch(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def docsearch(request: ApiRequest, state: ApiState) -> Reply:
     query = request.query
     values = {name: (last(query, name) or "").strip() for name in ("project", "version", "q")}
     missing = {name: ["This query param is required"] for name, value in values.items() if not value}
@@ -78,14 +77,14 @@ def docsearch_body(state: ApiState, searched: list[Project], version: str, q: st
     return {"results": {"hits": {"hits": hits, "max_score": max_score, "total": found.total}}}
 
 
-def v1_query(request: web.BaseRequest) -> str:
+def v1_query(request: ApiRequest) -> str:
     q = (last(request.query, "q") or "").strip()
     if not q:
         raise v1_error("The 'q' parameter is required.")
     return q
 
 
-async def file_search(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def file_search(request: ApiRequest, state: ApiState) -> Reply:
     objects, keys = await state.searches.run(request, file_search_body, state, v1_query(request))
     return state.ok({"objects": objects}, ["search", "v1", *keys], V1_JSON)
 
@@ -108,7 +107,7 @@ def file_search_body(state: ApiState, q: str) -> tuple[list[dict], list[str]]:
     return objects, keys
 
 
-async def anchor_search(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def anchor_search(request: ApiRequest, state: ApiState) -> Reply:
     q = v1_query(request)
     store = state.store
     found = await state.searches.run(request, state.search.search_anchors, q)

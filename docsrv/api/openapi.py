@@ -1,4 +1,5 @@
-"""The OpenAPI 3.1 document of every endpoint docsrv serves.
+"""The OpenAPI 3.1 document of every endpoint docsrv serves: the schemas, and the operation of
+each route, which the route carries (``routes.py``) and this module assembles.
 
 Each operation's parameters carry an ``example``; the request they make is answered, in the
 bundled demo snapshot, by the response ``example`` stored in ``openapi-examples.json``. A
@@ -9,18 +10,14 @@ is served. After a deliberate change of shape, rewrite the examples with
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
 from urllib.parse import quote
 
 import orjson
-from aiohttp import web
 
-from ..http.reply import Reply
 from . import v1, v2
 from .params import V1_PAGING, V2_PAGING
 from .schema import DATETIME, INTEGER, NULLABLE_URI, STRING, obj, ref
-from .state import ApiState
 
 EXAMPLES_FILE = Path(__file__).with_name("openapi-examples.json")
 #: The public URL the examples were recorded with (it shows in their next/previous links).
@@ -161,20 +158,14 @@ def path_id(example: int) -> dict:
 
 def pagination(limit_example: int | None = None, offset_example: int | None = None) -> list[dict]:
     return [
-        query("limit", V2_PAGING.limit_help(), {"type": "integer", "minimum": 1}, limit_example),
-        query("offset", "Index of the first item, default 0.", {"type": "integer", "minimum": 0}, offset_example),
+        query("limit", V2_PAGING.limit_help(), {"type": "integer", "minimum": 1, "default": V2_PAGING.default_limit}, limit_example),
+        query("offset", "Index of the first item, default 0.", {"type": "integer", "minimum": 0, "default": 0}, offset_example),
     ]
 
 
 def operation(summary: str, parameters: list[dict], ok: dict, *, tag: str, errors: dict | None = None) -> dict:
-    return {
-        "get": {
-            "summary": summary,
-            "tags": [tag],
-            "parameters": parameters,
-            "responses": {"200": ok, **(errors or {})},
-        }
-    }
+    """The OpenAPI operation object of a GET route."""
+    return {"summary": summary, "tags": [tag], "parameters": parameters, "responses": {"200": ok, **(errors or {})}}
 
 
 V1_NOT_FOUND = json_response("No public object is found there.", ref("V1Error"))
@@ -188,163 +179,152 @@ V1_EXAMPLES = {
     "user": ({"username": "hynek"}, "davidism"),
     "version": ({"project__slug": "attrs", "active": "true"}, "14"),
 }
-#: For each v1 resource, the filter parameters its table of fields allows.
-V1_FILTERS = {
-    name: [field if lookup == "exact" else f"{field}__{lookup}" for field, lookups in resource.filtering.items() for lookup in lookups]
-    for name, resource in v1.RESOURCES.items()
-}
+V1_BY_NAME = {"project": "an id or a slug", "user": "an id or a username", "version": "an id (a project slug lists its versions)"}
 
 
-def v1_paths() -> dict[str, dict]:
-    paths = {
-        "/api/v1/": operation(
-            "The v1 resources, with their list and schema endpoints.",
-            [V1_FORMAT],
-            json_response("The root.", ref("V1Root")),
-            tag="v1",
-            errors={"400": V1_BAD_PARAMETER},
-        )
-    }
-    for name in v1.RESOURCES:
-        title = f"V1{name.title()}"
-        filters, detail_example = V1_EXAMPLES[name]
-        limit = query("limit", V1_PAGING.limit_help(), {"type": "integer", "minimum": 0})
-        offset = query("offset", "Index of the first item, default 0.", {"type": "integer", "minimum": 0})
-        paths[f"/api/v1/{name}/"] = operation(
-            f"v1 {name}s (deprecated).",
-            [*(query(f, f"Exact {f}.", example=filters.get(f)) for f in V1_FILTERS[name]), V1_FORMAT, limit, offset],
-            json_response(f"A page of {name}s.", ref(f"{title}List")),
-            tag="v1",
-            errors={"400": V1_BAD_PARAMETER},
-        )
-        paths[f"/api/v1/{name}/schema/"] = operation(
-            f"The schema of v1 {name}s.", [V1_FORMAT], json_response("The schema.", ref("V1Schema")), tag="v1",
-            errors={"400": V1_BAD_PARAMETER},
-        )
-        by_name = {"project": "an id or a slug", "user": "an id or a username", "version": "an id (a project slug lists its versions)"}
-        detail = operation(
-            f"One v1 {name}, by {by_name.get(name, 'id')}.",
-            [{"name": "id", "in": "path", "required": True, "schema": STRING, "example": detail_example}, V1_FORMAT],
-            json_response(f"The {name}.", ref(title) if name != "version" else {"oneOf": [ref(title), ref(f"{title}List")]}),
-            tag="v1",
-            errors={"400": V1_BAD_PARAMETER, "404": V1_NOT_FOUND},
-        )
-        paths[f"/api/v1/{name}/{{id}}/"] = detail
-        if name in ("project", "version"):
-            paths[f"/api/v1/{name}/{{id}}"] = detail
-    return paths
+def v1_root() -> dict:
+    return operation(
+        "The v1 resources, with their list and schema endpoints.", [V1_FORMAT], json_response("The root.", ref("V1Root")),
+        tag="v1", errors={"400": V1_BAD_PARAMETER},
+    )
+
+
+def v1_list(resource: v1.Resource) -> dict:
+    filters, _detail = V1_EXAMPLES[resource.name]
+    names = [field if lookup == "exact" else f"{field}__{lookup}" for field, lookups in resource.filtering.items() for lookup in lookups]
+    limit = query("limit", V1_PAGING.limit_help(), {"type": "integer", "minimum": 0, "default": V1_PAGING.default_limit})
+    offset = query("offset", "Index of the first item, default 0.", {"type": "integer", "minimum": 0, "default": 0})
+    return operation(
+        f"v1 {resource.name}s (deprecated).",
+        [*(query(f, f"Exact {f}.", example=filters.get(f)) for f in names), V1_FORMAT, limit, offset],
+        json_response(f"A page of {resource.name}s.", ref(f"V1{resource.name.title()}List")),
+        tag="v1",
+        errors={"400": V1_BAD_PARAMETER},
+    )
+
+
+def v1_schema(resource: v1.Resource) -> dict:
+    return operation(
+        f"The schema of v1 {resource.name}s.", [V1_FORMAT], json_response("The schema.", ref("V1Schema")), tag="v1",
+        errors={"400": V1_BAD_PARAMETER},
+    )
+
+
+def v1_detail(resource: v1.Resource) -> dict:
+    name = resource.name
+    title = f"V1{name.title()}"
+    _filters, example = V1_EXAMPLES[name]
+    return operation(
+        f"One v1 {name}, by {V1_BY_NAME.get(name, 'id')}.",
+        [{"name": "id", "in": "path", "required": True, "schema": STRING, "example": example}, V1_FORMAT],
+        json_response(f"The {name}.", ref(title) if name != "version" else {"oneOf": [ref(title), ref(f"{title}List")]}),
+        tag="v1",
+        errors={"400": V1_BAD_PARAMETER, "404": V1_NOT_FOUND},
+    )
 
 
 ACTIVE = {"type": "string", "enum": ["true", "false", "True", "False", "TRUE", "FALSE", "1", "0"]}
-
-PATHS: dict[str, dict] = {
-    "/api/v2/project/": operation(
-        "Projects, by slug.",
-        [
-            query("slug", "Exact project slug.", example="pip"),
-            *pagination(),
-            query("page", "Page number, as the original service paged projects: 100 a page; limit and offset are then "
-                  "ignored, and next/previous carry page.", {"type": "integer", "minimum": 1}),
-        ],
-        json_response("A page of projects.", ref("ProjectList")),
-        tag="v2",
-        errors={"400": BAD_PARAMETER, "404": json_response("A page that is not a positive integer, or past the last page.", ref("Detail"))},
-    ),
-    "/api/v2/project/{id}/": operation(
-        "One project.", [path_id(1)], json_response("The project.", ref("Project")), tag="v2", errors={"404": NOT_FOUND}
-    ),
-    "/api/v2/project/{id}/active_versions/": operation(
-        "The active versions of a project, in version-list order (not paginated).",
-        [path_id(5)],
-        json_response("The active versions.", ref("ActiveVersions")),
-        tag="v2",
-        errors={"404": NOT_FOUND},
-    ),
-    "/api/v2/version/": operation(
-        "Versions, by verbose_name descending, then id.",
-        [
-            query("project__slug", "Exact slug of the versions' project.", example="requests"),
-            query("active", "true/false/1/0, any case.", ACTIVE, example="true"),
-            *pagination(2, 1),
-        ],
-        json_response("A page of versions.", ref("VersionList")),
-        tag="v2",
-        errors={"400": BAD_PARAMETER},
-    ),
-    "/api/v2/version/{id}/": operation(
-        "One version.", [path_id(2)], json_response("The version.", ref("Version")), tag="v2", errors={"404": NOT_FOUND}
-    ),
-    "/api/v2/build/": operation(
-        "Builds, most recent first.",
-        [
-            query("project__slug", "Exact slug of the builds' project.", example="attrs"),
-            query("commit", "Exact version-control identifier."),
-            *pagination(1),
-        ],
-        json_response("A page of builds.", ref("BuildList")),
-        tag="v2",
-        errors={"400": BAD_PARAMETER},
-    ),
-    "/api/v2/build/{id}/": operation(
-        "One build, with its commands.", [path_id(101)], json_response("The build.", ref("Build")), tag="v2", errors={"404": NOT_FOUND}
-    ),
-    "/api/v2/docsearch/": operation(
-        "Search the pages of one version of a project.",
-        [
-            {**query("project", "Project slug.", example="requests"), "required": True},
-            {**query("version", "Version slug.", example="latest"), "required": True},
-            {**query("q", 'Words and "quoted phrases"; pages holding every word rank first.', example="session pooling"), "required": True},
-            query("language", "Accepted and ignored."),
-        ],
-        json_response("At most 50 hits, best first.", ref("DocSearch")),
-        tag="search",
-        errors={"400": BAD_PARAMETER, "404": NOT_FOUND, "503": SEARCH_BUSY},
-    ),
-    "/api/v1/file/search/": operation(
-        "Search every public page (v1).",
-        [{**query("q", "The search term.", example="timeouts"), "required": True}],
-        json_response("At most 50 files, best first, each with a highlighted text snippet.", ref("V1FileSearch")),
-        tag="search",
-        errors={"400": V1_BAD_PARAMETER, "503": SEARCH_BUSY},
-    ),
-    "/api/v1/file/anchor/": operation(
-        "Sections whose heading or anchor id contains the term (v1).",
-        [{**query("q", "The search term.", example="config"), "required": True}],
-        json_response("At most 50 page URLs with their anchors, best first.", ref("V1AnchorSearch")),
-        tag="search",
-        errors={"400": V1_BAD_PARAMETER, "503": SEARCH_BUSY},
-    ),
-    **v1_paths(),
-    "/healthz": operation("Liveness.", [], json_response("The process answers.", ref("Health")), tag="operations"),
-    "/readyz": operation(
-        "Readiness: the snapshot being served, and how reloads went.",
-        [],
-        json_response("A snapshot is loaded.", ref("Ready")),
-        tag="operations",
-        errors={"503": json_response("The snapshot's files changed on disk under the server; it is being reloaded.", ref("Ready"))},
-    ),
-    "/metrics": {
-        "get": {
-            "summary": "Prometheus metrics of every worker: requests, latency, snapshot, reloads.",
-            "tags": ["operations"],
-            "parameters": [],
-            "responses": {"200": {"description": "Prometheus text format 0.0.4.", "content": {"text/plain": {"schema": STRING}}}},
-        }
-    },
-    "/openapi.json": operation(
-        "This document.", [], json_response("The OpenAPI document.", {"type": "object"}), tag="operations"
-    ),
+PROJECT_LIST = operation(
+    "Projects, by slug.",
+    [
+        query("slug", "Exact project slug.", example="pip"),
+        *pagination(),
+        query("page", "Page number, as the original service paged projects: 100 a page; limit and offset are then "
+              "ignored, and next/previous carry page.", {"type": "integer", "minimum": 1}),
+    ],
+    json_response("A page of projects.", ref("ProjectList")),
+    tag="v2",
+    errors={"400": BAD_PARAMETER, "404": json_response("A page that is not a positive integer, or past the last page.", ref("Detail"))},
+)
+PROJECT_DETAIL = operation(
+    "One project.", [path_id(1)], json_response("The project.", ref("Project")), tag="v2", errors={"404": NOT_FOUND}
+)
+ACTIVE_VERSIONS = operation(
+    "The active versions of a project, in version-list order (not paginated).",
+    [path_id(5)],
+    json_response("The active versions.", ref("ActiveVersions")),
+    tag="v2",
+    errors={"404": NOT_FOUND},
+)
+VERSION_LIST = operation(
+    "Versions, by verbose_name descending, then id.",
+    [
+        query("project__slug", "Exact slug of the versions' project.", example="requests"),
+        query("active", "true/false/1/0, any case.", ACTIVE, example="true"),
+        *pagination(2, 1),
+    ],
+    json_response("A page of versions.", ref("VersionList")),
+    tag="v2",
+    errors={"400": BAD_PARAMETER},
+)
+VERSION_DETAIL = operation(
+    "One version.", [path_id(2)], json_response("The version.", ref("Version")), tag="v2", errors={"404": NOT_FOUND}
+)
+BUILD_LIST = operation(
+    "Builds, most recent first.",
+    [
+        query("project__slug", "Exact slug of the builds' project.", example="attrs"),
+        query("commit", "Exact version-control identifier."),
+        *pagination(1),
+    ],
+    json_response("A page of builds.", ref("BuildList")),
+    tag="v2",
+    errors={"400": BAD_PARAMETER},
+)
+BUILD_DETAIL = operation(
+    "One build, with its commands.", [path_id(101)], json_response("The build.", ref("Build")), tag="v2", errors={"404": NOT_FOUND}
+)
+DOCSEARCH = operation(
+    "Search the pages of one version of a project.",
+    [
+        {**query("project", "Project slug.", example="requests"), "required": True},
+        {**query("version", "Version slug.", example="latest"), "required": True},
+        {**query("q", 'Words and "quoted phrases"; pages holding every word rank first.', example="session pooling"), "required": True},
+        query("language", "Accepted and ignored."),
+    ],
+    json_response("At most 50 hits, best first.", ref("DocSearch")),
+    tag="search",
+    errors={"400": BAD_PARAMETER, "404": NOT_FOUND, "503": SEARCH_BUSY},
+)
+FILE_SEARCH = operation(
+    "Search every public page (v1).",
+    [{**query("q", "The search term.", example="timeouts"), "required": True}],
+    json_response("At most 50 files, best first, each with a highlighted text snippet.", ref("V1FileSearch")),
+    tag="search",
+    errors={"400": V1_BAD_PARAMETER, "503": SEARCH_BUSY},
+)
+ANCHOR_SEARCH = operation(
+    "Sections whose heading or anchor id contains the term (v1).",
+    [{**query("q", "The search term.", example="config"), "required": True}],
+    json_response("At most 50 page URLs with their anchors, best first.", ref("V1AnchorSearch")),
+    tag="search",
+    errors={"400": V1_BAD_PARAMETER, "503": SEARCH_BUSY},
+)
+HEALTHZ = operation("Liveness.", [], json_response("The process answers.", ref("Health")), tag="operations")
+READYZ = operation(
+    "Readiness: the snapshot being served, and how reloads went.",
+    [],
+    json_response("A snapshot is loaded.", ref("Ready")),
+    tag="operations",
+    errors={"503": json_response("The snapshot's files changed on disk under the server; it is being reloaded.", ref("Ready"))},
+)
+METRICS = {
+    "summary": "Prometheus metrics of every worker: requests, latency, snapshot, reloads.",
+    "tags": ["operations"],
+    "parameters": [],
+    "responses": {"200": {"description": "Prometheus text format 0.0.4.", "content": {"text/plain": {"schema": STRING}}}},
 }
+DOCUMENT = operation("This document.", [], json_response("The OpenAPI document.", {"type": "object"}), tag="operations")
 
 #: Operations whose responses change from moment to moment, so they have no example.
 LIVE = {"/healthz", "/readyz", "/metrics", "/openapi.json"}
 
 
-def example_request(template: str) -> str:
+def example_request(template: str, operation: dict) -> str:
     """The request that an operation's parameter examples make."""
     path = template
     pairs = []
-    for parameter in PATHS[template]["get"]["parameters"]:
+    for parameter in operation["parameters"]:
         if "example" not in parameter:
             continue
         if parameter["in"] == "path":
@@ -354,10 +334,10 @@ def example_request(template: str) -> str:
     return path + ("?" + "&".join(pairs) if pairs else "")
 
 
-@cache
-def build_document() -> bytes:
+def build_document(operations: dict[str, dict]) -> bytes:
+    """The document of the routes whose operations, by template, are ``operations``."""
     examples = orjson.loads(EXAMPLES_FILE.read_bytes()) if EXAMPLES_FILE.exists() else {}
-    paths = orjson.loads(orjson.dumps(PATHS))
+    paths = orjson.loads(orjson.dumps({template: {"get": operation} for template, operation in operations.items()}))
     for template, example in examples.items():
         paths[template]["get"]["responses"]["200"]["content"]["application/json"]["example"] = example
     document = {
@@ -380,6 +360,3 @@ def build_document() -> bytes:
     }
     return orjson.dumps(document)
 
-
-async def document(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    return state.ok(build_document(), ["openapi"])

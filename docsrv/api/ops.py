@@ -5,18 +5,17 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 
-from aiohttp import web
-
 from ..http.reply import Reply
 from ..metrics import render
+from .request import ApiRequest
 from .state import ApiState
 
 
-async def healthz(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def healthz(request: ApiRequest, state: ApiState) -> Reply:
     return state.uncached(200, {"status": "ok"})
 
 
-async def readyz(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def readyz(request: ApiRequest, state: ApiState) -> Reply:
     """200 while the snapshot is served as loaded; 503 once its files changed on disk (the master
     reloads it; until then a load balancer sends traffic elsewhere)."""
     store = state.store
@@ -43,7 +42,7 @@ async def readyz(request: web.BaseRequest, state: ApiState, params: dict[str, st
     )
 
 
-async def metrics(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def metrics(request: ApiRequest, state: ApiState) -> Reply:
     """Prometheus text: requests and latency of every worker, and the snapshot's facts."""
     store = state.store
     runtime = state.runtime

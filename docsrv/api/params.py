@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import urlencode
 
-from aiohttp import web
 from multidict import MultiMapping
 
 from .errors import ApiError
+from .request import ApiRequest
 
 T = TypeVar("T")
 #: Query values longer than this are refused before they are looked at.
@@ -48,12 +48,12 @@ def positive_id(text: str) -> int | None:
     return number if number else None
 
 
-def by_id(items: Mapping[int, T], text: str, missing: Callable[[], ApiError]) -> T:
-    """The item whose id ``text`` names; ``missing()`` is raised for an id that is not a positive
-    whole number or names nothing public (both APIs, each with its own error body)."""
+def by_id(items: Mapping[int, T], text: str, not_found: dict) -> T:
+    """The item whose id ``text`` names; a 404 with the body ``not_found`` (each API has its own)
+    for an id that is not a positive whole number or names nothing public."""
     found = items.get(positive_id(text) or 0)
     if found is None:
-        raise missing()
+        raise ApiError(404, not_found)
     return found
 
 
@@ -130,7 +130,7 @@ def parse_page(query: MultiMapping[str], paging: Paging, error: Callable[[str, s
     return Page(limit, offset)
 
 
-def page_link(request: web.BaseRequest, base: str, limit: int, offset: int | None) -> str:
+def page_link(request: ApiRequest, base: str, limit: int, offset: int | None) -> str:
     """``base`` + this request's path and query, with limit and offset replaced.
 
     The other parameters keep their values and order of repetition; keys are sorted so that
@@ -139,15 +139,15 @@ def page_link(request: web.BaseRequest, base: str, limit: int, offset: int | Non
     return link(request, base, {"limit": str(limit), "offset": str(offset) if offset else None})
 
 
-def page_number_link(request: web.BaseRequest, base: str, number: int) -> str:
+def page_number_link(request: ApiRequest, base: str, number: int) -> str:
     """The link to page ``number`` of a list paged by number: ``page`` replaced (dropped for the
     first page), ``limit`` and ``offset`` dropped (they mean nothing beside ``page``)."""
     return link(request, base, {"page": str(number) if number > 1 else None, "limit": None, "offset": None})
 
 
-def link(request: web.BaseRequest, base: str, replaced: dict[str, str | None]) -> str:
+def link(request: ApiRequest, base: str, replaced: dict[str, str | None]) -> str:
     params = [(k, v) for k, v in request.query.items() if k not in replaced]
     params += [(k, v) for k, v in replaced.items() if v is not None]
     params.sort(key=lambda kv: kv[0])
     query = urlencode(params)
-    return f"{base}{request.rel_url.raw_path}?{query}" if query else f"{base}{request.rel_url.raw_path}"
+    return f"{base}{request.path}?{query}" if query else f"{base}{request.path}"

@@ -6,17 +6,16 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
-from aiohttp import web
-
 from ..http.reply import Reply
+from .request import ApiRequest
 from .state import ApiState
 
-Handler = Callable[[web.BaseRequest, ApiState, dict[str, str]], Awaitable[Reply]]
+#: What answers a route: the request value in, a reply out.
+Handler = Callable[[ApiRequest, ApiState], Awaitable[Reply]]
 #: Which query parameters a route reads: every other one is dropped before its handler sees
 #: the request, and is no part of the reply's cache key (DECISIONS.md section 1).
 Accepts = Callable[[str], bool]
 
-NO_PARAMS: Accepts = frozenset().__contains__
 
 
 def params(*names: str) -> Accepts:
@@ -27,10 +26,19 @@ class Route(NamedTuple):
     #: The path, with ``{name}`` for one path segment; also the route's label in metrics.
     template: str
     handler: Handler
-    accepts: Accepts = NO_PARAMS
+    #: What /openapi.json says of the route: its OpenAPI operation (summary, parameters, responses).
+    doc: dict
+    accepts: Accepts
     #: Whether the reply may depend on the request's Host, so that Host must be an allowed one
     #: (every API route; not the probes and metrics that orchestrators call by address).
     checks_host: bool = True
+
+
+def route(template: str, handler: Handler, doc: dict, *, accepts: Accepts | None = None, checks_host: bool = True) -> Route:
+    """A route that reads the query parameters its documentation lists, unless ``accepts`` says otherwise."""
+    if accepts is None:
+        accepts = frozenset(p["name"] for p in doc["parameters"] if p["in"] == "query").__contains__
+    return Route(template, handler, doc, accepts, checks_host)
 
 
 class Router:

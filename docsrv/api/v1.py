@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import functools
 import posixpath
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
-from aiohttp import web
 from multidict import MultiMapping
 
 from ..http.purge import build_keys, page_keys, project_keys, version_keys
@@ -24,12 +23,12 @@ from .errors import ApiError
 from .fields import EmbeddedProjects, Field, V1Description, Value, attribute, moment, render
 from .lists import V1_LIST, listed
 from .params import V1_PAGING, boolean, by_id, excerpt, last, page_link, parse_page, positive_id, whole_number
+from .request import ApiRequest
+from .routing import Handler
 from .schema import BOOLEAN, DATETIME, INTEGER, STRING
 from .state import V1_JSON, ApiState
 
 T = TypeVar("T")
-#: A handler of a route (as routing.Handler, which imports this module's neighbours).
-Handler = Callable[[web.BaseRequest, "ApiState", dict[str, str]], Awaitable[Reply]]
 
 NOT_FOUND = {"error": "Not found."}
 RESERVED = frozenset(("format", "limit", "offset"))
@@ -39,10 +38,6 @@ V1_STATE = {"triggered": "triggered", "building": "building", "installing": "bui
 
 def error(message: str, status: int = 400) -> ApiError:
     return ApiError(status, {"error": message})
-
-
-def not_found() -> ApiError:
-    return ApiError(404, NOT_FOUND)
 
 
 def param_error(name: str, message: str) -> ApiError:
@@ -248,7 +243,7 @@ USER = Resource(
 RESOURCES = {r.name: r for r in (BUILD, FILE, PROJECT, USER, VERSION)}
 
 
-def check_format(request: web.BaseRequest) -> None:
+def check_format(request: ApiRequest) -> None:
     wanted = last(request.query, "format")
     if wanted is not None and wanted != "json":
         raise error(f"The format '{excerpt(wanted)}' is not served; use format=json or leave it out.")
@@ -258,15 +253,15 @@ def endpoint(handler: Handler) -> Handler:
     """A v1 handler: every v1 endpoint takes ``format=json`` and refuses any other format."""
 
     @functools.wraps(handler)
-    async def checked(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    async def checked(request: ApiRequest, state: ApiState) -> Reply:
         check_format(request)
-        return await handler(request, state, params)
+        return await handler(request, state)
 
     return checked
 
 
 async def listing(
-    request: web.BaseRequest, state: ApiState, resource: Resource, items: Sequence[T], keys_of: Callable[[T], Iterable[str]]
+    request: ApiRequest, state: ApiState, resource: Resource, items: Sequence[T], keys_of: Callable[[T], Iterable[str]]
 ) -> Reply:
     """One page of ``items`` in the v1 envelope; next/previous are paths."""
     page = parse_page(request.query, V1_PAGING, param_error)
@@ -313,38 +308,38 @@ def select_versions(store: Store, filters: dict[str, str], active: bool | None) 
 
 
 @endpoint
-async def root(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def root(request: ApiRequest, state: ApiState) -> Reply:
     body = {name: {"list_endpoint": f"/api/v1/{name}/", "schema": f"/api/v1/{name}/schema/"} for name in RESOURCES}
     return state.ok(body, ["v1"], V1_JSON)
 
 
 def schema_handler(resource: Resource) -> Handler:
     @endpoint
-    async def schema(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+    async def schema(request: ApiRequest, state: ApiState) -> Reply:
         return state.ok(resource.schema(), ["v1"], V1_JSON)
 
     return schema
 
 
 @endpoint
-async def project_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def project_list(request: ApiRequest, state: ApiState) -> Reply:
     items = select_projects(state.store, PROJECT.filters(request.query))
     return await listing(request, state, PROJECT, items, project_keys)
 
 
 @endpoint
-async def project_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def project_detail(request: ApiRequest, state: ApiState) -> Reply:
     store = state.store
-    key = params["id"]
+    key = request.params["id"]
     number = whole_number(key)
     project = store.projects.get(number) if number is not None else store.project_by_slug.get(key)
     if project is None:
-        raise not_found()
+        raise ApiError(404, NOT_FOUND)
     return one(state, PROJECT, project, project_keys(project))
 
 
 @endpoint
-async def version_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def version_list(request: ApiRequest, state: ApiState) -> Reply:
     store = state.store
     filters = VERSION.filters(request.query)
     active = boolean(request.query, "active", lambda name, message: param_error(name, message))
@@ -353,10 +348,10 @@ async def version_list(request: web.BaseRequest, state: ApiState, params: dict[s
 
 
 @endpoint
-async def version_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def version_detail(request: ApiRequest, state: ApiState) -> Reply:
     """A version by id, or, for a segment that is not all digits, the versions of that project."""
     store = state.store
-    key = params["id"]
+    key = request.params["id"]
     number = whole_number(key)
     if number is None:
         filters = {**VERSION.filters(request.query), "project__slug": key}
@@ -365,12 +360,12 @@ async def version_detail(request: web.BaseRequest, state: ApiState, params: dict
         return await listing(request, state, VERSION, items, lambda v: version_keys(store, v))
     version = store.versions.get(number)
     if version is None:
-        raise not_found()
+        raise ApiError(404, NOT_FOUND)
     return one(state, VERSION, version, version_keys(store, version))
 
 
 @endpoint
-async def build_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def build_list(request: ApiRequest, state: ApiState) -> Reply:
     store = state.store
     filters = BUILD.filters(request.query)
     items = store.builds_where(projects=store.project_named(slug=filters.get("project__slug")))
@@ -378,26 +373,26 @@ async def build_list(request: web.BaseRequest, state: ApiState, params: dict[str
 
 
 @endpoint
-async def build_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    build: Build = by_id(state.store.builds, params["id"], not_found)
+async def build_detail(request: ApiRequest, state: ApiState) -> Reply:
+    build: Build = by_id(state.store.builds, request.params["id"], NOT_FOUND)
     return one(state, BUILD, build, build_keys(state.store, build))
 
 
 @endpoint
-async def file_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def file_list(request: ApiRequest, state: ApiState) -> Reply:
     store = state.store
     FILE.filters(request.query)
     return await listing(request, state, FILE, store.pages_ordered, lambda page: page_keys(store, page))
 
 
 @endpoint
-async def file_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    page = by_id(state.store.pages, params["id"], not_found)
+async def file_detail(request: ApiRequest, state: ApiState) -> Reply:
+    page = by_id(state.store.pages, request.params["id"], NOT_FOUND)
     return one(state, FILE, page, page_keys(state.store, page))
 
 
 @endpoint
-async def user_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def user_list(request: ApiRequest, state: ApiState) -> Reply:
     store = state.store
     filters = USER.filters(request.query)
     items = store.users_ordered
@@ -408,12 +403,12 @@ async def user_list(request: web.BaseRequest, state: ApiState, params: dict[str,
 
 
 @endpoint
-async def user_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def user_detail(request: ApiRequest, state: ApiState) -> Reply:
     """A user by id, or by username for a segment that is not all digits."""
     store = state.store
-    key = params["id"]
+    key = request.params["id"]
     number = whole_number(key)
     user: User | None = store.users.get(number) if number is not None else store.user_by_name.get(key)
     if user is None:
-        raise not_found()
+        raise ApiError(404, NOT_FOUND)
     return one(state, USER, user, ())

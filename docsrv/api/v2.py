@@ -6,7 +6,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, get_args
 
 import orjson
-from aiohttp import web
 
 from ..http.purge import build_keys, project_keys, version_keys
 from ..http.reply import Reply
@@ -16,6 +15,7 @@ from .errors import ApiError
 from .fields import EmbeddedProjects, Field, attribute, moment, render
 from .lists import V2_LIST, listed
 from .params import V2_PAGING, boolean, by_id, last, page_link, page_number_link, parse_page, positive_id
+from .request import ApiRequest
 from .schema import BOOLEAN, DATETIME, INTEGER, STRING, URI, enum, ref
 from .state import ApiState
 
@@ -28,10 +28,6 @@ DOWNLOAD_FORMATS = ("pdf", "htmlzip", "epub")
 
 def bad_param(name: str, message: str) -> ApiError:
     return ApiError(400, {name: [message]})
-
-
-def not_found() -> ApiError:
-    return ApiError(404, NOT_FOUND)
 
 
 class V2Serializer:
@@ -118,64 +114,57 @@ OBJECTS = {"Project": PROJECT_FIELDS, "Version": VERSION_FIELDS, "BuildCommand":
 
 
 async def paginated(
-    request: web.BaseRequest, state: ApiState, items: Sequence[T], render: Callable[[T], Any], keys_of: Callable[[T], Iterable[str]]
+    request: ApiRequest, state: ApiState, items: Sequence[T], render: Callable[[T], Any], keys_of: Callable[[T], Iterable[str]]
 ) -> Reply:
     """One page of ``items`` in the v2 list envelope, with absolute next/previous links."""
     page = parse_page(request.query, V2_PAGING, bad_param)
-    base = links_base(request, state)
     following = page.next_offset(len(items))
     preceding = page.previous_offset()
     envelope = {
         "count": len(items),
-        "next": None if following is None else page_link(request, base, page.limit, following),
-        "previous": None if preceding is None else page_link(request, base, page.limit, preceding),
+        "next": None if following is None else page_link(request, request.base, page.limit, following),
+        "previous": None if preceding is None else page_link(request, request.base, page.limit, preceding),
     }
     return await listed(state, V2_LIST, envelope, page.slice(items), render, keys_of)
 
 
-def links_base(request: web.BaseRequest, state: ApiState) -> str:
-    """What absolute links start with: the public URL, else the request's own scheme and (allowed) Host."""
-    return state.fixed_base or f"{request.scheme}://{request.host.lower()}"
-
-
-async def project_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def project_list(request: ApiRequest, state: ApiState) -> Reply:
     items = state.store.projects_where(slug=last(request.query, "slug"))
     if "page" in request.query:
         return await numbered_page(request, state, items)
     return await paginated(request, state, items, state.serializer(V2Serializer).project, project_keys)
 
 
-async def numbered_page(request: web.BaseRequest, state: ApiState, items: list[Project]) -> Reply:
+async def numbered_page(request: ApiRequest, state: ApiState, items: list[Project]) -> Reply:
     """Projects as the original paged them: ``page=N``, PROJECTS_PER_PAGE a page (DECISIONS.md section 2)."""
     number = positive_id(last(request.query, "page") or "")
     pages = max(1, -(-len(items) // PROJECTS_PER_PAGE))
     if number is None or number > pages:
         raise ApiError(404, {"detail": "Invalid page."})
     shown = items[(number - 1) * PROJECTS_PER_PAGE : number * PROJECTS_PER_PAGE]
-    base = links_base(request, state)
     envelope = {
         "count": len(items),
-        "next": page_number_link(request, base, number + 1) if number < pages else None,
-        "previous": page_number_link(request, base, number - 1) if number > 1 else None,
+        "next": page_number_link(request, request.base, number + 1) if number < pages else None,
+        "previous": page_number_link(request, request.base, number - 1) if number > 1 else None,
     }
     return await listed(state, V2_LIST, envelope, shown, state.serializer(V2Serializer).project, project_keys)
 
 
-async def project_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    project = by_id(state.store.projects, params["id"], not_found)
+async def project_detail(request: ApiRequest, state: ApiState) -> Reply:
+    project = by_id(state.store.projects, request.params["id"], NOT_FOUND)
     return state.ok(state.serializer(V2Serializer).project(project), ["v2", *project_keys(project)])
 
 
-async def active_versions(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def active_versions(request: ApiRequest, state: ApiState) -> Reply:
     store = state.store
-    project = by_id(store.projects, params["id"], not_found)
+    project = by_id(store.projects, request.params["id"], NOT_FOUND)
     versions = store.versions_of_project_active.get((project.id, True), [])
     serializer = state.serializer(V2Serializer)
     keys = ["v2", *project_keys(project), *(key for v in versions for key in version_keys(store, v))]
     return state.ok({"versions": [serializer.version(v) for v in versions]}, keys)
 
 
-async def version_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def version_list(request: ApiRequest, state: ApiState) -> Reply:
     store = state.store
     query = request.query
     active = boolean(query, "active", bad_param)
@@ -183,18 +172,18 @@ async def version_list(request: web.BaseRequest, state: ApiState, params: dict[s
     return await paginated(request, state, items, state.serializer(V2Serializer).version, lambda v: version_keys(store, v))
 
 
-async def version_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    version = by_id(state.store.versions, params["id"], not_found)
+async def version_detail(request: ApiRequest, state: ApiState) -> Reply:
+    version = by_id(state.store.versions, request.params["id"], NOT_FOUND)
     return state.ok(state.serializer(V2Serializer).version(version), ["v2", *version_keys(state.store, version)])
 
 
-async def build_list(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
+async def build_list(request: ApiRequest, state: ApiState) -> Reply:
     store = state.store
     query = request.query
     items = store.builds_where(projects=store.project_named(slug=last(query, "project__slug")), commit=last(query, "commit"))
     return await paginated(request, state, items, state.serializer(V2Serializer).build, lambda b: build_keys(store, b))
 
 
-async def build_detail(request: web.BaseRequest, state: ApiState, params: dict[str, str]) -> Reply:
-    build = by_id(state.store.builds, params["id"], not_found)
+async def build_detail(request: ApiRequest, state: ApiState) -> Reply:
+    build = by_id(state.store.builds, request.params["id"], NOT_FOUND)
     return state.ok(state.serializer(V2Serializer).build(build), ["v2", *build_keys(state.store, build)])

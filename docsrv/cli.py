@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run_serve(args: argparse.Namespace) -> int:
     from .http.hosts import default_allowed_hosts
     from .server import DEMO_SNAPSHOT
-    from .supervisor import serve
+    from .supervisors import serve
 
     settings = Settings(
         public_url=args.public_url,

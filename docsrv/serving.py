@@ -5,7 +5,7 @@ Everything a worker reads is opened here, in the master, before the fork: the re
 memory, the build commands' file is open, the index and highlight files are mapped. A
 ``current`` symlink flipped, an index directory removed or a file copied over after this point
 cannot mix another snapshot into what the workers serve. A file changed in place is what is
-left; the ``signature`` of the files read lets the master notice it (see supervisor.py), and the
+left; the ``signature`` of the files read lets the master notice it (see supervisors/master.py), and the
 build commands' file checks itself on every read (``snapshot/commands.py``).
 
 The search index lives in ``<snapshot>/index/`` (or, where the snapshot cannot be written to, in

@@ -1,6 +1,6 @@
 """What one loaded snapshot serves with: the store, its search index, the reply cache, and
 serializers (one per API). A worker serves one ApiState all its life: a reload starts new workers on
-the new snapshot (see supervisor.py), so every response comes wholly from one snapshot.
+the new snapshot (see supervisors/master.py), so every response comes wholly from one snapshot.
 """
 
 from __future__ import annotations

@@ -1,0 +1,58 @@
+"""What the master tells its workers and whoever asks them (/readyz, /metrics): the snapshot
+served, the workers ready and wanted, the reloads and their failures, and any problem with the
+files being served. Written whole to the run directory at each change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..runtime import MasterStatus, write_status
+from ..serving import Served
+from ..snapshot.errors import SnapshotError
+
+
+class StatusBoard:
+    def __init__(self, run_dir: Path, wanted: int) -> None:
+        self.run_dir = run_dir
+        self.status = MasterStatus(workers=0, workers_wanted=wanted)
+
+    def write(self) -> None:
+        write_status(self.run_dir, self.status)
+
+    def workers(self, ready: int) -> None:
+        self.status.workers = ready
+        self.write()
+
+    def serving(self, served: Served) -> None:
+        self.status.snapshot = served.store.name
+        self.status.load_seconds = round(served.store.load_seconds, 3)
+        self.write()
+
+    def problem(self, problem: str) -> bool:
+        """Note why the snapshot served can no longer be trusted; whether that is news."""
+        if self.status.problem == problem:
+            return False
+        self.status.problem = problem
+        self.write()
+        return True
+
+    def reloaded(self, served: Served, ready: int) -> None:
+        self.status.reloads += 1
+        self.status.last_reload_error = None
+        self.status.problem = None
+        self.status.workers = ready
+        self.serving(served)
+
+    def reload_failed(self, error: Exception) -> None:
+        self.status.reload_failures += 1
+        self.status.last_reload_error = public_error(error)
+        self.write()
+
+
+def public_error(error: Exception) -> str:
+    """What /readyz may say of a failed load: no filesystem path, no traceback."""
+    if isinstance(error, SnapshotError):
+        return error.summary()
+    if isinstance(error, OSError):
+        return f"{type(error).__name__}: {error.strerror or 'operating system error'}"
+    return f"{type(error).__name__}: {error}"

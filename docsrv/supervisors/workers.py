@@ -1,0 +1,79 @@
+"""A set of workers forked on one snapshot: those starting, each with the pipe it says it is
+ready on and a deadline, and those ready. The workers serving now are one such set; a reload's
+new workers another, until they are swapped in."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+
+from ..serving import Served
+
+#: How long a new worker may take to say it is ready before it is killed.
+READY_SECONDS = 120.0
+
+
+@dataclass
+class Starting:
+    ready_fd: int
+    deadline: float
+
+
+@dataclass
+class Workers:
+    served: Served
+    starting: dict[int, Starting] = field(default_factory=dict)
+    ready: set[int] = field(default_factory=set)
+
+    def pids(self) -> set[int]:
+        return set(self.starting) | self.ready
+
+    def started(self, pid: int, ready_fd: int, now: float) -> None:
+        self.starting[pid] = Starting(ready_fd, now + READY_SECONDS)
+
+    def ready_pipes(self) -> dict[int, int]:
+        """The pid of each starting worker, by the pipe it will say it is ready on."""
+        return {s.ready_fd: pid for pid, s in self.starting.items() if s.ready_fd >= 0}
+
+    def answered(self, pid: int) -> bool:
+        """Read what a starting worker said on its pipe: True (and it is ready) if it is ready;
+        False if the pipe closed first (the worker is dying)."""
+        starting = self.starting[pid]
+        said = os.read(starting.ready_fd, 1)
+        os.close(starting.ready_fd)
+        starting.ready_fd = -1
+        if said == b"R":
+            del self.starting[pid]
+            self.ready.add(pid)
+            return True
+        return False
+
+    def overdue(self, now: float) -> list[int]:
+        return [pid for pid, starting in self.starting.items() if now > starting.deadline]
+
+    def forget(self, pid: int) -> str | None:
+        """Let go of a worker that exited: "starting" or "ready" if it was one of these, else None."""
+        starting = self.starting.pop(pid, None)
+        if starting is not None:
+            if starting.ready_fd >= 0:
+                os.close(starting.ready_fd)
+            return "starting"
+        if pid in self.ready:
+            self.ready.discard(pid)
+            return "ready"
+        return None
+
+    def close_pipes(self) -> None:
+        """Close the ready pipes of the starting workers (they are let go of, or this is a new worker's copy)."""
+        for starting in self.starting.values():
+            if starting.ready_fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(starting.ready_fd)
+                starting.ready_fd = -1
+
+
+def send(pid: int, signum: int) -> None:
+    """Send a signal to a worker that may have exited already."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)

@@ -11,7 +11,7 @@ PORT ?=
 SPHINX_VENV := .venv-sphinx
 SPHINX_STAMP := $(SPHINX_VENV)/.installed
 
-.PHONY: serve test test-browser lint lock install clean bench bench-full
+.PHONY: serve test test-browser test-edge lint lock install clean bench bench-full
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,12 @@ test: $(STAMP)
 test-browser: $(STAMP) $(SPHINX_STAMP)
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 	$(BIN)/python -m pytest -n 0 -m browser tests/browser
+
+# A real edge cache: Debian's varnish and varnish-modules (installed when missing) in front of
+# docsrv, purged with what `docsrv snapshot diff` prints (tests/edge).
+test-edge: $(STAMP)
+	dpkg -s varnish varnish-modules >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq varnish varnish-modules)
+	$(BIN)/python -m pytest -n 0 -m edge tests/edge
 
 $(SPHINX_STAMP): tests/browser/requirements-sphinx.txt
 	$(PYTHON) -m venv $(SPHINX_VENV)

@@ -43,6 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("path", type=Path)
     index.set_defaults(run=run_index)
 
+    fleet = commands.add_parser("fleet", help="ask the replicas of a fleet").add_subparsers(dest="fleet_command", required=True)
+    wait = fleet.add_parser("wait", help="wait until every replica serves a snapshot and nothing older (then purge)")
+    wait.add_argument("urls", nargs="+", metavar="URL", help="the base URL of each replica (each pod, not the load balancer)")
+    wait.add_argument("--snapshot", required=True, help="the name of the snapshot every replica must serve")
+    wait.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS", help="give up after this long (default: %(default)s)")
+    wait.set_defaults(run=run_fleet_wait)
+
     snapshot = commands.add_parser("snapshot", help="make, check and describe snapshots").add_subparsers(
         dest="snapshot_command", required=True
     )
@@ -88,6 +95,18 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--rate-window", type=float, default=Deadlines.window, metavar="SECONDS",
                       help="the window of --min-kib, also the longest wait for a file's first bytes (default: %(default)s)")
     pull.set_defaults(run=run_pull)
+
+    diff = snapshot.add_parser(
+        "diff", help="print the purge keys of every reply that may differ between two snapshots, one a line, sorted"
+    )
+    diff.add_argument("old", type=Path, help="the snapshot served until now")
+    diff.add_argument("new", type=Path, help="the snapshot that replaces it")
+    diff.add_argument("--json", action="store_true", help="print the keys grouped by why: changed, added, removed, lists")
+    diff.add_argument("--purge", metavar="URL", default=None, help="send the keys to this purge endpoint instead of printing them")
+    diff.add_argument("--dialect", choices=["varnish-xkey", "fastly", "cloudflare"], default="varnish-xkey",
+                      help="the request shape of --purge (default: %(default)s); fastly and cloudflare read their token from "
+                           "FASTLY_API_TOKEN and CLOUDFLARE_API_TOKEN")
+    diff.set_defaults(run=run_diff)
 
     info = snapshot.add_parser("info", help="print a snapshot's manifest and counts")
     info.add_argument("path", type=Path)
@@ -208,6 +227,47 @@ def run_index(args: argparse.Namespace) -> int:
     seconds = build_index_aside(store, directory, digest)
     size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
     print(f"indexed {len(store.pages)} pages of {store.name} in {seconds:.1f} s ({size / 2**20:.1f} MiB at {directory})")
+    return 0
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+    import time
+
+    from .edge.delivery import PurgeError, deliver
+    from .edge.diff import compare
+
+    started = time.perf_counter()
+    keys = compare(args.old, args.new)
+    if args.purge is None:
+        if args.json:
+            print(json.dumps(keys.by_group(), indent=2))
+        else:
+            sys.stdout.write("".join(key + "\n" for key in keys.all()))
+        return 0
+    listed_keys = keys.all()
+    try:
+        done = asyncio.run(deliver(listed_keys, args.purge, args.dialect))
+    except PurgeError as error:
+        print(f"docsrv: purge failed: {error}", file=sys.stderr)
+        return 1
+    print(f"purged {done.keys} keys in {done.requests} requests ({done.retries} retried) to {args.purge} "
+          f"({args.dialect}) in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def run_fleet_wait(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .edge.fleet import wait_for_fleet
+
+    behind = asyncio.run(wait_for_fleet(args.snapshot, args.urls, args.timeout))
+    if behind:
+        print(f"docsrv: after {args.timeout:g} s, {len(behind)} of {len(args.urls)} replica(s) do not serve snapshot "
+              f"{args.snapshot} alone: " + "; ".join(f"{url}: {why}" for url, why in behind.items()), file=sys.stderr)
+        return 1
+    print(f"all {len(args.urls)} replica(s) serve snapshot {args.snapshot}, none draining an earlier one")
     return 0
 
 

@@ -30,6 +30,9 @@ class MasterStatus(msgspec.Struct):
     load_seconds: float | None = None
     #: Why the snapshot being served can no longer be trusted (its files changed on disk), or None.
     problem: str | None = None
+    #: Workers of an earlier snapshot still finishing what they had (after a reload): until it is
+    #: 0, one of them may answer a request on a kept-alive connection with the old snapshot.
+    draining: int = 0
 
 
 class Runtime:

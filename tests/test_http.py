@@ -15,7 +15,7 @@ def test_every_200_carries_validators_purge_keys_and_cors(demo):
     assert headers["Access-Control-Allow-Origin"] == "*" and "Access-Control-Allow-Credentials" not in headers
     assert headers["X-Snapshot"] == "demo"
     slugs = [v["slug"] for v in response.json()["results"]]
-    assert headers["Surrogate-Key"].split() == ["v2", "project-attrs", *(f"version-attrs-{s}" for s in slugs)]
+    assert headers["Surrogate-Key"].split() == ["v2", "list-v2-version-project-attrs", "project-attrs", *(f"version-attrs-{s}" for s in slugs)]
     assert headers["Cache-Tag"].split(",") == headers["Surrogate-Key"].split()
 
 

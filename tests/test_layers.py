@@ -18,7 +18,7 @@ LAYERS = [
     ["docsrv.serving"],
     ["docsrv.pull"],
     ["docsrv.http", "docsrv.metrics", "docsrv.runtime"],
-    ["docsrv.api"],
+    ["docsrv.api", "docsrv.edge"],
     ["docsrv.server"],
     ["docsrv.supervisors"],
     ["docsrv.cli", "docsrv.__main__"],

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from helpers import BROKEN, children, fresh_get, make_snapshot, point, poll, watched_under_load
+from helpers import BROKEN, children, docsrv, fresh_get, make_snapshot, point, poll, watched_under_load
 
 
 def test_reload_under_load_swaps_cleanly(tmp_path, start_server):
@@ -125,3 +125,33 @@ def test_while_a_reload_loads_the_master_replaces_a_dead_worker_and_stops_on_sig
     server.process.send_signal(signal.SIGTERM)
     assert server.process.wait(timeout=60) == 0
     server.wait_for("stopping: workers finish the requests in flight")
+
+
+def test_readyz_counts_old_workers_draining_and_fleet_wait_waits_for_none(tmp_path, start_server):
+    """After a swap an old worker may still answer a kept-alive connection from the old snapshot:
+    /readyz counts such workers, and ``docsrv fleet wait`` returns once every replica serves the
+    new snapshot with none left (issue 26: purge only then)."""
+    first = make_snapshot(tmp_path / "a", "snap-a", "pip (a)")
+    second = make_snapshot(tmp_path / "b", "snap-b", "pip (b)")
+    current = tmp_path / "current"
+    point(current, first)
+    server = start_server("--snapshot", str(current), "--workers", "1")
+    kept = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    kept.request("GET", "/api/v2/project/1/")
+    assert kept.getresponse().read()
+    behind = docsrv("fleet", "wait", "--snapshot", "snap-b", "--timeout", "0.5", server.base)
+    assert behind.returncode == 1
+    assert behind.stderr == f"docsrv: after 0.5 s, 1 of 1 replica(s) do not serve snapshot snap-b alone: {server.base}: serves snapshot snap-a\n"
+    point(current, second)
+    server.process.send_signal(signal.SIGHUP)
+    ready = poll(lambda: (body := json.loads(fresh_get(server.port, "/readyz")[2]))["snapshot"] == "snap-b" and body,
+                 what="the new snapshot served")
+    assert ready["draining_workers"] == 1  # the old worker keeps the connection above open a while
+    kept.request("GET", "/api/v2/project/1/")
+    answer = kept.getresponse()
+    assert answer.getheader("X-Snapshot") == "snap-a" and answer.getheader("Connection") == "close"
+    answer.read()
+    kept.close()
+    waited = docsrv("fleet", "wait", "--snapshot", "snap-b", "--timeout", "30", server.base)
+    assert waited.returncode == 0 and waited.stdout == "all 1 replica(s) serve snapshot snap-b, none draining an earlier one\n"
+    assert json.loads(fresh_get(server.port, "/readyz")[2])["draining_workers"] == 0

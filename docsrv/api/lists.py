@@ -30,13 +30,13 @@ V1_LIST = ListStyle("objects", "v1", V1_JSON)
 
 async def listed(
     state: ApiState, style: ListStyle, head: dict[str, Any], shown: Sequence[T], render: Callable[[T], Any],
-    keys_of: Callable[[T], Iterable[str]],
+    keys_of: Callable[[T], Iterable[str]], list_key: str,
 ) -> Reply:
     """The 200 of one page: ``head``, then the ``shown`` items rendered (a long page off the
-    event loop), with the purge keys of each."""
+    event loop), with the purge keys of the list and of each item."""
 
     def make() -> tuple[dict, list[str]]:
         body = {**head, style.items_key: encoded_each(render, shown, style.option)}
-        return body, [style.api_key, *(key for item in shown for key in keys_of(item))]
+        return body, [style.api_key, list_key, *(key for item in shown for key in keys_of(item))]
 
-    return await state.ok_made(len(shown), make, style.option)
+    return await state.ok_made(len(shown), make, style.option, list_key)

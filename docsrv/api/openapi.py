@@ -47,6 +47,9 @@ SCHEMAS: dict[str, dict] = {
             "reloads": INTEGER,
             "reload_failures": INTEGER,
             "last_reload_error": {"type": ["string", "null"]},
+            "draining_workers": {**INTEGER, "description": "Workers of an earlier snapshot still finishing their requests: "
+                                 "until it is 0, a kept-alive connection may still be answered from that snapshot. Purge the "
+                                 "caches in front once every replica names the new snapshot with 0 here (docsrv fleet wait)."},
         }
     ),
 }
@@ -347,6 +350,12 @@ def build_document(operations: dict[str, dict]) -> bytes:
             "version": "2",
             "description": "The read-only JSON API of a documentation-hosting service, served from a snapshot. "
             "Every response is JSON; every 200 carries ETag, Last-Modified, Cache-Control, Surrogate-Key and Cache-Tag. "
+            "Surrogate-Key (space separated) and Cache-Tag (comma separated) name the same purge keys: the API (v1, v2, "
+            "search, openapi); each object shown (project-<slug>, version-<project>-<version>, build-<id>, file-<id>, "
+            "user-<id>); on a list page, the list: list-<api>-<resource> and its filters without paging, e.g. "
+            "list-v2-version-project-pip-active-true (a value other than letters, digits, '.', '_' and '-' stands as ~ and a "
+            "BLAKE2b digest); and on a page whose keys would pass 8 KB, big-<list key>, with projects named instead of finer "
+            "objects. `docsrv snapshot diff OLD NEW` prints the keys of every reply two snapshots answer differently. "
             "CORS: a request whose Origin is a docs origin (http or https, the docs host, a subdomain of it, or a project's "
             "canonical host, any port) gets Access-Control-Allow-Origin: <that origin> and Access-Control-Allow-Credentials: "
             "true, as the original's in-page search needs (it sends credentials); any other gets Access-Control-Allow-Origin: *. "

@@ -38,6 +38,7 @@ async def readyz(request: ApiRequest, state: ApiState) -> Reply:
             "reloads": status.reloads,
             "reload_failures": status.reload_failures,
             "last_reload_error": status.last_reload_error,
+            "draining_workers": status.draining,
         },
     )
 
@@ -60,6 +61,7 @@ async def metrics(request: ApiRequest, state: ApiState) -> Reply:
         "docsrv_reload_failures_total": ("Snapshots that failed to load on reload.", status.reload_failures, {}),
         "docsrv_workers": ("Worker processes ready and serving.", status.workers, {}),
         "docsrv_workers_wanted": ("Worker processes there should be.", status.workers_wanted, {}),
+        "docsrv_draining_workers": ("Workers of an earlier snapshot still finishing their requests.", status.draining, {}),
         "docsrv_snapshot_problem": ("1 while the snapshot's files have changed on disk under the server.",
                                     1 if (status.problem or state.problem) else 0, {}),
     }

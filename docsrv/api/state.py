@@ -93,24 +93,27 @@ class ApiState:
             found = self._serializers[cls] = cls(self.store)  # type: ignore[call-arg]
         return found  # type: ignore[return-value]
 
-    def ok(self, data: object, keys: Iterable[str], option: int = orjson.OPT_UTC_Z) -> Reply:
-        """A 200 whose body is ``data`` as JSON, with validators and the purge keys ``keys``."""
+    def ok(self, data: object, keys: Iterable[str], option: int = orjson.OPT_UTC_Z, list_key: str | None = None) -> Reply:
+        """A 200 whose body is ``data`` as JSON, with validators and the purge keys ``keys`` (and
+        ``list_key``, for a page of a list: ``http/purge.py``)."""
         body = data if isinstance(data, bytes) else orjson.dumps(data, option=option)
         etag = strong_etag(body)
-        named = purge_keys(keys)
+        named = purge_keys(keys, list_key)
         headers = {**self._ok, "ETag": etag, "Surrogate-Key": " ".join(named), "Cache-Tag": ",".join(named)}
         return Reply(200, body, headers, etag=etag)
 
-    async def ok_made(self, count: int, make: Callable[[], tuple[object, Iterable[str]]], option: int = orjson.OPT_UTC_Z) -> Reply:
+    async def ok_made(
+        self, count: int, make: Callable[[], tuple[object, Iterable[str]]], option: int = orjson.OPT_UTC_Z, list_key: str | None = None
+    ) -> Reply:
         """A 200 of what ``make()`` returns (the data and its purge keys), made in the heavy-work
         thread when it renders more than OFFLOAD_ITEMS items."""
         if count > OFFLOAD_ITEMS:
-            return await offload(self._made, make, option)
-        return self._made(make, option)
+            return await offload(self._made, make, option, list_key)
+        return self._made(make, option, list_key)
 
-    def _made(self, make: Callable[[], tuple[object, Iterable[str]]], option: int) -> Reply:
+    def _made(self, make: Callable[[], tuple[object, Iterable[str]]], option: int, list_key: str | None) -> Reply:
         data, keys = make()
-        return self.ok(data, keys, option)
+        return self.ok(data, keys, option, list_key)
 
     async def compressed(self, reply: Reply, coding: str) -> Reply:
         """The variant of ``reply`` compressed with ``coding``: made once (a large body off the

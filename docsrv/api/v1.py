@@ -15,7 +15,18 @@ from typing import Any, TypeVar
 import orjson
 from multidict import MultiMapping
 
-from ..http.purge import build_keys, page_keys, project_keys, version_keys
+from ..http.purge import (
+    V1_BUILDS,
+    V1_FILES,
+    V1_PROJECTS,
+    V1_USERS,
+    V1_VERSIONS,
+    build_keys,
+    page_keys,
+    project_keys,
+    user_keys,
+    version_keys,
+)
 from ..http.reply import Reply
 from ..snapshot.records import Build, Project, User, Version
 from ..store import Store
@@ -261,7 +272,8 @@ def endpoint(handler: Handler) -> Handler:
 
 
 async def listing(
-    request: ApiRequest, state: ApiState, resource: Resource, items: Sequence[T], keys_of: Callable[[T], Iterable[str]]
+    request: ApiRequest, state: ApiState, resource: Resource, items: Sequence[T], keys_of: Callable[[T], Iterable[str]],
+    list_key: str,
 ) -> Reply:
     """One page of ``items`` in the v1 envelope; next/previous are paths."""
     page = parse_page(request.query, V1_PAGING, param_error)
@@ -276,7 +288,7 @@ async def listing(
         "total_count": len(items),
     }
     serializer = state.serializer(V1Serializer)
-    return await listed(state, V1_LIST, {"meta": meta}, shown, lambda item: resource.render(serializer, item), keys_of)
+    return await listed(state, V1_LIST, {"meta": meta}, shown, lambda item: resource.render(serializer, item), keys_of, list_key)
 
 
 def one(state: ApiState, resource: Resource, item: Any, keys: tuple[str, ...]) -> Reply:
@@ -293,15 +305,21 @@ def id_of(value: str, name: str) -> int:
 # Selecting the objects of a list: every filter is a ready index of the store.
 
 
-def select_projects(store: Store, filters: dict[str, str]) -> list[Project]:
+def select_projects(store: Store, filters: dict[str, str]) -> tuple[list[Project], str]:
+    """The projects the filters choose, and the key of their list."""
     user = id_of(filters["users"], "users") if "users" in filters else None
-    return store.projects_where(slug=filters.get("slug"), user=user)
+    slug = filters.get("slug")
+    return store.projects_where(slug=slug, user=user), V1_PROJECTS.key({"slug": slug, "users": user})
 
 
-def select_versions(store: Store, filters: dict[str, str], active: bool | None) -> list[Version]:
+def select_versions(store: Store, filters: dict[str, str], query: MultiMapping[str]) -> tuple[list[Version], str]:
+    """The versions the filters choose, and the key of their list."""
+    active = boolean(query, "active", param_error)
     project_id = id_of(filters["project"], "project") if "project" in filters else None
-    projects = store.project_named(id=project_id, slug=filters.get("project__slug"))
-    return store.versions_where(projects=projects, slug=filters.get("slug"), active=active)
+    project_slug, slug = filters.get("project__slug"), filters.get("slug")
+    projects = store.project_named(id=project_id, slug=project_slug)
+    list_key = V1_VERSIONS.key({"project_id": project_id, "project": project_slug, "slug": slug, "active": active})
+    return store.versions_where(projects=projects, slug=slug, active=active), list_key
 
 
 # Handlers.
@@ -323,8 +341,8 @@ def schema_handler(resource: Resource) -> Handler:
 
 @endpoint
 async def project_list(request: ApiRequest, state: ApiState) -> Reply:
-    items = select_projects(state.store, PROJECT.filters(request.query))
-    return await listing(request, state, PROJECT, items, project_keys)
+    items, list_key = select_projects(state.store, PROJECT.filters(request.query))
+    return await listing(request, state, PROJECT, items, project_keys, list_key)
 
 
 @endpoint
@@ -341,10 +359,8 @@ async def project_detail(request: ApiRequest, state: ApiState) -> Reply:
 @endpoint
 async def version_list(request: ApiRequest, state: ApiState) -> Reply:
     store = state.store
-    filters = VERSION.filters(request.query)
-    active = boolean(request.query, "active", lambda name, message: param_error(name, message))
-    items = select_versions(store, filters, active)
-    return await listing(request, state, VERSION, items, lambda v: version_keys(store, v))
+    items, list_key = select_versions(store, VERSION.filters(request.query), request.query)
+    return await listing(request, state, VERSION, items, lambda v: version_keys(store, v), list_key)
 
 
 @endpoint
@@ -354,10 +370,8 @@ async def version_detail(request: ApiRequest, state: ApiState) -> Reply:
     key = request.params["id"]
     number = whole_number(key)
     if number is None:
-        filters = {**VERSION.filters(request.query), "project__slug": key}
-        active = boolean(request.query, "active", lambda name, message: param_error(name, message))
-        items = select_versions(store, filters, active)
-        return await listing(request, state, VERSION, items, lambda v: version_keys(store, v))
+        items, list_key = select_versions(store, {**VERSION.filters(request.query), "project__slug": key}, request.query)
+        return await listing(request, state, VERSION, items, lambda v: version_keys(store, v), list_key)
     version = store.versions.get(number)
     if version is None:
         raise ApiError(404, NOT_FOUND)
@@ -367,9 +381,9 @@ async def version_detail(request: ApiRequest, state: ApiState) -> Reply:
 @endpoint
 async def build_list(request: ApiRequest, state: ApiState) -> Reply:
     store = state.store
-    filters = BUILD.filters(request.query)
-    items = store.builds_where(projects=store.project_named(slug=filters.get("project__slug")))
-    return await listing(request, state, BUILD, items, lambda b: build_keys(store, b))
+    slug = BUILD.filters(request.query).get("project__slug")
+    items = store.builds_where(projects=store.project_named(slug=slug))
+    return await listing(request, state, BUILD, items, lambda b: build_keys(store, b), V1_BUILDS.key({"project": slug}))
 
 
 @endpoint
@@ -382,7 +396,7 @@ async def build_detail(request: ApiRequest, state: ApiState) -> Reply:
 async def file_list(request: ApiRequest, state: ApiState) -> Reply:
     store = state.store
     FILE.filters(request.query)
-    return await listing(request, state, FILE, store.pages_ordered, lambda page: page_keys(store, page))
+    return await listing(request, state, FILE, store.pages_ordered, lambda page: page_keys(store, page), V1_FILES.key({}))
 
 
 @endpoint
@@ -396,10 +410,11 @@ async def user_list(request: ApiRequest, state: ApiState) -> Reply:
     store = state.store
     filters = USER.filters(request.query)
     items = store.users_ordered
-    if "username" in filters:
-        found = store.user_by_name.get(filters["username"])
+    username = filters.get("username")
+    if username is not None:
+        found = store.user_by_name.get(username)
         items = [found] if found is not None else []
-    return await listing(request, state, USER, items, lambda user: ())
+    return await listing(request, state, USER, items, user_keys, V1_USERS.key({"username": username}))
 
 
 @endpoint
@@ -411,4 +426,4 @@ async def user_detail(request: ApiRequest, state: ApiState) -> Reply:
     user: User | None = store.users.get(number) if number is not None else store.user_by_name.get(key)
     if user is None:
         raise ApiError(404, NOT_FOUND)
-    return one(state, USER, user, ())
+    return one(state, USER, user, user_keys(user))

@@ -7,7 +7,7 @@ from typing import Any, TypeVar, get_args
 
 import orjson
 
-from ..http.purge import build_keys, project_keys, version_keys
+from ..http.purge import V2_BUILDS, V2_PROJECTS, V2_VERSIONS, build_keys, project_keys, version_keys
 from ..http.reply import Reply
 from ..snapshot.records import Build, BuildCommand, BuildState, BuildType, Project, Version, VersionType
 from ..store import Store
@@ -114,7 +114,8 @@ OBJECTS = {"Project": PROJECT_FIELDS, "Version": VERSION_FIELDS, "BuildCommand":
 
 
 async def paginated(
-    request: ApiRequest, state: ApiState, items: Sequence[T], render: Callable[[T], Any], keys_of: Callable[[T], Iterable[str]]
+    request: ApiRequest, state: ApiState, items: Sequence[T], render: Callable[[T], Any], keys_of: Callable[[T], Iterable[str]],
+    list_key: str,
 ) -> Reply:
     """One page of ``items`` in the v2 list envelope, with absolute next/previous links."""
     page = parse_page(request.query, V2_PAGING, bad_param)
@@ -125,17 +126,19 @@ async def paginated(
         "next": None if following is None else page_link(request, request.base, page.limit, following),
         "previous": None if preceding is None else page_link(request, request.base, page.limit, preceding),
     }
-    return await listed(state, V2_LIST, envelope, page.slice(items), render, keys_of)
+    return await listed(state, V2_LIST, envelope, page.slice(items), render, keys_of, list_key)
 
 
 async def project_list(request: ApiRequest, state: ApiState) -> Reply:
-    items = state.store.projects_where(slug=last(request.query, "slug"))
+    slug = last(request.query, "slug")
+    items = state.store.projects_where(slug=slug)
+    list_key = V2_PROJECTS.key({"slug": slug})
     if "page" in request.query:
-        return await numbered_page(request, state, items)
-    return await paginated(request, state, items, state.serializer(V2Serializer).project, project_keys)
+        return await numbered_page(request, state, items, list_key)
+    return await paginated(request, state, items, state.serializer(V2Serializer).project, project_keys, list_key)
 
 
-async def numbered_page(request: ApiRequest, state: ApiState, items: list[Project]) -> Reply:
+async def numbered_page(request: ApiRequest, state: ApiState, items: list[Project], list_key: str) -> Reply:
     """Projects as the original paged them: ``page=N``, PROJECTS_PER_PAGE a page (DECISIONS.md section 2)."""
     number = positive_id(last(request.query, "page") or "")
     pages = max(1, -(-len(items) // PROJECTS_PER_PAGE))
@@ -147,7 +150,7 @@ async def numbered_page(request: ApiRequest, state: ApiState, items: list[Projec
         "next": page_number_link(request, request.base, number + 1) if number < pages else None,
         "previous": page_number_link(request, request.base, number - 1) if number > 1 else None,
     }
-    return await listed(state, V2_LIST, envelope, shown, state.serializer(V2Serializer).project, project_keys)
+    return await listed(state, V2_LIST, envelope, shown, state.serializer(V2Serializer).project, project_keys, list_key)
 
 
 async def project_detail(request: ApiRequest, state: ApiState) -> Reply:
@@ -160,16 +163,20 @@ async def active_versions(request: ApiRequest, state: ApiState) -> Reply:
     project = by_id(store.projects, request.params["id"], NOT_FOUND)
     versions = store.versions_of_project_active.get((project.id, True), [])
     serializer = state.serializer(V2Serializer)
-    keys = ["v2", *project_keys(project), *(key for v in versions for key in version_keys(store, v))]
-    return state.ok({"versions": [serializer.version(v) for v in versions]}, keys)
+    # The same versions as the version list of the project's active ones, so under its key.
+    list_key = V2_VERSIONS.key({"project": project.slug, "active": True})
+    keys = ["v2", list_key, *project_keys(project), *(key for v in versions for key in version_keys(store, v))]
+    return state.ok({"versions": [serializer.version(v) for v in versions]}, keys, list_key=list_key)
 
 
 async def version_list(request: ApiRequest, state: ApiState) -> Reply:
     store = state.store
     query = request.query
     active = boolean(query, "active", bad_param)
-    items = store.versions_where(projects=store.project_named(slug=last(query, "project__slug")), active=active)
-    return await paginated(request, state, items, state.serializer(V2Serializer).version, lambda v: version_keys(store, v))
+    slug = last(query, "project__slug")
+    items = store.versions_where(projects=store.project_named(slug=slug), active=active)
+    list_key = V2_VERSIONS.key({"project": slug, "active": active})
+    return await paginated(request, state, items, state.serializer(V2Serializer).version, lambda v: version_keys(store, v), list_key)
 
 
 async def version_detail(request: ApiRequest, state: ApiState) -> Reply:
@@ -180,8 +187,10 @@ async def version_detail(request: ApiRequest, state: ApiState) -> Reply:
 async def build_list(request: ApiRequest, state: ApiState) -> Reply:
     store = state.store
     query = request.query
-    items = store.builds_where(projects=store.project_named(slug=last(query, "project__slug")), commit=last(query, "commit"))
-    return await paginated(request, state, items, state.serializer(V2Serializer).build, lambda b: build_keys(store, b))
+    slug, commit = last(query, "project__slug"), last(query, "commit")
+    items = store.builds_where(projects=store.project_named(slug=slug), commit=commit)
+    list_key = V2_BUILDS.key({"project": slug, "commit": commit})
+    return await paginated(request, state, items, state.serializer(V2Serializer).build, lambda b: build_keys(store, b), list_key)
 
 
 async def build_detail(request: ApiRequest, state: ApiState) -> Reply:

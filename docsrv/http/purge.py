@@ -1,20 +1,43 @@
-"""Purge keys: what a reply shows, named so that a cache can purge by project, version or build.
+"""Purge keys: what a reply shows, named so that a cache can purge exactly the replies a change
+of snapshot touches (``docsrv snapshot diff`` prints the keys of a change).
 
-Sent as ``Surrogate-Key`` (space separated) and ``Cache-Tag`` (comma separated). A long list
-could name thousands of versions, more than caches take in one header (Fastly takes 16 KB,
-nginx's default proxy buffers less), so the keys of a reply are kept under MAX_BYTES: past it,
-versions and builds are named by their projects, and past that again, the reply carries its
-API's key alone. Purging a project's key therefore reaches every reply that shows any of it.
+Sent as ``Surrogate-Key`` (space separated) and ``Cache-Tag`` (comma separated). The scheme
+(docs/operations.md, "Purge keys"):
+
+- ``v1``, ``v2``, ``search``, ``openapi``: every reply of an API, of the searches, the document;
+- ``project-<slug>``, ``version-<project>-<version>``, ``build-<id>``, ``file-<id>``,
+  ``user-<id>``: every reply that shows that object, or a part of it;
+- ``list-<api>-<resource>[-<filter>-<value>...]``: every page of one list, the endpoint and its
+  filters without paging (``list-v2-version-project-pip-active-true``); a change of the list's
+  members or of their order purges it, since every page of it may shift;
+- ``big-<list key>``: the pages of that list whose keys did not fit in a header (below).
+
+A long list could name thousands of objects, more than caches take in one header (Fastly takes
+16 KB, nginx's default proxy buffers less), so the keys of a reply are kept under MAX_BYTES:
+past it, versions, builds, files and users are named by their projects, and past that again,
+the reply carries only its API's, its list's and its ``big-`` key. ``snapshot diff`` names the
+``big-`` key of every list that shows an object whose content changed, so such a page is purged
+with the objects it could not name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from itertools import combinations
 
-from ..snapshot.records import Build, PageHead, Project, Version
+from ..snapshot.records import Build, PageHead, Project, User, Version
 from ..store import Store
 
 MAX_BYTES = 8000
+#: Keys of one object (everything else names an API, a list, or a list's overflow).
+OBJECT_PREFIXES = ("project-", "version-", "build-", "file-", "user-")
+FINE_PREFIXES = ("version-", "build-", "file-", "user-")
+BIG = "big-"
+#: A filter value goes into a key as it is when it is made of these (and short), else as a digest.
+PLAIN_VALUE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 def project_keys(project: Project) -> tuple[str, ...]:
@@ -35,18 +58,69 @@ def build_keys(store: Store, build: Build) -> tuple[str, ...]:
 
 
 def page_keys(store: Store, page: PageHead) -> tuple[str, ...]:
-    return version_keys(store, store.versions[page.version])
+    return (*version_keys(store, store.versions[page.version]), f"file-{page.id}")
 
 
-def purge_keys(keys: Iterable[str]) -> list[str]:
-    """The keys to send for a reply that shows ``keys``: all of them while they fit in MAX_BYTES."""
+def user_keys(user: User) -> tuple[str, ...]:
+    return (f"user-{user.id}",)
+
+
+def key_value(value: str | int | bool) -> str:
+    """A filter's value as a part of a key: as it is when plain, else ``~`` and a digest of it
+    (a key takes no space or comma, and stays short)."""
+    text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    if PLAIN_VALUE.fullmatch(text):
+        return text
+    return "~" + hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+@dataclass(frozen=True)
+class ListFamily:
+    """The lists of one endpoint: their keys, by the filters they are asked with."""
+
+    api: str
+    resource: str
+    #: The filters, in the order they appear in a key.
+    filters: tuple[str, ...]
+
+    def key(self, values: Mapping[str, str | int | bool | None]) -> str:
+        """The key of the list with these filter values (None: the filter is not given)."""
+        parts = [f"list-{self.api}-{self.resource}"]
+        for name in self.filters:
+            value = values.get(name)
+            if value is not None:
+                parts.append(f"{name}-{key_value(value)}")
+        return "-".join(parts)
+
+    def keys_showing(self, values: Mapping[str, str | int | bool]) -> list[str]:
+        """The keys of every list of this endpoint that shows an object with these values: every
+        choice of filters the object matches (it is in every list whose filters it matches)."""
+        names = [n for n in self.filters if n in values]
+        return [self.key({n: values[n] for n in chosen}) for size in range(len(names) + 1) for chosen in combinations(names, size)]
+
+
+V2_PROJECTS = ListFamily("v2", "project", ("slug",))
+V2_VERSIONS = ListFamily("v2", "version", ("project", "active"))
+V2_BUILDS = ListFamily("v2", "build", ("project", "commit"))
+V1_PROJECTS = ListFamily("v1", "project", ("slug", "users"))
+V1_VERSIONS = ListFamily("v1", "version", ("project_id", "project", "slug", "active"))
+V1_BUILDS = ListFamily("v1", "build", ("project",))
+V1_FILES = ListFamily("v1", "file", ())
+V1_USERS = ListFamily("v1", "user", ("username",))
+
+
+def purge_keys(keys: Iterable[str], list_key: str | None = None) -> list[str]:
+    """The keys to send for a reply that shows ``keys``: all of them while they fit in MAX_BYTES;
+    past that (a list page), projects instead of finer objects and the list's ``big-`` key; then
+    the API's and the list's keys alone, with its ``big-`` key."""
     named = list(dict.fromkeys(keys))
     if size(named) <= MAX_BYTES:
         return named
-    coarse = list(dict.fromkeys(k for k in named if not k.startswith(("version-", "build-"))))
+    overflow = [BIG + list_key] if list_key is not None else []
+    coarse = [k for k in named if not k.startswith(FINE_PREFIXES)] + overflow
     if size(coarse) <= MAX_BYTES:
         return coarse
-    return [k for k in named if not k.startswith(("project-", "version-", "build-"))]
+    return [k for k in named if not k.startswith(OBJECT_PREFIXES)] + overflow
 
 
 def size(keys: list[str]) -> int:

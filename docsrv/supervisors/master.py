@@ -77,6 +77,8 @@ class Master:
         self.announced = False
         self._flags: set[str] = set()
         self.reloading: Reload | None = None
+        #: Workers of an earlier snapshot, told to stop and not yet exited.
+        self.draining: set[int] = set()
         #: Signals, and the end of a load, write to this pipe: the loop's select wakes on it.
         self.wake_read, self.wake_write = os.pipe()
         for fd in (self.wake_read, self.wake_write):
@@ -206,7 +208,10 @@ class Master:
             if pid == 0:
                 return
             retire(self.run_dir, pid)
-            if self.reloading is not None and pid in self.reloading.pids():
+            if pid in self.draining:
+                self.draining.discard(pid)
+                self.board.draining(len(self.draining))
+            elif self.reloading is not None and pid in self.reloading.pids():
                 self.fail_reload(RuntimeError(f"new worker {pid} exited (status {status}) before the swap"))
             elif "stop" in self._flags:
                 self.pool.current.forget(pid)
@@ -217,7 +222,7 @@ class Master:
         """Ask every worker to drain and stop; wait for them; kill what is left."""
         pids = (self.pool.current.pids() if hasattr(self, "pool") else set()) | (
             self.reloading.pids() if self.reloading is not None else set()
-        )
+        ) | self.draining
         for pid in pids:
             send(pid, signal.SIGTERM)
         deadline = time.monotonic() + DRAIN_SECONDS + 5
@@ -303,10 +308,12 @@ class Master:
         assert self.reloading is not None and self.reloading.workers is not None
         new = self.reloading.workers
         self.reloading = None
-        for pid in self.pool.replace(new):
+        old = self.pool.replace(new)
+        for pid in old:
             send(pid, signal.SIGTERM)
+        self.draining |= old
         self.policy.swapped(new.served)
-        self.board.reloaded(new.served, len(new.ready))
+        self.board.reloaded(new.served, len(new.ready), len(self.draining))
         store = new.served.store
         log.info("reloaded: serving snapshot %s (loaded in %.2f s)", store.name, store.load_seconds)
         self.after_reload()

@@ -23,6 +23,11 @@ class StatusBoard:
         self.status.workers = ready
         self.write()
 
+    def draining(self, workers: int) -> None:
+        if self.status.draining != workers:
+            self.status.draining = workers
+            self.write()
+
     def serving(self, served: Served) -> None:
         self.status.snapshot = served.store.name
         self.status.load_seconds = round(served.store.load_seconds, 3)
@@ -36,8 +41,9 @@ class StatusBoard:
         self.write()
         return True
 
-    def reloaded(self, served: Served, ready: int) -> None:
+    def reloaded(self, served: Served, ready: int, draining: int) -> None:
         self.status.reloads += 1
+        self.status.draining = draining
         self.status.last_reload_error = None
         self.status.problem = None
         self.status.workers = ready

@@ -1,0 +1,318 @@
+"""``docsrv snapshot diff OLD NEW``: the purge keys of every reply that may differ between two
+snapshots (the key scheme: ``http/purge.py``).
+
+Complete: every reply whose body changes carries at least one key printed. As small as that
+allows: an object's own keys when its content changed, a list's key when its members or their
+order changed (every page of it may shift), and otherwise a list's ``big-`` key (its pages too
+long to name their objects). So an unchanged project's detail, versions and builds stay cached.
+
+Fast at any size: each record file of the two snapshots is compared by its lines (a set of byte
+strings, compared in C), files the manifests seal with one digest are skipped, and only the
+lines that differ are decoded in full; what places an object in its lists is decoded from every
+line in blocks. No reply is rendered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..http.purge import (
+    BIG,
+    V1_BUILDS,
+    V1_FILES,
+    V1_PROJECTS,
+    V1_USERS,
+    V1_VERSIONS,
+    V2_BUILDS,
+    V2_PROJECTS,
+    V2_VERSIONS,
+)
+from ..snapshot.errors import ProblemList
+from ..snapshot.lines import decoded_blocks, open_records
+from ..snapshot.load import read_manifest, record_file
+from ..snapshot.records import Build, Manifest, Project, User, Version
+
+#: The groups of ``--json``: why a key is printed.
+GROUPS = ("changed", "added", "removed", "lists")
+
+
+class BuildPlace(msgspec.Struct, frozen=True, gc=False):
+    """What places a build in its lists."""
+
+    id: int
+    project: int
+    version: int
+    date: str
+    commit: str = ""
+
+
+class PagePlace(msgspec.Struct, frozen=True, gc=False):
+    id: int
+    project: int
+    version: int
+
+
+class CommandOwner(msgspec.Struct, frozen=True, gc=False):
+    build: int
+
+
+@dataclass
+class Keys:
+    groups: dict[str, set[str]] = field(default_factory=lambda: {g: set() for g in GROUPS})
+
+    def add(self, group: str, keys: Iterable[str]) -> None:
+        self.groups[group].update(keys)
+
+    def big(self, keys: Iterable[str]) -> None:
+        """The ``big-`` keys of these lists: their pages that could not name a changed object."""
+        self.groups["changed"].update(BIG + key for key in keys)
+
+    def all(self) -> list[str]:
+        return sorted(set().union(*self.groups.values()))
+
+    def by_group(self) -> dict[str, list[str]]:
+        return {group: sorted(keys) for group, keys in self.groups.items()}
+
+
+class Side:
+    """One snapshot as the diff reads it: its manifest, its public projects, versions and users
+    whole, and where each public build and page sits."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        problems = ProblemList(str(directory))
+        if not directory.is_dir():
+            problems.add(str(directory), None, "not a snapshot directory")
+            problems.raise_if_any()
+        manifest = read_manifest(directory, problems)
+        problems.raise_if_any()
+        assert manifest is not None
+        self.manifest: Manifest = manifest
+        projects = {p.id: p for p in self.decode("projects", Project)}
+        self.projects = {i: p for i, p in projects.items() if p.privacy_level == "public"}
+        self.versions = {v.id: v for v in self.decode("versions", Version) if v.privacy_level == "public" and v.project in self.projects}
+        self.users = {u.id: u for u in self.decode("users", User)}
+        self.builds = {b.id: b for b in self.decode("builds", BuildPlace) if b.version in self.versions}
+        self.pages = {p.id: p for p in self.decode("pages", PagePlace) if p.version in self.versions}
+        self._builds_by: dict[str, dict[int, list[BuildPlace]]] = {}
+
+    def decode(self, kind: str, cls: type) -> Iterator[Any]:
+        problems = ProblemList(str(self.directory))
+        for path in record_file(self.directory, kind):
+            for _block, _line, records in decoded_blocks(path, cls, problems):
+                yield from records
+        problems.raise_if_any()
+
+    def lines(self, kind: str) -> set[bytes]:
+        found: set[bytes] = set()
+        for path in record_file(self.directory, kind):
+            with open_records(path, False) as stream:
+                found.update(line for line in stream.read().split(b"\n") if line.strip())
+        return found
+
+    def sealed(self, kind: str) -> dict[str, str]:
+        """The digests the manifest records of this kind's files, by name."""
+        return {p.name: self.manifest.files[p.name].sha256 for p in record_file(self.directory, kind) if p.name in self.manifest.files}
+
+    def project_slug(self, project_id: int) -> str:
+        return self.projects[project_id].slug
+
+    def builds_of(self, field: str, ident: int) -> list[BuildPlace]:
+        """The public builds of a project or a version (grouped once, when first asked)."""
+        grouped = self._builds_by.get(field)
+        if grouped is None:
+            grouped = self._builds_by[field] = {}
+            for build in self.builds.values():
+                grouped.setdefault(getattr(build, field), []).append(build)
+        return grouped.get(ident, [])
+
+
+def differing_lines(old: Side, new: Side, kind: str) -> tuple[list[bytes], list[bytes]]:
+    """The lines of ``kind`` only the old snapshot has, and only the new one has (none when the
+    manifests seal the same files with the same digests)."""
+    sealed = old.sealed(kind)
+    if sealed and sealed == new.sealed(kind):
+        return [], []
+    before, after = old.lines(kind), new.lines(kind)
+    return list(before - after), list(after - before)
+
+
+def decoded_ids(lines: list[bytes], cls: type) -> set[int]:
+    decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(cls)
+    return {decoder.decode(line).id for line in lines}
+
+
+# Where an object shows: the keys of every list it is in.
+
+
+def project_lists(project: Project) -> list[str]:
+    keys = V2_PROJECTS.keys_showing({"slug": project.slug}) + V1_PROJECTS.keys_showing({"slug": project.slug})
+    for user in project.users:
+        keys += V1_PROJECTS.keys_showing({"slug": project.slug, "users": user})
+    return keys
+
+
+def version_lists(side: Side, version: Version) -> list[str]:
+    slug = side.project_slug(version.project)
+    return V2_VERSIONS.keys_showing({"project": slug, "active": version.active}) + V1_VERSIONS.keys_showing(
+        {"project_id": version.project, "project": slug, "slug": version.slug, "active": version.active}
+    )
+
+
+def build_lists(side: Side, build: BuildPlace) -> list[str]:
+    slug = side.project_slug(build.project)
+    return V2_BUILDS.keys_showing({"project": slug, "commit": build.commit}) + V1_BUILDS.keys_showing({"project": slug})
+
+
+def user_lists(user: User) -> list[str]:
+    return V1_USERS.keys_showing({"username": user.username})
+
+
+def placed(version: Version) -> tuple:
+    """What decides which version lists a version is in, and where."""
+    return version.project, version.slug, version.active, version.verbose_name
+
+
+def version_key(side: Side, version: Version) -> str:
+    return f"version-{side.project_slug(version.project)}-{version.slug}"
+
+
+def compare(old_dir: Path, new_dir: Path) -> Keys:
+    old, new = Side(old_dir), Side(new_dir)
+    keys = Keys()
+    if old.manifest.public_url != new.manifest.public_url:  # every link of every reply
+        keys.add("changed", ("v1", "v2", "search"))
+    compare_projects(old, new, keys)
+    compare_versions(old, new, keys)
+    compare_builds(old, new, keys)
+    compare_pages(old, new, keys)
+    compare_users(old, new, keys)
+    if differing_lines(old, new, "relationships") != ([], []):
+        keys.add("changed", ("search",))  # which subprojects a doc search covers
+    return keys
+
+
+def compare_projects(old: Side, new: Side, keys: Keys) -> None:
+    for pid in old.projects.keys() - new.projects.keys():
+        project = old.projects[pid]
+        keys.add("removed", [f"project-{project.slug}"])
+        keys.add("lists", project_lists(project))
+    for pid in new.projects.keys() - old.projects.keys():
+        project = new.projects[pid]
+        keys.add("added", [f"project-{project.slug}"])
+        keys.add("lists", project_lists(project))
+    for pid in old.projects.keys() & new.projects.keys():
+        before, after = old.projects[pid], new.projects[pid]
+        if before == after:
+            continue
+        keys.add("changed", {f"project-{before.slug}", f"project-{after.slug}"})
+        if (before.slug, before.users) != (after.slug, after.users):
+            keys.add("lists", project_lists(before) + project_lists(after))
+        else:
+            keys.big(project_lists(after))
+        # What shows the project inside other objects: its versions and files embed it; its
+        # builds show its slug and language (in docs_url). Their own replies carry the
+        # project's key; their lists' pages may carry only a big- key, or, when the slug
+        # changed, are lists filtered by it.
+        moved = before.slug != after.slug
+        relocated = moved or before.language != after.language
+        for side in (old, new):
+            lists = [version_lists(side, v) for v in side.versions.values() if v.project == pid]
+            if relocated:
+                lists += [build_lists(side, b) for b in side.builds_of("project", pid)]
+            for keys_of_lists in lists:
+                if moved:
+                    keys.add("lists", keys_of_lists)
+                else:
+                    keys.big(keys_of_lists)
+            if any(p.project == pid for p in side.pages.values()):
+                keys.big([V1_FILES.key({})])
+                if relocated:
+                    keys.add("changed", ("search",))
+
+
+def compare_versions(old: Side, new: Side, keys: Keys) -> None:
+    for vid in old.versions.keys() - new.versions.keys():
+        version = old.versions[vid]
+        keys.add("removed", [version_key(old, version)])
+        keys.add("lists", version_lists(old, version))
+    for vid in new.versions.keys() - old.versions.keys():
+        version = new.versions[vid]
+        keys.add("added", [version_key(new, version)])
+        keys.add("lists", version_lists(new, version))
+    for vid in old.versions.keys() & new.versions.keys():
+        before, after = old.versions[vid], new.versions[vid]
+        if before == after:
+            continue  # a renamed project's versions: under the project's keys
+        keys.add("changed", {version_key(old, before), version_key(new, after)})
+        if placed(before) != placed(after):
+            keys.add("lists", version_lists(old, before) + version_lists(new, after))
+        else:
+            keys.big(version_lists(new, after))
+        if before.slug != after.slug:  # its builds' version_slug and docs_url, its files' URLs
+            for side in (old, new):
+                for build in side.builds_of("version", vid):
+                    keys.big(build_lists(side, build))
+            keys.big([V1_FILES.key({})])
+            keys.add("changed", ("search",))
+
+
+def compare_builds(old: Side, new: Side, keys: Keys) -> None:
+    gone, came = differing_lines(old, new, "builds")
+    edited = decoded_ids(gone, Build) | decoded_ids(came, Build)
+    gone, came = differing_lines(old, new, "build_commands")
+    decoder = msgspec.json.Decoder(CommandOwner)
+    edited |= {decoder.decode(line).build for line in (*gone, *came)}
+    for bid in old.builds.keys() - new.builds.keys():
+        keys.add("removed", [f"build-{bid}"])
+        keys.add("lists", build_lists(old, old.builds[bid]))
+    for bid in new.builds.keys() - old.builds.keys():
+        keys.add("added", [f"build-{bid}"])
+        keys.add("lists", build_lists(new, new.builds[bid]))
+    for bid in edited & old.builds.keys() & new.builds.keys():
+        before, after = old.builds[bid], new.builds[bid]
+        keys.add("changed", [f"build-{bid}"])
+        if (before.project, before.date, before.commit) != (after.project, after.date, after.commit):
+            keys.add("lists", build_lists(old, before) + build_lists(new, after))
+        else:
+            keys.big(build_lists(new, after))
+
+
+def compare_pages(old: Side, new: Side, keys: Keys) -> None:
+    gone, came = differing_lines(old, new, "pages")
+    edited = decoded_ids(gone, PagePlace) | decoded_ids(came, PagePlace)
+    removed = old.pages.keys() - new.pages.keys()
+    added = new.pages.keys() - old.pages.keys()
+    changed = edited & old.pages.keys() & new.pages.keys()
+    keys.add("removed", (f"file-{pid}" for pid in removed))
+    keys.add("added", (f"file-{pid}" for pid in added))
+    keys.add("changed", (f"file-{pid}" for pid in changed))
+    if removed or added:
+        keys.add("lists", [V1_FILES.key({})])
+    elif changed:
+        keys.big([V1_FILES.key({})])
+    if removed or added or changed:
+        keys.add("changed", ("search",))  # a page's words move every score: the index's statistics are global
+
+
+def compare_users(old: Side, new: Side, keys: Keys) -> None:
+    for uid in old.users.keys() - new.users.keys():
+        keys.add("removed", [f"user-{uid}"])
+        keys.add("lists", user_lists(old.users[uid]))
+    for uid in new.users.keys() - old.users.keys():
+        keys.add("added", [f"user-{uid}"])
+        keys.add("lists", user_lists(new.users[uid]))
+    for uid in old.users.keys() & new.users.keys():
+        before, after = old.users[uid], new.users[uid]
+        if before == after:
+            continue
+        keys.add("changed", [f"user-{uid}"])
+        if before.username != after.username:
+            keys.add("lists", user_lists(before) + user_lists(after))
+        else:
+            keys.big(user_lists(after))

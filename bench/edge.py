@@ -181,12 +181,36 @@ def streamed_change(old: Path, new: Path, name: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scale", default="medium", choices=["demo", "small", "medium"])
+    parser.add_argument("--scale", default="medium", choices=["none", "demo", "small", "medium"], help="none: only --diff-scale")
     parser.add_argument("--projects", type=int, default=300, help="projects in the crawl's sample (with the changed ones)")
     parser.add_argument("--per-project", type=int, default=5, help="versions, builds and pages of each in the crawl")
     parser.add_argument("--diff-scale", default=None, choices=["medium", "large"], help="also time `snapshot diff` at this scale")
     args = parser.parse_args()
 
+    results: dict = {}
+    if args.scale != "none":
+        results = measure_crawl(args)
+
+    if args.diff_scale is not None:
+        big = snapshot_path(args.diff_scale, 1)
+        changed = WORK / f"{big.name}-streamed-change"
+        if not (changed / "manifest.json").exists():
+            streamed_change(big, changed, changed.name)
+        started = time.perf_counter()
+        output = subprocess.run(["/usr/bin/time", "-f", "%M", sys.executable, "-m", "docsrv", "snapshot", "diff", str(big), str(changed)],
+                                capture_output=True, text=True, check=False, cwd=ROOT)
+        assert output.returncode == 0, output.stderr
+        results["diff_at_scale"] = {"scale": args.diff_scale, "seconds": round(time.perf_counter() - started, 1),
+                                    "keys": len(output.stdout.split()), "peak_rss_mb": int(output.stderr.split()[-1]) // 1024,
+                                    "record_mb": round(sum(p.stat().st_size for p in big.glob("*.jsonl")) / 2**20)}
+
+    out = HERE / "results" / f"{date.today().isoformat()}-edge{'' if args.scale != 'none' else '-diff-' + args.diff_scale}"
+    out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    out.with_suffix(".md").write_text(report(results))
+    print(report(results))
+
+
+def measure_crawl(args: argparse.Namespace) -> dict:
     old = snapshot_path(args.scale, 1)
     new = WORK / f"{old.name}-changed"
     if not (new / "manifest.json").exists():
@@ -201,7 +225,7 @@ def main() -> None:
     urls = crawl(old, new, projects_kept=chosen, per_project=args.per_project)
     print(f"{len(urls)} URLs of {len(chosen)} projects", file=sys.stderr)
 
-    results: dict = {"scale": args.scale, "urls": len(urls), "projects": len(chosen), "changes": changes}
+    results = {"scale": args.scale, "urls": len(urls), "projects": len(chosen), "changes": changes}
     results["truly_changed"] = truly_changed(old, new, urls)
     started = time.perf_counter()
     keys = docsrv("snapshot", "diff", str(old), str(new)).stdout.split()
@@ -209,26 +233,21 @@ def main() -> None:
     for choice in ("everything", "diff", "max-age"):
         results[choice] = measure(choice, old, new, urls)
         print(choice, results[choice], file=sys.stderr)
-
-    if args.diff_scale is not None:
-        big = snapshot_path(args.diff_scale, 1)
-        changed = WORK / f"{big.name}-streamed-change"
-        if not (changed / "manifest.json").exists():
-            streamed_change(big, changed, changed.name)
-        started = time.perf_counter()
-        output = docsrv("snapshot", "diff", str(big), str(changed))
-        assert output.returncode == 0, output.stderr
-        results["diff_at_scale"] = {"scale": args.diff_scale, "seconds": round(time.perf_counter() - started, 1),
-                                    "keys": len(output.stdout.split()),
-                                    "record_mb": round(sum(p.stat().st_size for p in big.glob("*.jsonl")) / 2**20)}
-
-    out = HERE / "results" / f"{date.today().isoformat()}-edge"
-    out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
-    out.with_suffix(".md").write_text(report(results))
-    print(report(results))
+    return results
 
 
 def report(results: dict) -> str:
+    lines = []
+    if "truly_changed" in results:
+        lines = crawl_report(results)
+    if "diff_at_scale" in results:
+        at = results["diff_at_scale"]
+        lines += ["", f"`docsrv snapshot diff` of two {at['scale']} snapshots ({at['record_mb']} MB of records each): "
+                  f"{at['seconds']} s, peak RSS {at['peak_rss_mb']} MB, {at['keys']} keys."]
+    return "\n".join(lines) + "\n"
+
+
+def crawl_report(results: dict) -> list[str]:
     changed = results["truly_changed"]
     summary = ", ".join(f"{kind}: {len(names)}" for kind, names in results["changes"].items())
     titles = {"everything": "purge everything", "diff": "purge what `snapshot diff` prints", "max-age": "wait out max-age"}
@@ -249,11 +268,7 @@ def report(results: dict) -> str:
         if choice == "max-age":
             after += f" now, then all {row['cached']} as each copy expires within max-age"
         lines.append(f"| {title} | {row['cached']} | {after} | {row['stale']} |")
-    if "diff_at_scale" in results:
-        at = results["diff_at_scale"]
-        lines += ["", f"`docsrv snapshot diff` of two {at['scale']} snapshots ({at['record_mb']} MB of records each): "
-                  f"{at['seconds']} s, {at['keys']} keys."]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 if __name__ == "__main__":

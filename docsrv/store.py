@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .snapshot.commands import CommandFile
-from .snapshot.load import read_snapshot
+from .snapshot.load import read_snapshot, record_files
 from .snapshot.records import Build, BuildCommand, Manifest, PageHead, Project, User, Version
 from .snapshot.validate import check_snapshot
+from .snapshot.verified import record_check
 
 T = TypeVar("T")
 
@@ -39,6 +40,8 @@ class Store:
         self.manifest = manifest
         self.path = path
         self.load_seconds = load_seconds
+        #: Whether the load trusted a record of an earlier check of the same files.
+        self.trusted = False
         self.name: str = manifest.name
         self.created_at: datetime = manifest.created_at
         self.public_url: str = manifest.public_url.rstrip("/")
@@ -177,9 +180,11 @@ def group(items: Iterable[T], keys_of: Callable[[T], Iterable[Hashable]]) -> dic
     return dict(index)
 
 
-def load_store(path: str | Path, *, progress: bool | None = None, page_text: bool = True) -> Store:
+def load_store(path: str | Path, *, progress: bool | None = None, page_text: bool = True, trust: bool = True) -> Store:
     """Read, check and index a snapshot directory; raise SnapshotError if it cannot be served.
-    Without ``page_text``, pages keep all but their text (see ``serving.load_served``).
+    Without ``page_text``, pages keep all but their text (see ``serving.load_served``). With
+    ``trust``, a record that the same files were checked before spares checking them again; a
+    check that passes leaves such a record (``snapshot/verified.py``).
 
     The collector is paused while millions of objects are made, and what was loaded is then
     frozen out of its reach: the store never changes, and forked workers keep sharing its pages.
@@ -188,9 +193,12 @@ def load_store(path: str | Path, *, progress: bool | None = None, page_text: boo
     enabled = gc.isenabled()
     gc.disable()
     try:
-        raw = read_snapshot(path, progress=progress, page_text=page_text)
-        check_snapshot(raw)
+        raw = read_snapshot(path, progress=progress, page_text=page_text, trust=trust)
+        if not raw.trusted:
+            check_snapshot(raw)
+            record_check(raw.path, raw.manifest_bytes, record_files(raw.path), raw.commands.ranges, raw.commands.total)
         store = Store(raw.manifest, raw.records, raw.commands, path=raw.path)
+        store.trusted = raw.trusted
         del raw
     finally:
         if enabled:

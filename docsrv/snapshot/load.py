@@ -8,6 +8,7 @@ line by line, so that every problem is reported with its file and line.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from .commands import CommandFile, index_commands
 from .errors import ProblemList, SnapshotError
 from .lines import decoded_blocks, describe
 from .records import FORMAT, FORMAT_VERSION, KINDS, OPTIONAL_KINDS, BuildCommand, Manifest, Page, PageHead, Record
+from .verified import trusted
 
 #: Endings a record file may have, by how it is compressed.
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
@@ -37,6 +39,10 @@ class RawSnapshot:
     commands: CommandFile
     files: dict[str, str]
     seconds: float
+    #: The manifest as read, and whether an earlier check of exactly these files was trusted
+    #: (``verified.py``): its digests and cross-checks are then not done again.
+    manifest_bytes: bytes = b""
+    trusted: bool = False
 
 
 def record_file(directory: Path, kind: str) -> list[Path]:
@@ -68,10 +74,12 @@ def check_files(directory: Path, manifest: Manifest, problems: ProblemList) -> N
                 problems.add(name, None, "its SHA-256 differs from the one manifest.json records (changed or corrupt)")
 
 
-def read_snapshot(path: str | Path, *, progress: bool | None = None, page_text: bool = True) -> RawSnapshot:
+def read_snapshot(path: str | Path, *, progress: bool | None = None, page_text: bool = True, trust: bool = True) -> RawSnapshot:
     """Decode a snapshot directory; raise SnapshotError naming every file and line that is bad.
 
     Without ``page_text``, pages are decoded as PageHead: for a server whose index holds the text.
+    With ``trust``, a record of an earlier check of the same files spares the digests and the
+    scan of the build commands (``verified.py``).
     """
     started = time.perf_counter()
     directory = Path(path)
@@ -80,8 +88,13 @@ def read_snapshot(path: str | Path, *, progress: bool | None = None, page_text: 
         problems.add(str(directory), None, "not a snapshot directory")
         problems.raise_if_any()
     manifest = read_manifest(directory, problems)
+    manifest_bytes = b""
+    found_trust = None
     if manifest is not None:
-        check_files(directory, manifest, problems)
+        manifest_bytes = (directory / "manifest.json").read_bytes()
+        found_trust = trusted(directory, manifest_bytes, record_files(directory)) if trust else None
+        if found_trust is None:
+            check_files(directory, manifest, problems)
     if progress is None:
         progress = wanted()
     records: dict[str, list] = {}
@@ -103,7 +116,11 @@ def read_snapshot(path: str | Path, *, progress: bool | None = None, page_text: 
             continue
         files[kind] = found[0].name
         before = len(problems)
-        if cls is BuildCommand:
+        if cls is BuildCommand and found_trust is not None and found[0].name.endswith(".jsonl"):
+            verified, ranges = found_trust
+            commands = CommandFile(os.open(found[0], os.O_RDONLY), ranges, verified.commands_total)
+            counts[kind] = commands.total
+        elif cls is BuildCommand:
             # With bad builds, every command would name a missing one: leave references unchecked.
             builds = {b.id: i for i, b in enumerate(records.get("builds", ()))} if not problems else None
             commands = index_commands(found[0], builds, problems, progress=progress)
@@ -117,7 +134,8 @@ def read_snapshot(path: str | Path, *, progress: bool | None = None, page_text: 
         check_counts(manifest, counts, files, problems)
     problems.raise_if_any()
     assert manifest is not None and commands is not None
-    return RawSnapshot(directory, manifest, records, commands, files, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    return RawSnapshot(directory, manifest, records, commands, files, seconds, manifest_bytes, found_trust is not None)
 
 
 def read_manifest(directory: Path, problems: ProblemList) -> Manifest | None:

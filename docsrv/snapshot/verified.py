@@ -1,0 +1,116 @@
+"""A record that a snapshot's files were checked whole, so that a later load of the same files
+need not check them again.
+
+The first load of a snapshot hashes every file against its manifest (about 10 s at the large
+scale), decodes every build command to check it and note where each build's lines are (12 s),
+and checks the records against each other (4 s). When all of it passes, the load writes
+``.docsrv-verified`` beside the files: the identity of each file (device, inode, size,
+modification and change times), the manifest's digest, docsrv's version, and, in
+``.docsrv-command-ranges``, the byte range of each build's commands. A later load whose files
+all have those identities trusts the record and skips that work. A file written to since, even
+one given back its old modification time, has another change time: the record does not match,
+and the snapshot is checked whole again (and the record written anew). The same goes for a
+record or a ranges file that does not match: it is named in the log and not used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+from array import array
+from importlib.metadata import version
+from pathlib import Path
+
+import msgspec
+
+from ..utils.files import replace_file
+from .records import FORMAT_VERSION
+
+log = logging.getLogger("docsrv")
+
+RECORD = ".docsrv-verified"
+RANGES = ".docsrv-command-ranges"
+#: (device, inode, size, modification time, change time), in nanoseconds.
+Identity = tuple[int, int, int, int, int]
+
+
+class Verified(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    docsrv: str
+    format_version: int
+    manifest_sha256: str
+    #: Every record file and the ranges file, by name.
+    files: dict[str, Identity]
+    commands_total: int
+
+
+def identity(path: Path) -> Identity:
+    stat = path.stat()
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
+
+
+def manifest_digest(manifest: bytes) -> str:
+    return hashlib.sha256(manifest).hexdigest()
+
+
+def trusted(directory: Path, manifest: bytes, files: list[Path]) -> tuple[Verified, dict[int, tuple[int, int, int]]] | None:
+    """The record of an earlier check of exactly these files, and the commands' byte ranges it
+    kept; None when there is none, or it does not match (then it is named in the log)."""
+    try:
+        data = (directory / RECORD).read_bytes()
+    except OSError:
+        return None
+    try:
+        record = msgspec.json.decode(data, type=Verified)
+    except msgspec.DecodeError as error:
+        log.warning("%s: not a record docsrv reads (%s); checking the snapshot whole", RECORD, error)
+        return None
+    if (record.docsrv, record.format_version) != (version("docsrv"), FORMAT_VERSION):
+        return None  # checked by another docsrv: its checks may not be this one's
+    if record.manifest_sha256 != manifest_digest(manifest):
+        log.info("%s is of another manifest.json; checking the snapshot whole", RECORD)
+        return None
+    names = {path.name for path in files} | {RANGES}
+    try:
+        now = {name: identity(directory / name) for name in names}
+    except OSError:
+        now = {}
+    changed = sorted(name for name in names if now.get(name) != tuple(record.files.get(name, ())))
+    if changed:
+        log.info("%s does not match %s (changed since it was checked); checking the snapshot whole", RECORD, ", ".join(changed))
+        return None
+    ranges = read_ranges(directory / RANGES)
+    if ranges is None:
+        log.warning("%s: not a ranges file docsrv reads; checking the snapshot whole", RANGES)
+    return (record, ranges) if ranges is not None else None
+
+
+def read_ranges(path: Path) -> dict[int, tuple[int, int, int]] | None:
+    numbers = array("q")
+    try:
+        data = path.read_bytes()
+        numbers.frombytes(data)
+    except (OSError, ValueError):
+        return None
+    if len(numbers) % 4:
+        return None
+    it = iter(numbers)
+    return {build: (start, end, count) for build, start, end, count in zip(it, it, it, it, strict=True)}
+
+
+def record_check(directory: Path, manifest: bytes, files: list[Path], ranges: dict[int, tuple[int, int, int]], total: int) -> None:
+    """Write the record of a check that passed; a directory that cannot be written to keeps none
+    (its loads check it whole)."""
+    numbers = array("q")
+    for build, (start, end, count) in ranges.items():
+        numbers.extend((build, start, end, count))
+    try:
+        replace_file(directory / RANGES, numbers.tobytes())
+        identities = {path.name: identity(path) for path in [*files, directory / RANGES]}
+        record = Verified(version("docsrv"), FORMAT_VERSION, manifest_digest(manifest), identities, total)
+        replace_file(directory / RECORD, msgspec.json.encode(record))
+    except OSError as error:
+        log.debug("no record of the check in %s: %s", directory, error)
+        with contextlib.suppress(OSError):
+            os.unlink(directory / RECORD)

@@ -217,7 +217,8 @@ def run_pull(args: argparse.Namespace) -> int:
 
 
 def run_index(args: argparse.Namespace) -> int:
-    from .serving import build_index_aside, fingerprint, index_directories, resolve
+    from .serving import INDEX, build_index_aside, fingerprint, index_directories, resolve
+    from .snapshot.write import seal_index
     from .store import load_store
 
     snapshot = resolve(args.path)
@@ -227,6 +228,9 @@ def run_index(args: argparse.Namespace) -> int:
     seconds = build_index_aside(store, directory, digest)
     size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
     print(f"indexed {len(store.pages)} pages of {store.name} in {seconds:.1f} s ({size / 2**20:.1f} MiB at {directory})")
+    if directory == snapshot / INDEX and (snapshot / "manifest.json").is_file():
+        sealed = seal_index(snapshot, directory)
+        print(f"manifest.json lists the index's {sealed} files: it is published and pulled with the snapshot")
     return 0
 
 

@@ -7,8 +7,10 @@ lies beside it. A pull fetches the manifest (conditionally: an unchanged snapsho
 small request), then every file it lists, in parallel, streamed to disk without blocking the
 event loop, into ``DIR/.pull-<name>-<digest>/``; an interrupted pull resumes there (files
 already whole are kept; a partial one continues with a Range request where the origin allows).
-Each file's size and digest are checked as it arrives. Then the snapshot is loaded and checked
-as a server would, its search index built, and only then is it renamed to ``DIR/<name>`` and
+Each file's size and digest are checked as it arrives. A snapshot whose publisher built its
+search index (``docsrv index``) lists the index's files too, and they come with it. Then the
+snapshot is loaded and checked as a server would, its search index built if it came without one
+made from these records (an older snapshot), and only then is it renamed to ``DIR/<name>`` and
 ``DIR/current`` pointed at it, with the atomic rename of a new symlink: a server watching
 ``DIR/current`` reloads. Any failure leaves ``current`` where it was. The last ``keep``
 snapshots stay; older ones that ``current`` does not name are removed.
@@ -31,7 +33,7 @@ import msgspec
 from tqdm import tqdm
 
 from .config import Deadlines
-from .serving import build_index_aside, fingerprint, index_directories
+from .serving import INDEX, build_index_aside, current_index, fingerprint, index_directories
 from .snapshot.errors import SnapshotError
 from .snapshot.records import FileDigest, Manifest
 from .snapshot.write import put_in_place
@@ -125,7 +127,11 @@ async def pull(
             return Pulled(manifest.name, changed=False, seconds=time.perf_counter() - started)
         partial = into / f".pull-{manifest.name}-{hashlib.sha256(raw).hexdigest()[:12]}"
         partial.mkdir(exist_ok=True)
-        total = sum(entry.size for entry in manifest.files.values())
+        # The records, and the search index when the publisher built and sealed one (``docsrv index``).
+        wanted_files = {**manifest.files, **{f"{INDEX}/{name}": entry for name, entry in manifest.index.items()}}
+        for name in manifest.index:
+            (partial / INDEX / name).parent.mkdir(parents=True, exist_ok=True)
+        total = sum(entry.size for entry in wanted_files.values())
         show = wanted() if progress is None else progress
         with progress_bar(total, f"pull {manifest.name}", show) as bar:
             limit = asyncio.Semaphore(PARALLEL)
@@ -134,7 +140,7 @@ async def pull(
                 async with limit:
                     await fetch_file(session, f"{base}/{name}", partial / name, entry, bar, deadlines)
 
-            await asyncio.gather(*(one(name, entry) for name, entry in manifest.files.items()))
+            await asyncio.gather(*(one(name, entry) for name, entry in wanted_files.items()))
     async with aiofiles.open(partial / "manifest.json", "wb") as out:  # last: it seals the snapshot
         await out.write(raw)
     await asyncio.to_thread(check_and_index, partial, manifest.name, build_index)
@@ -142,7 +148,7 @@ async def pull(
     point_current(into, manifest.name)
     write_state(into, validators)
     prune(into, keep)
-    return Pulled(manifest.name, changed=True, files=len(manifest.files), bytes=total, seconds=time.perf_counter() - started)
+    return Pulled(manifest.name, changed=True, files=len(wanted_files), bytes=total, seconds=time.perf_counter() - started)
 
 
 def decode_manifest(raw: bytes, base: str) -> Manifest:
@@ -224,13 +230,18 @@ async def fetch_file(
 
 
 def check_and_index(directory: Path, name: str, build_index: bool) -> None:
-    """Load the snapshot as a server would (every record checked) and build its search index."""
+    """Load the snapshot as a server would (every record checked), and build its search index
+    unless it came with one built from these records."""
     try:
         store = load_store(directory, progress=False)
     except SnapshotError as error:
         raise PullError(error.summary(name=name)) from None
     if build_index:
         digest = fingerprint(directory)
+        if current_index(directory, digest) is not None:
+            return
+        if (directory / INDEX).exists():
+            log.warning("%s: the index it came with was built from other content (or another docsrv); building it anew", name)
         build_index_aside(store, index_directories(directory, digest)[0], digest, False)
 
 

@@ -243,7 +243,7 @@ class Origin:
         self.faults: dict[str, str] = {}
         self.requests: list[tuple[str, dict[str, str]]] = []
         app = web.Application()
-        app.router.add_get("/snapshot/{name}", self.serve)
+        app.router.add_get("/snapshot/{name:.+}", self.serve)
         self.loop = asyncio.new_event_loop()
         self.runner = web.AppRunner(app)
         with socket.socket() as probe:
@@ -303,10 +303,12 @@ class Origin:
         return response
 
     def publish(self, snapshot: Path) -> None:
-        """Put a snapshot on the origin: its record files first, its manifest last."""
+        """Put a snapshot on the origin: its record files and its index first, its manifest last."""
         self.root.mkdir(parents=True, exist_ok=True)
         for path in sorted(snapshot.glob("*.jsonl*")):
             shutil.copyfile(path, self.root / path.name)
+        if (snapshot / "index").is_dir():
+            shutil.copytree(snapshot / "index", self.root / "index", dirs_exist_ok=True)
         shutil.copyfile(snapshot / "manifest.json", self.root / "manifest.json")
 
     def close(self) -> None:

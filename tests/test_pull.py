@@ -199,3 +199,51 @@ def test_the_sidecar_outlives_every_kind_of_origin_failure(tmp_path, origin):
         sidecar.wait(timeout=30)
     failures = [line for line in lines if "pull failed" in line]
     assert failures and not any("Traceback" in line for line in lines), "".join(lines)
+
+
+def index_files(snapshot):
+    return sorted(str(p.relative_to(snapshot / "index")) for p in (snapshot / "index").rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+def test_a_snapshot_indexed_by_its_publisher_is_pulled_with_its_index_and_builds_none(tmp_path, origin):
+    """Issue 25: the index is built once, where the snapshot is made, and travels with it."""
+    published = sealed(tmp_path / "a", "snap-a")
+    indexed = docsrv("index", str(published))
+    assert indexed.returncode == 0, indexed.stderr
+    assert "manifest.json lists the index's" in indexed.stdout
+    manifest = json.loads((published / "manifest.json").read_text())
+    assert set(manifest["index"]) == set(index_files(published)) and "docsrv-index.json" in manifest["index"]
+    origin.publish(published)
+    into = tmp_path / "replica"
+    pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert pulled.returncode == 0, pulled.stderr
+    replica = into / "snap-a"
+    # The very files the publisher built (tantivy names each segment anew when it builds one).
+    assert index_files(replica) == index_files(published)
+    assert all((replica / "index" / name).read_bytes() == (published / "index" / name).read_bytes() for name in manifest["index"])
+    assert any(name.startswith("index/") for name, _headers in origin.requests)
+
+
+def test_an_older_snapshot_without_an_index_is_pulled_and_indexed(tmp_path, origin):
+    origin.publish(sealed(tmp_path / "a", "snap-a"))
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    assert "docsrv-index.json" in index_files(into / "snap-a")
+    assert not any(name.startswith("index/") for name, _headers in origin.requests)
+
+
+def test_an_index_of_other_records_is_not_used_but_built_anew(tmp_path, origin):
+    published = sealed(tmp_path / "a", "snap-a")
+    assert docsrv("index", str(published)).returncode == 0
+    marker = published / "index" / "docsrv-index.json"
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "fingerprint": "0" * 32}))
+    from docsrv.snapshot.write import seal_index
+
+    seal_index(published, published / "index")  # sealed as it is: the transfer checks out, the content does not
+    origin.publish(published)
+    into = tmp_path / "replica"
+    pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert pulled.returncode == 0, pulled.stderr
+    assert "snap-a: the index it came with was built from other content (or another docsrv); building it anew" in pulled.stderr
+    rebuilt = json.loads((into / "snap-a" / "index" / "docsrv-index.json").read_text())
+    assert rebuilt["fingerprint"] != "0" * 32

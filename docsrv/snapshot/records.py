@@ -205,7 +205,12 @@ class FileDigest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 FileName = Annotated[str, msgspec.Meta(max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 
 
-class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+#: A file of a snapshot's search index, by its path in ``index/``: a plain name, or one in a
+#: directory of the index (``entries/``, ``highlight/``).
+IndexFileName = Annotated[str, msgspec.Meta(max_length=200, pattern=r"^([a-z]+/)?[A-Za-z0-9][A-Za-z0-9._-]*$")]
+
+
+class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     format: str
     format_version: int
     #: A snapshot's identity, and the name of its directory where a pull keeps it: never "." or
@@ -219,6 +224,9 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: Every record file by name, with its size and digest: a snapshot is complete when its files
     #: match. docsrv writes it for every snapshot it makes; a hand-made manifest may leave it out.
     files: dict[FileName, FileDigest] = msgspec.field(default_factory=dict)
+    #: The search index ``docsrv index`` built in ``index/``, file by file: published and pulled
+    #: with the records, so that a replica that pulls the snapshot builds none. Optional.
+    index: dict[IndexFileName, FileDigest] = msgspec.field(default_factory=dict)
 
 
 #: Every kind of record, by the stem of its file in the snapshot directory, in load order.

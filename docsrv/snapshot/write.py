@@ -80,6 +80,19 @@ def write_manifest(directory: Path, manifest: Manifest) -> None:
     replace_file(directory / "manifest.json", msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n")
 
 
+def seal_index(directory: Path, index: Path) -> int:
+    """List the files of the search index in ``index`` (inside ``directory``) in the snapshot's
+    manifest, with their sizes and digests, so that it is published and pulled with the records;
+    the manifest's other fields are kept. Hidden files (tantivy's locks and bookkeeping) are not
+    part of it. Returns how many files were listed."""
+    manifest = msgspec.json.decode((directory / "manifest.json").read_bytes(), type=Manifest)
+    files = sorted(p for p in index.rglob("*") if p.is_file() and not p.name.startswith("."))
+    listed = {path.relative_to(index).as_posix(): digest_of(path) for path in files}
+    manifest = msgspec.structs.replace(manifest, index=listed)
+    replace_file(directory / "manifest.json", msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n")
+    return len(listed)
+
+
 @contextmanager
 def built_aside(target: Path, *, replace: bool = False) -> Iterator[Path]:
     """A new directory beside ``target`` to build a snapshot in. When the block ends without an

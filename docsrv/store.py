@@ -180,7 +180,9 @@ def group(items: Iterable[T], keys_of: Callable[[T], Iterable[Hashable]]) -> dic
     return dict(index)
 
 
-def load_store(path: str | Path, *, progress: bool | None = None, page_text: bool = True, trust: bool = True) -> Store:
+def load_store(
+    path: str | Path, *, progress: bool | None = None, page_text: bool = True, trust: bool = True, digests_checked: bool = False
+) -> Store:
     """Read, check and index a snapshot directory; raise SnapshotError if it cannot be served.
     Without ``page_text``, pages keep all but their text (see ``serving.load_served``). With
     ``trust``, a record that the same files were checked before spares checking them again; a
@@ -193,7 +195,7 @@ def load_store(path: str | Path, *, progress: bool | None = None, page_text: boo
     enabled = gc.isenabled()
     gc.disable()
     try:
-        raw = read_snapshot(path, progress=progress, page_text=page_text, trust=trust)
+        raw = read_snapshot(path, progress=progress, page_text=page_text, trust=trust, digests_checked=digests_checked)
         if not raw.trusted:
             check_snapshot(raw)
             record_check(raw.path, raw.manifest_bytes, record_files(raw.path), raw.commands.ranges, raw.commands.total)

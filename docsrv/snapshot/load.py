@@ -74,12 +74,15 @@ def check_files(directory: Path, manifest: Manifest, problems: ProblemList) -> N
                 problems.add(name, None, "its SHA-256 differs from the one manifest.json records (changed or corrupt)")
 
 
-def read_snapshot(path: str | Path, *, progress: bool | None = None, page_text: bool = True, trust: bool = True) -> RawSnapshot:
+def read_snapshot(
+    path: str | Path, *, progress: bool | None = None, page_text: bool = True, trust: bool = True, digests_checked: bool = False
+) -> RawSnapshot:
     """Decode a snapshot directory; raise SnapshotError naming every file and line that is bad.
 
     Without ``page_text``, pages are decoded as PageHead: for a server whose index holds the text.
     With ``trust``, a record of an earlier check of the same files spares the digests and the
-    scan of the build commands (``verified.py``).
+    scan of the build commands (``verified.py``). ``digests_checked``: the caller has just
+    checked every file against the manifest (a pull, as the bytes arrived).
     """
     started = time.perf_counter()
     directory = Path(path)
@@ -93,7 +96,7 @@ def read_snapshot(path: str | Path, *, progress: bool | None = None, page_text: 
     if manifest is not None:
         manifest_bytes = (directory / "manifest.json").read_bytes()
         found_trust = trusted(directory, manifest_bytes, record_files(directory)) if trust else None
-        if found_trust is None:
+        if found_trust is None and not digests_checked:
             check_files(directory, manifest, problems)
     if progress is None:
         progress = wanted()

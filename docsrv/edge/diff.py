@@ -104,7 +104,7 @@ class Side:
         self.users = {u.id: u for u in self.decode("users", User)}
         self.builds = {b.id: b for b in self.decode("builds", BuildPlace) if b.version in self.versions}
         self.pages = {p.id: p for p in self.decode("pages", PagePlace) if p.version in self.versions}
-        self._builds_by: dict[str, dict[int, list[BuildPlace]]] = {}
+        self._grouped: dict[tuple[str, str], dict[int, list[Any]]] = {}
 
     def decode(self, kind: str, cls: type) -> Iterator[Any]:
         problems = ProblemList(str(self.directory))
@@ -120,13 +120,14 @@ class Side:
     def project_slug(self, project_id: int) -> str:
         return self.projects[project_id].slug
 
-    def builds_of(self, field: str, ident: int) -> list[BuildPlace]:
-        """The public builds of a project or a version (grouped once, when first asked)."""
-        grouped = self._builds_by.get(field)
+    def of(self, kind: str, field: str, ident: int) -> list[Any]:
+        """The public versions, builds or pages whose ``field`` (project, version) is ``ident``,
+        grouped once, when first asked."""
+        grouped = self._grouped.get((kind, field))
         if grouped is None:
-            grouped = self._builds_by[field] = {}
-            for build in self.builds.values():
-                grouped.setdefault(getattr(build, field), []).append(build)
+            grouped = self._grouped[kind, field] = {}
+            for item in getattr(self, kind).values():
+                grouped.setdefault(getattr(item, field), []).append(item)
         return grouped.get(ident, [])
 
 
@@ -268,15 +269,15 @@ def compare_projects(old: Side, new: Side, keys: Keys) -> None:
         moved = before.slug != after.slug
         relocated = moved or before.language != after.language
         for side in (old, new):
-            lists = [version_lists(side, v) for v in side.versions.values() if v.project == pid]
+            lists = [version_lists(side, v) for v in side.of("versions", "project", pid)]
             if relocated:
-                lists += [build_lists(side, b) for b in side.builds_of("project", pid)]
+                lists += [build_lists(side, b) for b in side.of("builds", "project", pid)]
             for keys_of_lists in lists:
                 if moved:
                     keys.add("lists", keys_of_lists)
                 else:
                     keys.big(keys_of_lists)
-            if any(p.project == pid for p in side.pages.values()):
+            if side.of("pages", "project", pid):
                 keys.big([V1_FILES.key({})])
                 if relocated:
                     keys.add("changed", ("search",))
@@ -302,7 +303,7 @@ def compare_versions(old: Side, new: Side, keys: Keys) -> None:
             keys.big(version_lists(new, after))
         if before.slug != after.slug:  # its builds' version_slug and docs_url, its files' URLs
             for side in (old, new):
-                for build in side.builds_of("version", vid):
+                for build in side.of("builds", "version", vid):
                     keys.big(build_lists(side, build))
             keys.big([V1_FILES.key({})])
             keys.add("changed", ("search",))

@@ -17,7 +17,9 @@ def test_purge_keys_name_every_project_version_and_build_shown(demo, public):
     files = demo.get("/api/v1/file/?limit=2").headers["Cache-Tag"].split(",")
     assert files[0] == "v1" and "project-pip" in files and "version-pip-latest" in files
     search = demo.get("/api/v2/docsearch/?project=pip&version=latest&q=cache").headers["Surrogate-Key"].split()
-    assert search[:2] == ["search", "v2"] and "project-pip" in search
+    assert search[:3] == ["search", "v2", "list-v2-docsearch-project-pip-version-latest"] and "project-pip" in search
+    assert demo.get("/api/v1/file/search/?q=pip").headers["Surrogate-Key"].split()[:3] == ["search", "v1", "list-v1-file-search"]
+    assert demo.get("/api/v1/file/anchor/?q=pip").headers["Surrogate-Key"].split()[:3] == ["search", "v1", "list-v1-file-anchor"]
 
 
 def test_purge_keys_of_long_lists_stay_under_the_header_limit():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from ..http.purge import page_keys, version_slug_keys
+from ..http.purge import V1_ANCHOR_SEARCH, V1_FILE_SEARCH, V2_DOCSEARCH, page_keys, version_slug_keys
 from ..http.reply import Reply
 from ..search import version_scope
 from ..snapshot.records import Project
@@ -39,8 +39,9 @@ async def docsearch(request: ApiRequest, state: ApiState) -> Reply:
     # The project and its public subprojects that have the same version (DECISIONS.md section 3).
     searched = [project, *(child for child in store.subprojects.get(project.id, ()) if (child.id, version) in store.version_by_slug)]
     body = await state.searches.run(request, docsearch_body, state, searched, version, values["q"])
-    keys = ["search", "v2", *(key for p in searched for key in version_slug_keys(p, version))]
-    return state.ok(body, keys)
+    list_key = V2_DOCSEARCH.key({"project": project.slug, "version": version})
+    keys = ["search", "v2", list_key, *(key for p in searched for key in version_slug_keys(p, version))]
+    return state.ok(body, keys, list_key=list_key)
 
 
 def docsearch_body(state: ApiState, searched: list[Project], version: str, q: str) -> dict:
@@ -86,7 +87,7 @@ def v1_query(request: ApiRequest) -> str:
 
 async def file_search(request: ApiRequest, state: ApiState) -> Reply:
     objects, keys = await state.searches.run(request, file_search_body, state, v1_query(request))
-    return state.ok({"objects": objects}, ["search", "v1", *keys], V1_JSON)
+    return state.ok({"objects": objects}, ["search", "v1", V1_FILE_SEARCH.key({}), *keys], V1_JSON, V1_FILE_SEARCH.key({}))
 
 
 def file_search_body(state: ApiState, q: str) -> tuple[list[dict], list[str]]:
@@ -111,10 +112,10 @@ async def anchor_search(request: ApiRequest, state: ApiState) -> Reply:
     q = v1_query(request)
     store = state.store
     found = await state.searches.run(request, state.search.search_anchors, q)
-    keys = ["search", "v1"]
+    keys = ["search", "v1", V1_ANCHOR_SEARCH.key({})]
     urls = []
     for page_id, anchor in found:
         page = store.pages[page_id]
         urls.append(f"{store.page_url(page)}#{anchor}")
         keys.extend(page_keys(store, page))
-    return state.ok({"objects": urls}, keys, V1_JSON)
+    return state.ok({"objects": urls}, keys, V1_JSON, V1_ANCHOR_SEARCH.key({}))

@@ -107,6 +107,11 @@ V1_VERSIONS = ListFamily("v1", "version", ("project_id", "project", "slug", "act
 V1_BUILDS = ListFamily("v1", "build", ("project",))
 V1_FILES = ListFamily("v1", "file", ())
 V1_USERS = ListFamily("v1", "user", ("username",))
+#: Searches are lists too (of hits, by their query as well): the diff names them all by ``search``
+#: when any page changes, since a page moves every score.
+V2_DOCSEARCH = ListFamily("v2", "docsearch", ("project", "version"))
+V1_FILE_SEARCH = ListFamily("v1", "file-search", ())
+V1_ANCHOR_SEARCH = ListFamily("v1", "file-anchor", ())
 
 
 def purge_keys(keys: Iterable[str], list_key: str | None = None) -> list[str]:

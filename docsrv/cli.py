@@ -243,7 +243,11 @@ def run_diff(args: argparse.Namespace) -> int:
     from .edge.diff import compare
 
     started = time.perf_counter()
-    keys = compare(args.old, args.new)
+    try:
+        keys = compare(args.old, args.new)
+    except SnapshotError as error:  # one line: the diff runs in scripts, between a pull and a purge
+        print(f"docsrv: snapshot diff: {error.path}: {error.summary()}", file=sys.stderr)
+        return 1
     if args.purge is None:
         if args.json:
             print(json.dumps(keys.by_group(), indent=2))

@@ -52,12 +52,14 @@ def test_identical_snapshots_print_nothing(tmp_path):
     assert json.loads(diff(old, old, "--json")) == {"changed": [], "added": [], "removed": [], "lists": []}
 
 
-@pytest.mark.parametrize("bad", ["missing", "not-a-snapshot"])
+@pytest.mark.parametrize("bad", ["missing", "not-a-snapshot", "broken"])
 def test_bad_input_is_one_line_and_exit_1(tmp_path, bad):
     (tmp_path / "not-a-snapshot").mkdir()
+    broken = shutil.copytree(DEMO, tmp_path / "broken", ignore=shutil.ignore_patterns("index", ".*"))
+    (broken / "versions.jsonl").write_text((broken / "versions.jsonl").read_text().replace('"project":', '"project":"x",', 1))
     result = docsrv("snapshot", "diff", str(DEMO), str(tmp_path / bad))
-    assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr.startswith("docsrv: snapshot ") and str(tmp_path / bad) in result.stderr
+    assert result.returncode == 1 and result.stdout == "" and result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"docsrv: snapshot diff: {tmp_path / bad}: snapshot {bad} has 1 problem(s): ")
 
 
 def test_a_project_edited_names_the_project_and_no_list(tmp_path):

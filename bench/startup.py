@@ -1,12 +1,18 @@
 """Time to ready and memory of `docsrv serve --workers 2`, by scale, the first time a snapshot is
-served and the next (when a record of the first check is trusted: docsrv/snapshot/verified.py).
+served and the next (when a record of the first check is trusted: docsrv/snapshot/verified.py);
+the time from a pull to ready; and Datasette's start on the same data exported to SQLite.
 
-    python bench/startup.py [--scales small medium large]
+    python bench/startup.py [--scales small medium large] [--datasette] [--pull]
 
 Each snapshot is synthesised under bench/scratch/ and indexed first (`docsrv index`), so the
 start measures loading, not index building; the page cache is warm (each start follows a
-read of the files). Ready is the first 200 of /readyz; PSS is summed over the master and its
-workers from /proc/<pid>/smaps_rollup once ready. Results: bench/results/<date>-startup.md, .json.
+read of the files). Ready is the first 200 of /readyz naming both workers; PSS is summed over the
+master and its workers from /proc/<pid>/smaps_rollup once ready; the peak is the master's VmHWM
+(the load happens there). With --pull, the snapshot (with its index, sealed by `docsrv index`)
+is pulled from Python's http.server on loopback into a fresh directory and served from there:
+the time from the pull's start to ready. With --datasette, `datasette serve --immutable` (the
+peers' virtual environment of bench/run.py) on the SQLite export, until its first 200.
+Results: bench/results/<date>-startup.md, .json.
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from datetime import date
@@ -24,7 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from docsrv.snapshot.verified import RANGES, RECORD  # noqa: E402
-from run import free_port, snapshot_path  # noqa: E402
+from run import PEERS_VENV, ensure_peers, free_port, snapshot_path, sqlite_path  # noqa: E402
 
 
 def pss_mb(pid: int) -> float:
@@ -39,9 +47,16 @@ def pss_mb(pid: int) -> float:
     return round(total / 1024, 1)
 
 
-def start(snapshot: Path) -> dict:
+def peak_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def start(snapshot: Path, started: float | None = None) -> dict:
     port = free_port()
-    started = time.perf_counter()
+    started = time.perf_counter() if started is None else started
     process = subprocess.Popen([sys.executable, "-m", "docsrv", "serve", "--snapshot", str(snapshot), "--port", str(port),
                                 "--workers", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -58,16 +73,71 @@ def start(snapshot: Path) -> dict:
                 raise SystemExit(f"docsrv exited with {process.returncode}")
             time.sleep(0.05)
         seconds = time.perf_counter() - started
-        return {"ready_seconds": round(seconds, 2), "load_seconds": ready["load_seconds"], "pss_mb": pss_mb(process.pid)}
+        return {"ready_seconds": round(seconds, 2), "load_seconds": ready["load_seconds"], "pss_mb": pss_mb(process.pid),
+                "master_peak_mb": peak_mb(process.pid)}
     finally:
         process.terminate()
         process.wait(timeout=120)
 
 
+def pull_then_start(snapshot: Path) -> dict:
+    """Pull ``snapshot`` from a loopback origin into a fresh directory, then serve it: seconds
+    from the pull's start to ready."""
+    port = free_port()
+    origin = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(snapshot)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    into = Path(tempfile.mkdtemp(prefix="docsrv-startup-pull-"))
+    try:
+        wait_for(f"http://127.0.0.1:{port}/manifest.json")
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "docsrv", "snapshot", "pull", f"http://127.0.0.1:{port}", "--into", str(into)],
+                       check=True, capture_output=True)
+        pulled = time.perf_counter() - started
+        ready = start(into / "current", started)
+        return {"pull_seconds": round(pulled, 2), "pull_to_ready_seconds": ready["ready_seconds"]}
+    finally:
+        origin.terminate()
+        origin.wait()
+        shutil.rmtree(into, ignore_errors=True)
+
+
+def datasette_start(snapshot: Path) -> dict:
+    database = sqlite_path(snapshot)
+    port = free_port()
+    started = time.perf_counter()
+    process = subprocess.Popen([str(PEERS_VENV / "bin" / "datasette"), "serve", "--immutable", str(database), "--port", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(f"http://127.0.0.1:{port}/-/versions.json")
+        return {"ready_seconds": round(time.perf_counter() - started, 2), "pss_mb": pss_mb(process.pid),
+                "sqlite_mb": round(database.stat().st_size / 2**20)}
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+def wait_for(url: str) -> None:
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise SystemExit(f"{url}: no answer in 600 s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scales", nargs="+", default=["small", "medium", "large"], choices=["demo", "small", "medium", "large"])
+    parser.add_argument("--pull", action="store_true", help="also time a pull of each snapshot, then its start")
+    parser.add_argument("--datasette", action="store_true", help="also time Datasette's start on the SQLite export")
+    parser.add_argument("--out", default=None, help="results path without suffix (default: bench/results/<date>-startup)")
     args = parser.parse_args()
+    if args.datasette:
+        ensure_peers()
     results = {}
     for scale in args.scales:
         snapshot = snapshot_path(scale, 1)
@@ -81,17 +151,26 @@ def main() -> None:
         first = start(snapshot)
         again = start(snapshot)
         results[scale] = {"first": first, "trusted": again}
+        if args.pull:
+            results[scale]["pull"] = pull_then_start(snapshot)
+        if args.datasette:
+            results[scale]["datasette"] = datasette_start(snapshot)
         print(scale, results[scale], file=sys.stderr)
-    out = HERE / "results" / f"{date.today().isoformat()}-startup"
+    out = Path(args.out) if args.out else HERE / "results" / f"{date.today().isoformat()}-startup"
     out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
     lines = [f"# Start-up of `docsrv serve --workers 2`, {date.today().isoformat()}", "",
              "Index built beforehand, page cache warm. First: no record of an earlier check (every digest, every build "
              "command, every cross-check). Trusted: the record of the first start matches the files.", "",
-             "| scale | ready, first (s) | ready, trusted (s) | load, first (s) | load, trusted (s) | PSS, master + 2 workers (MB) |",
-             "|---|---|---|---|---|---|"]
+             "| scale | ready, first (s) | ready, trusted (s) | load, first / trusted (s) | PSS, master + 2 workers (MB) "
+             "| master's peak (MB) | pull, then ready (s) | Datasette ready (s), PSS (MB) |",
+             "|---|---|---|---|---|---|---|---|"]
     for scale, row in results.items():
-        lines.append(f"| {scale} | {row['first']['ready_seconds']} | {row['trusted']['ready_seconds']} | {row['first']['load_seconds']} "
-                     f"| {row['trusted']['load_seconds']} | {row['trusted']['pss_mb']} |")
+        pulled = f"{row['pull']['pull_seconds']}, {row['pull']['pull_to_ready_seconds']}" if "pull" in row else "-"
+        peer = f"{row['datasette']['ready_seconds']}, {row['datasette']['pss_mb']}" if "datasette" in row else "-"
+        first, trusted = row["first"], row["trusted"]
+        loads = f"{first['load_seconds']} / {trusted['load_seconds']}"
+        lines.append(f"| {scale} | {first['ready_seconds']} | {trusted['ready_seconds']} | {loads} "
+                     f"| {trusted['pss_mb']} | {first['master_peak_mb']} | {pulled} | {peer} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

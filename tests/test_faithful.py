@@ -112,7 +112,8 @@ def test_doc_search_on_a_parent_searches_its_public_subprojects(legacy):
     assert [h["fields"]["project"] for h in alone["hits"]] == [["umbrella_plugins"]]
     response = server.get("/api/v2/docsearch/?project=umbrella&version=latest&q=html")
     assert set(response.headers["Surrogate-Key"].split()) == {
-        "search", "v2", "project-umbrella", "version-umbrella-latest", "project-umbrella_plugins", "version-umbrella_plugins-latest",
+        "search", "v2", "list-v2-docsearch-project-umbrella-version-latest", "project-umbrella", "version-umbrella-latest",
+        "project-umbrella_plugins", "version-umbrella_plugins-latest",
     }
 
 

@@ -134,14 +134,19 @@ def test_every_pulls_as_a_sidecar_until_stopped(tmp_path, origin):
     into = tmp_path / "replica"
     sidecar = subprocess.Popen([sys.executable, "-m", "docsrv", "snapshot", "pull", origin.url, "--into", str(into), "--every", "0.2"],
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.extend(sidecar.stderr), daemon=True)
+    reader.start()
     try:
         poll(lambda: (into / "current").is_symlink() and current_of(into) == "snap-a", what="the first pull")
         origin.publish(sealed(tmp_path / "b", "snap-b"))
         poll(lambda: current_of(into) == "snap-b", what="the next pull")
+        # The link is swapped inside the pull; the sidecar says so once the pull has returned.
+        poll(lambda: any("pulled snapshot snap-b" in line for line in said), what="the sidecar's line on the next pull")
     finally:
         sidecar.send_signal(signal.SIGTERM)
         sidecar.wait(timeout=30)
-    assert "pulled snapshot snap-b" in sidecar.stderr.read()
+        reader.join(timeout=5)
 
 
 @pytest.mark.parametrize(("name", "files", "message"), [

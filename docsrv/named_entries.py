@@ -13,13 +13,19 @@ by any dotted tail (``QuerySet.filter`` and ``filter`` both find
 ``django.db.models.query.QuerySet.filter``). Of the pages a query names, a page title comes
 first, then objects and glossary terms, then sections and labels, then index entries; within a
 kind a whole name before a tail, then the inventory's priority.
+
+Objects and glossary terms are also found by their names as people type them (``loose_keys``):
+dots, underscores, hyphens and spaces alike (``render all`` finds ``render_all``, ``shortcuts
+get object or 404`` finds ``django.shortcuts.get_object_or_404``), and a CamelCase name by its
+words (``render error`` finds ``RenderError``). Such a forgiving match ranks after every exact
+one.
 """
 
 from __future__ import annotations
 
 import re
 import string
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from enum import IntEnum
 from typing import NamedTuple
 
@@ -40,6 +46,10 @@ _SPACE = re.compile(r"\s+")
 _CALL = re.compile(r"\(\s*\)")
 _EDGES = string.punctuation.replace("_", "") + " "
 _REGEX_META = set(r"\.+*?()|[]{}^$#&-~")
+_SEPARATORS = re.compile(r"[._\-\s]+")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+#: Added to the rank of a forgiving match: after every exact one (``pack_rank`` stays below it).
+LOOSE_RANK = 32
 
 
 class Kind(IntEnum):
@@ -67,6 +77,18 @@ def entry_key(text: str) -> str:
     return _CALL.sub("", _SPACE.sub(" ", text.lower())).strip(_EDGES)[:MAX_KEY_CHARS]
 
 
+def loose_key(text: str) -> str:
+    """A query as a forgiving name match reads it: its key, separators as single spaces."""
+    return _SEPARATORS.sub(" ", entry_key(text)).strip()
+
+
+def loose_keys(name: str) -> list[str]:
+    """The forgiving keys of an object's name or glossary term: separators as spaces, and
+    CamelCase words apart (``RenderError`` -> ``rendererror``, ``render error``; the glossary
+    term ``stale widget`` -> ``stale widget``, which ``stale-widget`` finds)."""
+    return [key for key in dict.fromkeys((loose_key(name), loose_key(_CAMEL.sub(" ", name)))) if key]
+
+
 def dotted_tails(key: str) -> list[str]:
     """The shorter names an object's dotted name is known by: "a.b.c" -> ["b.c", "c"]."""
     parts = key.split(".")
@@ -81,6 +103,7 @@ def build_schema() -> tantivy.Schema:
     #: See ``pack_rank``.
     builder.add_integer_field("rank", fast=True)
     builder.add_text_field("name", tokenizer_name="raw")
+    builder.add_text_field("loose", tokenizer_name="raw")
     builder.add_text_field("anchored", tokenizer_name="raw")
     builder.add_text_field("heading", stored=True, tokenizer_name="raw")
     builder.add_text_field("anchor", stored=True, tokenizer_name="raw")
@@ -93,7 +116,9 @@ def documents(page: Page, scope: str, slot: int) -> Iterator[tantivy.Document]:
     """The named entries of one page as documents of the entries index: one a name, and for an
     object with a dotted name one more holding its tails (so one lookup ranks whole names first)."""
 
-    def entry(kind: Kind, priority: int, names: list[str], tail: bool = False, anchor: str = "", heading: str = "") -> tantivy.Document:
+    def entry(
+        kind: Kind, priority: int, names: list[str], tail: bool = False, anchor: str = "", heading: str = "", loose: Sequence[str] = ()
+    ) -> tantivy.Document:
         document = tantivy.Document()
         document.add_text("scope", scope)
         document.add_integer("page", page.id)
@@ -101,6 +126,8 @@ def documents(page: Page, scope: str, slot: int) -> Iterator[tantivy.Document]:
         document.add_integer("rank", pack_rank(kind, tail, priority))
         for key in dict.fromkeys(filter(None, names)):
             document.add_text("name", key)
+        for key in dict.fromkeys(loose):
+            document.add_text("loose", key)
         if anchor and heading:
             document.add_text("anchored", "1")
             document.add_text("anchor", anchor)
@@ -119,11 +146,13 @@ def documents(page: Page, scope: str, slot: int) -> Iterator[tantivy.Document]:
         key = entry_key(named.name)
         names = [key, entry_key(named.title)]
         if kind is Kind.OBJECT and named.role != TERM_ROLE:
-            yield entry(kind, named.priority, names, anchor=named.anchor, heading=named.name)
-            if tails := dotted_tails(key):
-                yield entry(kind, named.priority, tails, tail=True)
+            yield entry(kind, named.priority, names, anchor=named.anchor, heading=named.name, loose=loose_keys(named.name))
+            parts = named.name.split(".")
+            tails = [".".join(parts[i:]) for i in range(1, len(parts))]
+            if tails and (exact_tails := dotted_tails(key)):
+                yield entry(kind, named.priority, exact_tails, tail=True, loose=[k for t in tails for k in loose_keys(t)])
         elif named.role == TERM_ROLE:
-            yield entry(kind, named.priority, names, anchor=named.anchor, heading=named.title or named.name)
+            yield entry(kind, named.priority, names, anchor=named.anchor, heading=named.title or named.name, loose=loose_keys(named.name))
         else:  # labels are sections (anchored as sections), index entries are no anchors to look up
             yield entry(kind, named.priority, names)
 
@@ -161,13 +190,21 @@ class NamedEntries:
 
     def pages_named(self, q: str, scopes: list[str] | None) -> dict[int, Named]:
         """The pages holding a name equal to ``q`` (of the versions ``scopes`` names, if any), each
-        with the rank of its best name."""
+        with the rank of its best name; then those whose objects or terms ``q`` names forgivingly."""
         key = entry_key(q)
         if not key:
             return {}
         scope = filter_clause(self.schema, "scope", scopes) if scopes else None
+        named = self._lookup("name", key, scope, 0)
+        loose = loose_key(q)
+        if loose:
+            for page, found in self._lookup("loose", loose, scope, LOOSE_RANK).items():
+                named.setdefault(page, found)
+        return named
+
+    def _lookup(self, field: str, key: str, scope: tuple[tantivy.Occur, tantivy.Query] | None, offset: int) -> dict[int, Named]:
         searcher = self.searcher
-        query = self._term("name", key)
+        query = self._term(field, key)
         if scope is not None:
             query = tantivy.Query.boolean_query([(tantivy.Occur.Must, query), scope])
         addresses = [address for _score, address in searcher.search(query, LOOKUP_LIMIT, count=False).hits]
@@ -179,8 +216,8 @@ class NamedEntries:
         ranks = searcher.fast_field_values("rank", addresses)
         for page, slot, rank in zip(pages, slots, ranks, strict=True):
             found = named.get(int(page or 0))
-            if found is None or int(rank or 0) < found.rank:
-                named[int(page or 0)] = Named(int(rank or 0), int(slot or 0))
+            if found is None or int(rank or 0) + offset < found.rank:
+                named[int(page or 0)] = Named(int(rank or 0) + offset, int(slot or 0))
         return named
 
     def anchors(self, q: str) -> list[tuple[int, str]]:

@@ -27,7 +27,7 @@ from .store import Store
 from .utils.progress import progress_bar, wanted
 
 #: Changes whenever what the index holds changes: an index of another schema is rebuilt.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: Weights of DECISIONS.md section 3: a word in the title counts ten times one in the body.
 BOOSTS = {"title": 10.0, "headings": 5.0, "body": 1.0}
 MAX_HITS = 50

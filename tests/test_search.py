@@ -245,6 +245,10 @@ def test_title_heading_and_body_matches_rank_in_that_order(server):
         ("transliteration", "unicode"),  # an index entry: the word is in no page's text
         ("Memory use", "guide/frobnication"),  # a section title
         ("Installation", "install"),  # a title, numbered "1. Installation" in the build
+        ("render all", "api"),  # a name typed with a space for its underscore (issue 27)
+        ("widgetry render all", "api"),  # ... and for its dots
+        ("render error", "api"),  # a CamelCase class by its words
+        ("stale-widget", "glossary"),  # a glossary term typed with a hyphen
     ],
 )
 def test_a_query_equal_to_a_name_finds_the_page_naming_it_first(server, q, page):
@@ -458,3 +462,33 @@ def test_a_restart_with_a_current_index_serves_the_same_searches_without_page_te
         assert [search(again, q) for q in queries] + [again.json("/api/v1/file/search/?q=frobnicator")] == first
     finally:
         again.stop()
+
+
+@pytest.fixture(scope="module")
+def index(built):
+    snapshot, _imports = built
+    from docsrv.serving import load_served
+
+    return load_served(snapshot, progress=False)
+
+
+@pytest.mark.parametrize(
+    ("q", "path"),
+    [
+        ("render all", "api.html"),  # render_all: a space for the underscore
+        ("widgetry render all", "api.html"),  # widgetry.render_all: spaces for the dots too
+        ("Render-All", "api.html"),
+        ("render error", "api.html"),  # RenderError: a CamelCase class by its words
+        ("stale-widget", "glossary.html"),  # the glossary term "stale widget", with a hyphen
+    ],
+)
+def test_names_are_found_as_people_type_them_after_every_exact_name(index, q, path):
+    """Issue 27: separators and CamelCase forgiven when a query is matched against the names of
+    objects and glossary terms; such a match ranks after any exact one."""
+    from docsrv.named_entries import LOOSE_RANK
+
+    store = index.store
+    forgiving = {store.pages[page].path for page, name in index.search.named.pages_named(q, None).items() if name.rank >= LOOSE_RANK}
+    assert path in forgiving
+    exact = index.search.named.pages_named("widgetry.render_all", None)
+    assert {store.pages[page].path: name.rank < LOOSE_RANK for page, name in exact.items()}["api.html"]

@@ -252,3 +252,20 @@ def test_an_index_of_other_records_is_not_used_but_built_anew(tmp_path, origin):
     assert "snap-a: the index it came with was built from other content (or another docsrv); building it anew" in pulled.stderr
     rebuilt = json.loads((into / "snap-a" / "index" / "docsrv-index.json").read_text())
     assert rebuilt["fingerprint"] != "0" * 32
+
+
+@pytest.mark.parametrize("path", ["../escape", "entries/../../x", "/etc/passwd", "Entries/x", ".managed.json", "a/b/c"])
+def test_an_index_file_that_would_leave_the_index_directory_is_refused(tmp_path, origin, path):
+    """The index a manifest lists is written under the pulled snapshot's index/: a name can hold
+    one lower-case directory of the index, never a way out of it (issue 25)."""
+    published = sealed(tmp_path / "a", "snap-a")
+    assert docsrv("index", str(published)).returncode == 0
+    origin.publish(published)
+    manifest = json.loads((origin.root / "manifest.json").read_text())
+    manifest["index"] = {**manifest["index"], path: {"size": 1, "sha256": "0" * 64}}
+    (origin.root / "manifest.json").write_text(json.dumps(manifest))
+    into = tmp_path / "replica"
+    result = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert "not a snapshot manifest: Expected `str` matching regex" in result.stderr and "$.index" in result.stderr
+    assert not (tmp_path / "escape").exists() and not (into / "current").exists()

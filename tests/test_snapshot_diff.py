@@ -201,3 +201,16 @@ def test_a_list_filtered_by_what_does_not_exist_yet_carries_its_key_which_the_di
     assert empty.json()["count"] == 0 and empty.headers["Surrogate-Key"] == "v2 list-v2-project-slug-brand-new-1"
     assert after.json("/api/v2/project/?slug=brand-new-1")["count"] == 1
     assert "list-v2-project-slug-brand-new-1" in keys_of(diff(old, new))
+
+
+def test_a_line_longer_than_a_record_may_be_is_one_line_too_from_either_snapshot(tmp_path):
+    """The build commands are read by the diff alone (not decoded first): a line without end is
+    a problem named by file, whether this process reads it or the helper that reads the old
+    snapshot does."""
+    broken = shutil.copytree(DEMO, tmp_path / "long", ignore=shutil.ignore_patterns("index", ".*"))
+    with open(broken / "build_commands.jsonl", "ab") as commands:
+        commands.write(b'{"id": 1, "output": "' + b"x" * (5 << 20) + b'"}\n')
+    for old, new in ((broken, DEMO), (DEMO, broken)):
+        result = docsrv("snapshot", "diff", str(old), str(new))
+        assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+        assert "build_commands.jsonl" in result.stderr and "line is longer than 4 MiB" in result.stderr

@@ -37,11 +37,10 @@ from ..http.purge import (
 )
 from ..snapshot.errors import ProblemList
 from ..snapshot.lines import decoded_blocks, open_records
+from ..snapshot.lines import line_blocks as whole_line_blocks
 from ..snapshot.load import read_manifest, record_file
 from ..snapshot.records import Build, Manifest, Project, User, Version
 
-#: How much of a record file is read at a time.
-BLOCK_BYTES = 32 << 20
 #: The groups of ``--json``: why a key is printed.
 GROUPS = ("changed", "added", "removed", "lists")
 
@@ -171,15 +170,14 @@ def lines_hashed(directory: Path, kind: str, wanted: set[int]) -> list[bytes]:
 
 
 def line_blocks(directory: Path, kind: str) -> Iterator[list[bytes]]:
+    """The lines of a kind's files, a block at a time, as the loader reads them (a line longer
+    than a record may be is a problem, not a read without end)."""
+    problems = ProblemList(str(directory))
     for path in record_file(directory, kind):
         with open_records(path, False) as stream:
-            carry = b""
-            while data := stream.read(BLOCK_BYTES):
-                lines = data.split(b"\n")
-                lines[0] = carry + lines[0]
-                carry = lines.pop()
-                yield lines
-            yield [carry]
+            for block in whole_line_blocks(stream, path.name, problems):
+                yield block.split(b"\n")
+    problems.raise_if_any()
 
 
 def decoded_ids(lines: list[bytes], cls: type) -> set[int]:

@@ -32,6 +32,10 @@ class SnapshotError(Exception):
         super().__init__(f"{what} {path} has {len(problems)} problem(s){more}:\n{shown}")
 
 
+    def __reduce__(self) -> tuple:
+        """Picklable as it was made (a process that reads a snapshot for another sends it back)."""
+        return type(self), (self.path, self.problems), {"what": self.what}
+
     def summary(self, most: int = 3, name: str | None = None) -> str:
         """The problems without filesystem paths: the snapshot by ``name`` or its directory's
         name, files by their names (for /readyz, which anyone may read)."""

@@ -14,11 +14,11 @@ by any dotted tail (``QuerySet.filter`` and ``filter`` both find
 first, then objects and glossary terms, then sections and labels, then index entries; within a
 kind a whole name before a tail, then the inventory's priority.
 
-Objects and glossary terms are also found by their names as people type them (``loose_keys``):
-dots, underscores, hyphens and spaces alike (``render all`` finds ``render_all``, ``shortcuts
-get object or 404`` finds ``django.shortcuts.get_object_or_404``), and a CamelCase name by its
-words (``render error`` finds ``RenderError``). Such a forgiving match ranks after every exact
-one.
+Objects and glossary terms are also found by their names as people type them (``loose_key``):
+dots, underscores, hyphens, spaces and none alike (``render all`` finds ``render_all``,
+``shortcuts get object or 404`` finds ``django.shortcuts.get_object_or_404``, ``session maker``
+finds ``sessionmaker``), and so a CamelCase name by its words (``render error`` finds
+``RenderError``). Such a forgiving match ranks after every exact one.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 import tantivy
 
+from .changelogs import asks_for_changes
 from .snapshot.records import DOCUMENT_ROLE, INDEX_ROLE, LABEL_ROLE, TERM_ROLE, Page
 
 #: How many documents of one name a lookup reads ("get" is the tail of hundreds of methods).
@@ -47,9 +48,25 @@ _CALL = re.compile(r"\(\s*\)")
 _EDGES = string.punctuation.replace("_", "") + " "
 _REGEX_META = set(r"\.+*?()|[]{}^$#&-~")
 _SEPARATORS = re.compile(r"[._\-\s]+")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 #: Added to the rank of a forgiving match: after every exact one (``pack_rank`` stays below it).
-LOOSE_RANK = 32
+LOOSE_RANK = 64
+#: Added to the rank of a name on a changelog (``changelogs.py``): after every other page's
+#: names, forgiving ones too, unless the query asks what changed.
+CHANGELOG_RANK = 128
+#: Words a heading match does without: "how to ..." matches a heading that says "...".
+STOP_WORDS = frozenset(
+    "a an and are as at be by can do does for from how i if in into is it its my of on or so the this to "
+    "what when where which why with you your".split()
+)
+#: What the headings' words are indexed as, and query words looked up as: tantivy's ``en_stem``
+#: (words lower-cased and stemmed), so "reflecting tables" meets the heading "Reflect Tables".
+_STEMS = (
+    tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+    .filter(tantivy.Filter.remove_long(40))
+    .filter(tantivy.Filter.lowercase())
+    .filter(tantivy.Filter.stemmer("english"))
+    .build()
+)
 
 
 class Kind(IntEnum):
@@ -57,8 +74,10 @@ class Kind(IntEnum):
 
     TITLE = 0
     OBJECT = 1
-    SECTION = 2
-    INDEX = 3
+    #: A glossary term: a line of definition, after the page documenting an object of its name.
+    TERM = 2
+    SECTION = 3
+    INDEX = 4
 
 
 def kind_of(role: str) -> Kind:
@@ -68,25 +87,24 @@ def kind_of(role: str) -> Kind:
         return Kind.INDEX
     if role == DOCUMENT_ROLE:
         return Kind.TITLE
-    return Kind.OBJECT  # every domain's objects, and glossary terms
+    if role == TERM_ROLE:
+        return Kind.TERM
+    return Kind.OBJECT  # every domain's objects
 
 
 def entry_key(text: str) -> str:
     """What a name and a query are compared by: lower case, one space between words, no call
-    parentheses, no punctuation at either end ("`QuerySet.filter()`" -> "queryset.filter")."""
-    return _CALL.sub("", _SPACE.sub(" ", text.lower())).strip(_EDGES)[:MAX_KEY_CHARS]
+    parentheses, no punctuation at either end ("`QuerySet.filter()`" -> "queryset.filter"),
+    unless it is all punctuation: a symbol the general index names ("**", "->", "@")."""
+    key = _CALL.sub("", _SPACE.sub(" ", text.lower())).strip()
+    return (key.strip(_EDGES) or key)[:MAX_KEY_CHARS]
 
 
 def loose_key(text: str) -> str:
-    """A query as a forgiving name match reads it: its key, separators as single spaces."""
-    return _SEPARATORS.sub(" ", entry_key(text)).strip()
-
-
-def loose_keys(name: str) -> list[str]:
-    """The forgiving keys of an object's name or glossary term: separators as spaces, and
-    CamelCase words apart (``RenderError`` -> ``rendererror``, ``render error``; the glossary
-    term ``stale widget`` -> ``stale widget``, which ``stale-widget`` finds)."""
-    return [key for key in dict.fromkeys((loose_key(name), loose_key(_CAMEL.sub(" ", name)))) if key]
+    """A name or query as a forgiving match reads it: its key without separators, so that dots,
+    underscores, hyphens, spaces and none are alike ("session maker" and "sessionmaker",
+    "render error" and "RenderError", "stale-widget" and "stale widget")."""
+    return _SEPARATORS.sub("", entry_key(text))
 
 
 def dotted_tails(key: str) -> list[str]:
@@ -103,6 +121,10 @@ def build_schema() -> tantivy.Schema:
     #: See ``pack_rank``.
     builder.add_integer_field("rank", fast=True)
     builder.add_text_field("name", tokenizer_name="raw")
+    #: The words of a title, or of a page's title and a section heading, stemmed; and how many
+    #: different stems they are (``pages_with_heading``).
+    builder.add_text_field("heading_words", tokenizer_name="en_stem")
+    builder.add_integer_field("heading_stems", fast=True)
     builder.add_text_field("loose", tokenizer_name="raw")
     builder.add_text_field("anchored", tokenizer_name="raw")
     builder.add_text_field("heading", stored=True, tokenizer_name="raw")
@@ -112,20 +134,32 @@ def build_schema() -> tantivy.Schema:
     return builder.build()
 
 
-def documents(page: Page, scope: str, slot: int) -> Iterator[tantivy.Document]:
+def documents(page: Page, scope: str, slot: int, changelog: bool) -> Iterator[tantivy.Document]:
     """The named entries of one page as documents of the entries index: one a name, and for an
-    object with a dotted name one more holding its tails (so one lookup ranks whole names first)."""
+    object with a dotted name one more holding its tails (so one lookup ranks whole names first).
+    The names of a changelog (``changelogs.py``) rank after every other page's."""
+    after = CHANGELOG_RANK if changelog else 0
 
     def entry(
-        kind: Kind, priority: int, names: list[str], tail: bool = False, anchor: str = "", heading: str = "", loose: Sequence[str] = ()
+        kind: Kind,
+        priority: int,
+        names: list[str],
+        tail: bool = False,
+        anchor: str = "",
+        heading: str = "",
+        loose: Sequence[str] = (),
+        words: str = "",
     ) -> tantivy.Document:
         document = tantivy.Document()
         document.add_text("scope", scope)
         document.add_integer("page", page.id)
         document.add_integer("slot", slot)
-        document.add_integer("rank", pack_rank(kind, tail, priority))
+        document.add_integer("rank", pack_rank(kind, tail, priority) + after)
         for key in dict.fromkeys(filter(None, names)):
             document.add_text("name", key)
+        if words:
+            document.add_text("heading_words", words)
+            document.add_integer("heading_stems", len(content_stems(words.split())))
         for key in dict.fromkeys(loose):
             document.add_text("loose", key)
         if anchor and heading:
@@ -138,23 +172,29 @@ def documents(page: Page, scope: str, slot: int) -> Iterator[tantivy.Document]:
 
     yield entry(Kind.TITLE, 1, [entry_key(page.title)])
     for section in page.sections:
-        yield entry(Kind.SECTION, 1, [entry_key(section.title)], anchor=section.id, heading=section.title)
+        words = f"{page.title} {section.title}"
+        yield entry(Kind.SECTION, 1, [entry_key(section.title)], anchor=section.id, heading=section.title, words=words)
     for named in page.entries:
         kind = kind_of(named.role)
         if kind is Kind.TITLE:  # the title a document has in the inventory is its page's title
             continue
         key = entry_key(named.name)
         names = [key, entry_key(named.title)]
-        if kind is Kind.OBJECT and named.role != TERM_ROLE:
-            yield entry(kind, named.priority, names, anchor=named.anchor, heading=named.name, loose=loose_keys(named.name))
+        if kind is Kind.OBJECT:
+            yield entry(kind, named.priority, names, anchor=named.anchor, heading=named.name, loose=[loose_key(named.name)])
             parts = named.name.split(".")
             tails = [".".join(parts[i:]) for i in range(1, len(parts))]
             if tails and (exact_tails := dotted_tails(key)):
-                yield entry(kind, named.priority, exact_tails, tail=True, loose=[k for t in tails for k in loose_keys(t)])
-        elif named.role == TERM_ROLE:
-            yield entry(kind, named.priority, names, anchor=named.anchor, heading=named.title or named.name, loose=loose_keys(named.name))
+                yield entry(kind, named.priority, exact_tails, tail=True, loose=[loose_key(tail) for tail in tails])
+        elif kind is Kind.TERM:
+            yield entry(kind, named.priority, names, anchor=named.anchor, heading=named.title or named.name, loose=[loose_key(named.name)])
         else:  # labels are sections (anchored as sections), index entries are no anchors to look up
             yield entry(kind, named.priority, names)
+
+
+def content_stems(words: Sequence[str]) -> list[str]:
+    """The stems of ``words`` but stop words, each once."""
+    return list(dict.fromkeys(stem for word in words if word.lower() not in STOP_WORDS for stem in _STEMS.analyze(word)))
 
 
 def pack_rank(kind: Kind, tail: bool, priority: int) -> int:
@@ -178,6 +218,22 @@ class Named(NamedTuple):
     slot: int
 
 
+class Reading(NamedTuple):
+    """What a query says of the names it wants."""
+
+    #: Not asking what changed: a changelog's names rank after every other page's.
+    changelogs_last: bool
+    #: Called ("relationship()"): a callable, not a glossary term of its name.
+    called: bool
+
+    def rank(self, stored: int) -> int:
+        """The rank a name's stored rank (``pack_rank``, + CHANGELOG_RANK) has for this query."""
+        rank = stored if self.changelogs_last else stored % CHANGELOG_RANK
+        if not self.called and (stored % CHANGELOG_RANK) // 8 == Kind.TERM:
+            rank -= (Kind.TERM - Kind.OBJECT) * 8  # a term ranks as an object does
+        return rank
+
+
 class NamedEntries:
     """Lookups in one snapshot's entries index. Safe to call from worker threads."""
 
@@ -190,19 +246,48 @@ class NamedEntries:
 
     def pages_named(self, q: str, scopes: list[str] | None) -> dict[int, Named]:
         """The pages holding a name equal to ``q`` (of the versions ``scopes`` names, if any), each
-        with the rank of its best name; then those whose objects or terms ``q`` names forgivingly."""
+        with the rank of its best name; then those whose objects or terms ``q`` names forgivingly.
+        Changelogs' names come last, unless ``q`` asks what changed; a glossary term ranks as an
+        object does, unless ``q`` is called ("relationship()"): then after every object."""
         key = entry_key(q)
         if not key:
             return {}
+        reading = Reading(changelogs_last=not asks_for_changes(q), called=_CALL.search(q) is not None)
         scope = filter_clause(self.schema, "scope", scopes) if scopes else None
-        named = self._lookup("name", key, scope, 0)
+        named = self._lookup("name", key, scope, 0, reading)
         loose = loose_key(q)
         if loose:
-            for page, found in self._lookup("loose", loose, scope, LOOSE_RANK).items():
-                named.setdefault(page, found)
+            for page, found in self._lookup("loose", loose, scope, LOOSE_RANK, reading).items():
+                if page not in named or found.rank < named[page].rank:
+                    named[page] = found
         return named
 
-    def _lookup(self, field: str, key: str, scope: tuple[tantivy.Occur, tantivy.Query] | None, offset: int) -> dict[int, Named]:
+    def pages_with_heading(self, words: list[str], scopes: list[str] | None) -> dict[int, float]:
+        """The pages with a heading holding every one of ``words`` but stop words (stemmed), each
+        with the share of that heading's words the query's are (the best heading's): a section's
+        heading read with its page's title ("Cascades: delete-orphan").
+        None for fewer than two such words (one word is a name, or any page's)."""
+        stems = content_stems(words)
+        if len(stems) < 2:
+            return {}
+        clauses = [(tantivy.Occur.Must, self._term("heading_words", stem)) for stem in stems]
+        if scopes:
+            clauses.append(filter_clause(self.schema, "scope", scopes))
+        searcher = self.searcher
+        addresses = [address for _score, address in searcher.search(tantivy.Query.boolean_query(clauses), LOOKUP_LIMIT, count=False).hits]
+        if not addresses:
+            return {}
+        shares: dict[int, float] = {}
+        pages = searcher.fast_field_values("page", addresses)
+        for page, length in zip(pages, searcher.fast_field_values("heading_stems", addresses), strict=True):
+            share = len(stems) / max(int(length or 0), len(stems))
+            if share > shares.get(int(page or 0), 0.0):
+                shares[int(page or 0)] = share
+        return shares
+
+    def _lookup(
+        self, field: str, key: str, scope: tuple[tantivy.Occur, tantivy.Query] | None, offset: int, reading: Reading
+    ) -> dict[int, Named]:
         searcher = self.searcher
         query = self._term(field, key)
         if scope is not None:
@@ -214,10 +299,11 @@ class NamedEntries:
         pages = searcher.fast_field_values("page", addresses)
         slots = searcher.fast_field_values("slot", addresses)
         ranks = searcher.fast_field_values("rank", addresses)
-        for page, slot, rank in zip(pages, slots, ranks, strict=True):
+        for page, slot, stored in zip(pages, slots, ranks, strict=True):
+            rank = reading.rank(int(stored or 0)) + offset
             found = named.get(int(page or 0))
-            if found is None or int(rank or 0) + offset < found.rank:
-                named[int(page or 0)] = Named(int(rank or 0) + offset, int(slot or 0))
+            if found is None or rank < found.rank:
+                named[int(page or 0)] = Named(rank, int(slot or 0))
         return named
 
     def anchors(self, q: str) -> list[tuple[int, str]]:

@@ -7,6 +7,11 @@ with where every word of a page is, to ``index/highlight/`` (see ``highlight.py`
 Each page is one document. What pages name (titles, sections, objects, glossary terms, index
 entries) is in an index of its own, ``entries/`` (``named_entries.py``): a query equal to a
 name ranks the pages that define it first; then pages holding every word, then the rest.
+Among those, a page with a heading that holds every word of the query weighs more, the more so
+the fewer other words the heading has (``HEADING_BOOST``), and a changelog (``changelogs.py``) comes after the pages that are not,
+unless the query asks what changed. Code syntax in a query (``__init__``, ``@property``,
+``**kwargs``, ``->``) is also looked up as it is written, in the syntax each page's text holds
+(the ``symbols`` field), where the words alone would match any page.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import NamedTuple
 import tantivy
 
 from . import named_entries
+from .changelogs import asks_for_changes, is_changelog
 from .highlight import Highlights, HighlightWriter, Words, query_words
 from .named_entries import filter_clause
 from .snapshot.records import Page
@@ -27,10 +33,18 @@ from .store import Store
 from .utils.progress import progress_bar, wanted
 
 #: Changes whenever what the index holds changes: an index of another schema is rebuilt.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: Weights of DECISIONS.md section 3: a word in the title counts ten times one in the body.
 BOOSTS = {"title": 10.0, "headings": 5.0, "body": 1.0}
+#: What a symbol of the query found as it is written in a page's text adds to its score (its
+#: presence: the number of symbols a page holds says nothing of what it is about).
+SYMBOL_SCORE = 5.0
+#: Code syntax kept as it is written: special names, decorators, argument unpacking, operators.
+_SYMBOLS = re.compile(r"__\w+__|@[A-Za-z_][\w.]*|\*\*?[A-Za-z_]\w*|\*\*=?|//=?|->|:=|[=!<>]=|<<=?|>>=?|[-+*/%&|^@]=")
 MAX_HITS = 50
+#: A page's score is multiplied by 1 + HEADING_BOOST x the share of a heading's words the query's
+#: are, when the heading holds them all (``NamedEntries.pages_with_heading``).
+HEADING_BOOST = 3.0
 #: Characters the query language gives a meaning to; a person's query has them read as spaces.
 _SYNTAX = re.compile(r"[:+\-!(){}\[\]^~*\\/'<>=&|]")
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -48,9 +62,13 @@ def build_schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("scope", tokenizer_name="raw")
     builder.add_integer_field("slot", fast=True)
+    #: 1 for a changelog (``changelogs.py``).
+    builder.add_integer_field("changelog", fast=True)
     builder.add_text_field("title")
     builder.add_text_field("headings")
     builder.add_text_field("body")
+    #: The code syntax of the page's text (``symbols``), one token each.
+    builder.add_text_field("symbols", tokenizer_name="whitespace")
     return builder.build()
 
 
@@ -72,16 +90,19 @@ def build_index(store: Store, directory: Path, print_progress: bool | None = Non
                 raise TypeError("the index is built from a store loaded with the pages' text")
             scope = version_scope(store.projects[page.project].slug, store.versions[page.version].slug)
             slot = highlights.add(page.id, page.text)
+            changelog = is_changelog(page.title, [section.title for section in page.sections])
             pages.add_document(
                 tantivy.Document(
                     scope=scope,
                     slot=slot,
+                    changelog=int(changelog),
                     title=page.title,
                     headings=" ".join(section.title for section in page.sections),
                     body=page.text,
+                    symbols=" ".join(symbols(page.text)),
                 )
             )
-            for document in named_entries.documents(page, scope, slot):
+            for document in named_entries.documents(page, scope, slot, changelog):
                 entries.add_document(document)
             if bar is not None:
                 bar.update(1)
@@ -144,6 +165,12 @@ def read_query(text: str) -> tuple[list[str], list[list[str]]]:
     return words, phrases
 
 
+def symbols(text: str) -> list[str]:
+    """The code syntax in ``text``, lower-cased, each once (``__init__``, ``@property``,
+    ``**kwargs``, ``->``), as the ``symbols`` field holds it and a query looks it up."""
+    return [token for token in dict.fromkeys(map(str.lower, _SYMBOLS.findall(text))) if len(token.encode()) < MAX_TOKEN_BYTES]
+
+
 def index_tokens(text: str) -> list[str]:
     """The tokens tantivy indexed for ``text`` (already lower-case)."""
     return [token for token in _ALNUM.findall(text) if len(token.encode()) < MAX_TOKEN_BYTES]
@@ -189,6 +216,9 @@ class SearchIndex:
             clauses.append((tantivy.Occur.Should, query))
         return clauses
 
+    def _symbol(self, symbol: str) -> tantivy.Query:
+        return tantivy.Query.const_score_query(tantivy.Query.term_query(self.schema, "symbols", symbol), SYMBOL_SCORE)
+
     def search_pages(self, q: str, *, scopes: list[str] | None = None) -> Found:
         """Pages naming ``q`` (``named_entries.py``), best name first; then pages matching any
         word of ``q``, those holding every word and phrase first.
@@ -198,34 +228,49 @@ class SearchIndex:
         """
         words, phrases = read_query(q)
         words = list(dict.fromkeys(words))
-        if not words and not phrases:
+        written = symbols(q)
+        if not words and not phrases and not written:
             return Found([], 0, query_words(()))
         scope = filter_clause(self.schema, "scope", scopes) if scopes else None
         searcher = self.searcher
         parts = [tokens for tokens in map(index_tokens, words + [" ".join(p) for p in phrases]) if tokens]
+        as_written = [self._symbol(symbol) for symbol in written]
         # The filter goes inside each word of "some": tantivy runs a union of long posting lists
         # through every document before it meets the filter (the medium snapshot: 2.5 ms
         # against 1.0 ms). "Every" is led by the filter as it is.
         # One union of every word in every field: each union tantivy runs costs 16 KB of buffers.
-        some = tantivy.Query.boolean_query([clause for tokens in parts for clause in self._in_fields(tokens, scope)])
+        narrowed = [tantivy.Query.boolean_query([(tantivy.Occur.Must, symbol), scope]) if scope else symbol for symbol in as_written]
+        some = tantivy.Query.boolean_query(
+            [clause for tokens in parts for clause in self._in_fields(tokens, scope)]
+            + [(tantivy.Occur.Should, symbol) for symbol in narrowed]
+        )
         results = []
-        if len(parts) > 1:  # with one word or phrase, "every" and "some" are the same search
+        if len(parts) + len(as_written) > 1:  # with one word or phrase, "every" and "some" are the same search
             every = tantivy.Query.boolean_query(
                 [*((tantivy.Occur.Must, tantivy.Query.boolean_query(self._in_fields(tokens))) for tokens in parts),
+                 *((tantivy.Occur.Must, symbol) for symbol in as_written),
                  *([scope] if scope is not None else [])]
             )
             results.append(searcher.search(every, MAX_HITS, count=False).hits)
         rest = searcher.search(some, MAX_HITS, count=True)
         results.append(rest.hits)
         page_ids = self.highlights.page_ids
+        changelogs_last = not asks_for_changes(q)
+        headed = self.named.pages_with_heading(words, scopes) if len(words) > 1 else {}
         scored: list[Hit] = []
         seen: set[int] = set()
         for found in results:
-            slots = searcher.fast_field_values("slot", [address for _score, address in found])
-            # Equal scores come back in no set order across index segments: the page id decides.
-            pairs = zip(found, slots, strict=True)
-            ranked = sorted((-score, page_ids[int(slot or 0)], int(slot or 0)) for (score, _address), slot in pairs)
-            for negated, page_id, slot in ranked:
+            addresses = [address for _score, address in found]
+            slots = searcher.fast_field_values("slot", addresses)
+            changelogs = searcher.fast_field_values("changelog", addresses) if changelogs_last else [0] * len(found)
+            ranked = []
+            for (score, _address), slot, changelog in zip(found, slots, changelogs, strict=True):
+                page_id = page_ids[int(slot or 0)]
+                weighed = score * (1 + HEADING_BOOST * headed.get(page_id, 0.0))
+                # Equal scores come back in no set order across index segments: the page id decides.
+                ranked.append((bool(changelog), -weighed, page_id, int(slot or 0)))
+            ranked.sort()
+            for _changelog, negated, page_id, slot in ranked:
                 if page_id not in seen:
                     seen.add(page_id)
                     scored.append(Hit(page_id, slot, -negated))

@@ -67,12 +67,12 @@ def test_import_reports_layout_pages_skipped_files_and_named_entries(built):
     _, imports = built
     # The general index, the module index and the search page are reported, by kind, as generated
     # (not documents); the named entries by kind (a document's title is in the inventory too).
-    assert ("imported 8 pages (html layout) into attrs/latest, replacing 0; skipped 4 (1 general index, 1 module index, "
-            "1 search page, 1 unreadable); named entries: 8 documents, 2 glossary terms, 1 index entries, 5 objects "
+    assert ("imported 9 pages (html layout) into attrs/latest, replacing 0; skipped 4 (1 general index, 1 module index, "
+            "1 search page, 1 unreadable); named entries: 9 documents, 3 glossary terms, 2 index entries, 5 objects "
             "(4 on pages not imported)") in imports["html"].stdout
     assert "skipped broken.html:" in imports["html"].stderr
-    assert ("imported 8 pages (dirhtml layout) into attrs/stable, replacing 0; skipped 3 (1 general index, 1 module index, "
-            "1 search page, 0 unreadable); named entries: 8 documents, 2 glossary terms, 1 index entries, 5 objects "
+    assert ("imported 9 pages (dirhtml layout) into attrs/stable, replacing 0; skipped 3 (1 general index, 1 module index, "
+            "1 search page, 0 unreadable); named entries: 9 documents, 3 glossary terms, 2 index entries, 5 objects "
             "(4 on pages not imported)") in imports["dirhtml"].stdout
 
 
@@ -174,7 +174,7 @@ def test_reimport_replaces_the_versions_pages(built, tmp_path):
     shutil.copytree(snapshot, copy, ignore=shutil.ignore_patterns("index"))
     html = snapshot.parent / "html"
     again = docsrv("snapshot", "import-sphinx", str(html), "--into", str(copy), "--project", "attrs", "--version", "latest")
-    assert "imported 8 pages (html layout) into attrs/latest, replacing 8" in again.stdout
+    assert "imported 9 pages (html layout) into attrs/latest, replacing 9" in again.stdout
     assert "snapshot demo is good" in docsrv("snapshot", "validate", str(copy)).stdout
 
 
@@ -433,7 +433,7 @@ def test_import_sphinx_skips_what_cannot_be_read_in_bounded_time_and_says_why(bu
     assert "skipped objects.inv: inflates to more than 64 MiB" in result.stderr
     assert "skipped deep.html: elements nest more than 400 deep" in result.stderr
     assert "skipped huge.html: 17 MiB of HTML, more than the 16 MiB a page may have" in result.stderr
-    assert "imported 8 pages (html layout) into attrs/latest" in result.stdout and "3 unreadable" in result.stdout
+    assert "imported 9 pages (html layout) into attrs/latest" in result.stdout and "3 unreadable" in result.stdout
 
 
 def test_index_command_and_fingerprint(built, tmp_path):
@@ -492,3 +492,59 @@ def test_names_are_found_as_people_type_them_after_every_exact_name(index, q, pa
     assert path in forgiving
     exact = index.search.named.pages_named("widgetry.render_all", None)
     assert {store.pages[page].path: name.rank < LOOSE_RANK for page, name in exact.items()}["api.html"]
+
+
+def test_a_changelog_ranks_below_the_page_documenting_what_it_mentions(server):
+    """Issue 27: the changelog says "entity tag" five times, the caching page once; the caching
+    page documents it, so it comes first, and the changelog before pages that never say it."""
+    found = paths(search(server, "entity tag"))
+    assert found[:2] == ["guide/caching", "changes"]
+    assert paths(search(server, "entity"))[:2] == ["guide/caching", "changes"]
+
+
+@pytest.mark.parametrize("q", ["backported", "what's new", "changes in 2.1.0", "render_all 2.0.0"])
+def test_a_changelog_is_found_when_it_is_the_answer(server, q):
+    """The only page saying a word, or a query asking what changed (a version, "what's new")."""
+    assert paths(search(server, q))[0] == "changes"
+
+
+def test_the_changelog_is_recognised_by_title_and_structure():
+    from docsrv.changelogs import asks_for_changes, is_changelog
+
+    versions = ["Version 2.1.0", "Version 2.0.0", "Version 1.0.0"]
+    assert is_changelog("Changelog", [])
+    assert is_changelog("Release notes", versions) and is_changelog("What's New In Python 3.10", [])
+    assert is_changelog("Widgetry history", versions) and is_changelog("Anything", ["5.3.0", "5.2.1", "Release 5.2.0"])
+    assert not is_changelog("Migrations", ["Writing migrations", "Squashing"])
+    assert not is_changelog("History and design", ["Origins", "Design"])
+    assert not is_changelog("Caching responses", ["Eviction policy", "Cache validators", "Version 2 of the cache"])
+    assert asks_for_changes("what's new in 1.4") and asks_for_changes("migrating to 2.0") and asks_for_changes("changelog")
+    assert not asks_for_changes("track changes to a model") and not asks_for_changes("entity tag")
+
+
+def test_a_task_phrase_finds_the_section_whose_heading_holds_its_words(server):
+    """Issue 27: "rotate signing keys" is the heading "Rotating signing keys" (stemmed) of the
+    security page; the frobnication page repeats "keys" and "signing" in its text and ranks first
+    on word counts alone."""
+    assert paths(search(server, "rotate signing keys"))[:2] == ["security", "guide/frobnication"]
+    assert paths(search(server, "how to rotate the signing keys"))[0] == "security"  # stop words aside
+
+
+@pytest.mark.parametrize(
+    ("q", "page"),
+    [
+        ("**options", "api"),  # as written in the API page; "options" alone is the caching page's word
+        ("->", "api"),  # named by the general index ("-> (arrow)"), and written in the API page
+        ("render_all(**options)", "api"),
+    ],
+)
+def test_a_symbol_query_finds_where_the_syntax_is(server, q, page):
+    assert paths(search(server, q))[0] == page
+    assert paths(search(server, "options"))[0] == "guide/caching"
+
+
+def test_a_called_name_prefers_the_callable_to_a_glossary_term(server):
+    """The glossary term "widget" is a whole name, the class ``widgetry.Widget`` is found by its
+    tail: the term first, unless the query calls the name."""
+    assert paths(search(server, "widget"))[0] == "glossary"
+    assert paths(search(server, "Widget()"))[0] == "api"

@@ -58,12 +58,14 @@ STOP_WORDS = frozenset(
     "a an and are as at be by can do does for from how i if in into is it its my of on or so the this to "
     "what when where which why with you your".split()
 )
-#: What the headings' words are indexed as, and query words looked up as: tantivy's ``en_stem``
-#: (words lower-cased and stemmed), so "reflecting tables" meets the heading "Reflect Tables".
-_STEMS = (
+#: The words of a heading or query a heading match compares: tantivy's ``en_stem`` (words
+#: lower-cased and stemmed, as the ``heading_words`` field indexes them, so "reflecting tables"
+#: meets the heading "Reflect Tables"), stop words left out.
+_CONTENT_STEMS = (
     tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
     .filter(tantivy.Filter.remove_long(40))
     .filter(tantivy.Filter.lowercase())
+    .filter(tantivy.Filter.custom_stopword(sorted(STOP_WORDS)))
     .filter(tantivy.Filter.stemmer("english"))
     .build()
 )
@@ -159,7 +161,7 @@ def documents(page: Page, scope: str, slot: int, changelog: bool) -> Iterator[ta
             document.add_text("name", key)
         if words:
             document.add_text("heading_words", words)
-            document.add_integer("heading_stems", len(content_stems(words.split())))
+            document.add_integer("heading_stems", len(content_stems(words)))
         for key in dict.fromkeys(loose):
             document.add_text("loose", key)
         if anchor and heading:
@@ -192,9 +194,9 @@ def documents(page: Page, scope: str, slot: int, changelog: bool) -> Iterator[ta
             yield entry(kind, named.priority, names)
 
 
-def content_stems(words: Sequence[str]) -> list[str]:
-    """The stems of ``words`` but stop words, each once."""
-    return list(dict.fromkeys(stem for word in words if word.lower() not in STOP_WORDS for stem in _STEMS.analyze(word)))
+def content_stems(text: str) -> list[str]:
+    """The stems of the words of ``text`` but stop words, each once."""
+    return list(dict.fromkeys(_CONTENT_STEMS.analyze(text)))
 
 
 def pack_rank(kind: Kind, tail: bool, priority: int) -> int:
@@ -267,7 +269,7 @@ class NamedEntries:
         with the share of that heading's words the query's are (the best heading's): a section's
         heading read with its page's title ("Cascades: delete-orphan").
         None for fewer than two such words (one word is a name, or any page's)."""
-        stems = content_stems(words)
+        stems = content_stems(" ".join(words))
         if len(stems) < 2:
             return {}
         clauses = [(tantivy.Occur.Must, self._term("heading_words", stem)) for stem in stems]

@@ -40,7 +40,10 @@ BOOSTS = {"title": 10.0, "headings": 5.0, "body": 1.0}
 #: presence: the number of symbols a page holds says nothing of what it is about).
 SYMBOL_SCORE = 5.0
 #: Code syntax kept as it is written: special names, decorators, argument unpacking, operators.
-_SYMBOLS = re.compile(r"__\w+__|@[A-Za-z_][\w.]*|\*\*?[A-Za-z_]\w*|\*\*=?|//=?|->|:=|[=!<>]=|<<=?|>>=?|[-+*/%&|^@]=")
+_SYMBOLS = re.compile(
+    r"(?=[_@*/:=!<>+%&|^-])"  # a charset first: the pattern is tried only where a symbol may start
+    r"(?:__\w+__|@[A-Za-z_][\w.]*|\*\*?[A-Za-z_]\w*|\*\*=?|//=?|->|:=|[=!<>]=|<<=?|>>=?|[-+*/%&|^@]=)"
+)
 MAX_HITS = 50
 #: A page's score is multiplied by 1 + HEADING_BOOST x the share of a heading's words the query's
 #: are, when the heading holds them all (``NamedEntries.pages_with_heading``).

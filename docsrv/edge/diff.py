@@ -175,7 +175,7 @@ def line_blocks(directory: Path, kind: str) -> Iterator[list[bytes]]:
     problems = ProblemList(str(directory))
     for path in record_file(directory, kind):
         with open_records(path, False) as stream:
-            for block in whole_line_blocks(stream, path.name, problems):
+            for block, _lines in whole_line_blocks(stream, path.name, problems):
                 yield block.split(b"\n")
     problems.raise_if_any()
 

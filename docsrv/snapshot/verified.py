@@ -19,13 +19,13 @@ import contextlib
 import hashlib
 import logging
 import os
-from array import array
 from importlib.metadata import version
 from pathlib import Path
 
 import msgspec
 
 from ..utils.files import replace_file
+from .commands import CommandRanges
 from .records import FORMAT_VERSION
 
 log = logging.getLogger("docsrv")
@@ -54,7 +54,7 @@ def manifest_digest(manifest: bytes) -> str:
     return hashlib.sha256(manifest).hexdigest()
 
 
-def trusted(directory: Path, manifest: bytes, files: list[Path]) -> tuple[Verified, dict[int, tuple[int, int, int]]] | None:
+def trusted(directory: Path, manifest: bytes, files: list[Path]) -> tuple[Verified, CommandRanges] | None:
     """The record of an earlier check of exactly these files, and the commands' byte ranges it
     kept; None when there is none, or it does not match (then it is named in the log)."""
     try:
@@ -80,33 +80,20 @@ def trusted(directory: Path, manifest: bytes, files: list[Path]) -> tuple[Verifi
     if changed:
         log.info("%s does not match %s (changed since it was checked); checking the snapshot whole", RECORD, ", ".join(changed))
         return None
-    ranges = read_ranges(directory / RANGES)
+    try:
+        ranges = CommandRanges.from_bytes((directory / RANGES).read_bytes())
+    except OSError:
+        ranges = None
     if ranges is None:
         log.warning("%s: not a ranges file docsrv reads; checking the snapshot whole", RANGES)
     return (record, ranges) if ranges is not None else None
 
 
-def read_ranges(path: Path) -> dict[int, tuple[int, int, int]] | None:
-    numbers = array("q")
-    try:
-        data = path.read_bytes()
-        numbers.frombytes(data)
-    except (OSError, ValueError):
-        return None
-    if len(numbers) % 4:
-        return None
-    it = iter(numbers)
-    return {build: (start, end, count) for build, start, end, count in zip(it, it, it, it, strict=True)}
-
-
-def record_check(directory: Path, manifest: bytes, files: list[Path], ranges: dict[int, tuple[int, int, int]], total: int) -> None:
+def record_check(directory: Path, manifest: bytes, files: list[Path], ranges: CommandRanges, total: int) -> None:
     """Write the record of a check that passed; a directory that cannot be written to keeps none
     (its loads check it whole)."""
-    numbers = array("q")
-    for build, (start, end, count) in ranges.items():
-        numbers.extend((build, start, end, count))
     try:
-        replace_file(directory / RANGES, numbers.tobytes())
+        replace_file(directory / RANGES, ranges.to_bytes())
         identities = {path.name: identity(path) for path in [*files, directory / RANGES]}
         record = Verified(version("docsrv"), FORMAT_VERSION, manifest_digest(manifest), identities, total)
         replace_file(directory / RECORD, msgspec.json.encode(record))

@@ -232,15 +232,16 @@ async def fetch_file(
 def check_and_index(directory: Path, name: str, build_index: bool) -> None:
     """Load the snapshot as a server would (every record checked), and build its search index
     unless it came with one built from these records."""
+    digest = fingerprint(directory)
+    indexed = not build_index or current_index(directory, digest) is not None
     try:
-        # Every file's size and SHA-256 were checked as its bytes arrived: not hashed again.
-        store = load_store(directory, progress=False, digests_checked=True)
+        # Every file's size and SHA-256 were checked as its bytes arrived: not hashed again. With
+        # an index to serve, pages are loaded as a server loads them, without their text: the
+        # records are then also kept in MessagePack for the server's load (snapshot/binary.py).
+        store = load_store(directory, progress=False, digests_checked=True, page_text=not indexed)
     except SnapshotError as error:
         raise PullError(error.summary(name=name)) from None
-    if build_index:
-        digest = fingerprint(directory)
-        if current_index(directory, digest) is not None:
-            return
+    if not indexed:
         if (directory / INDEX).exists():
             log.warning("%s: the index it came with was built from other content (or another docsrv); building it anew", name)
         build_index_aside(store, index_directories(directory, digest)[0], digest, False)

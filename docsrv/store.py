@@ -16,6 +16,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from .snapshot.binary import write_binary
 from .snapshot.commands import CommandFile
 from .snapshot.load import read_snapshot, record_files
 from .snapshot.records import Build, BuildCommand, Manifest, PageHead, Project, User, Version
@@ -235,7 +236,11 @@ def load_store(
         raw = read_snapshot(path, progress=progress, page_text=page_text, trust=trust, digests_checked=digests_checked)
         if not raw.trusted:
             check_snapshot(raw)
-            record_check(raw.path, raw.manifest_bytes, record_files(raw.path), raw.commands.ranges, raw.commands.total)
+        # Records known right and held as a server holds them are kept in MessagePack for the next
+        # load of the same files, and the record of the check lists them (snapshot/binary.py).
+        written = write_binary(raw.path, raw.records) if trust and not page_text and not raw.binary else []
+        if not raw.trusted or written:
+            record_check(raw.path, raw.manifest_bytes, record_files(raw.path) + written, raw.commands.ranges, raw.commands.total)
         store = Store(raw.manifest, raw.records, raw.commands, path=raw.path)
         store.trusted = raw.trusted
         del raw

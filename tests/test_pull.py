@@ -227,6 +227,13 @@ def test_a_snapshot_indexed_by_its_publisher_is_pulled_with_its_index_and_builds
     assert index_files(replica) == index_files(published)
     assert all((replica / "index" / name).read_bytes() == (published / "index" / name).read_bytes() for name in manifest["index"])
     assert any(name.startswith("index/") for name, _headers in origin.requests)
+    # Checked as a server loads it, so the server's first load trusts the check and decodes the
+    # records from the MessagePack the pull left (snapshot/binary.py).
+    from docsrv.serving import load_served
+    from docsrv.snapshot.load import read_snapshot
+
+    assert read_snapshot(replica, progress=False, page_text=False).binary
+    assert load_served(replica, progress=False).store.trusted
 
 
 def test_an_older_snapshot_without_an_index_is_pulled_and_indexed(tmp_path, origin):

@@ -1,7 +1,8 @@
 """A record of an earlier check spares a later load of the same files the digests, the scan of
 the build commands and the checks across records (issue 25); anything that does not match it
 (a file written to since, a ranges file or record of other files, another manifest) is named
-in the log and not used: the snapshot is checked whole again."""
+in the log and not used: the snapshot is checked whole again. The same goes for the records kept
+in MessagePack for the next load."""
 
 from __future__ import annotations
 
@@ -92,3 +93,67 @@ def test_a_snapshot_where_no_record_can_be_written_loads_and_keeps_none(snapshot
     assert not load_store(snapshot, progress=False).trusted
     assert not (snapshot / RECORD).exists()
     assert not load_store(snapshot, progress=False).trusted
+
+
+def served_records(store):
+    """Everything a store serves, as msgspec compares it."""
+    return (store.users_ordered, store.projects_ordered, store.subprojects, store.versions_ordered, store.builds_ordered,
+            store.pages_ordered, store.counts)
+
+
+def test_records_known_right_are_kept_in_messagepack_and_decoded_from_there(snapshot):
+    """Issue 25: a load without page text (a server whose index is current) keeps the records it
+    knows are right in MessagePack; the next load of the same files decodes them, and serves
+    exactly what the JSON Lines say."""
+    from docsrv.snapshot.binary import binary_paths
+    from docsrv.snapshot.load import read_snapshot
+
+    from_json = load_store(snapshot, progress=False, page_text=False)
+    assert all(path.exists() for path in binary_paths(snapshot))
+    assert read_snapshot(snapshot, progress=False, page_text=False).binary
+    again = load_store(snapshot, progress=False, page_text=False)
+    assert again.trusted and served_records(again) == served_records(from_json)
+    # A load that wants the page text reads the JSON Lines: the MessagePack pages have none.
+    assert not read_snapshot(snapshot, progress=False).binary
+
+
+def test_a_messagepack_file_changed_since_the_check_is_named_and_not_used(snapshot, caplog):
+    from docsrv.snapshot.binary import binary_path
+    from docsrv.snapshot.load import read_snapshot
+
+    load_store(snapshot, progress=False, page_text=False)
+    builds = binary_path(snapshot, "builds")
+    builds.write_bytes(builds.read_bytes())  # the same bytes, but written since the check
+    with caplog.at_level(logging.INFO, logger="docsrv"):
+        store = load_store(snapshot, progress=False, page_text=False)
+    assert not store.trusted and f"{RECORD} does not match {builds.name}" in caplog.text
+    assert read_snapshot(snapshot, progress=False, page_text=False).binary  # checked whole, written anew
+
+
+def test_a_messagepack_file_that_does_not_decode_is_named_and_the_json_lines_read(snapshot, caplog):
+    """As if another docsrv's bug had written it and listed it: never served from, and replaced."""
+    from docsrv.snapshot.binary import binary_path, binary_paths
+    from docsrv.snapshot.load import read_snapshot, record_files
+    from docsrv.snapshot.verified import record_check
+
+    expected = served_records(load_store(snapshot, progress=False, page_text=False))
+    versions = binary_path(snapshot, "versions")
+    versions.write_bytes(b"\x92\x01\x02")  # MessagePack, but two numbers, not versions
+    raw = read_snapshot(snapshot, progress=False, page_text=False, trust=False)
+    record_check(snapshot, raw.manifest_bytes, record_files(snapshot) + binary_paths(snapshot), raw.commands.ranges, raw.commands.total)
+    with caplog.at_level(logging.WARNING, logger="docsrv"):
+        store = load_store(snapshot, progress=False, page_text=False)
+    assert f"{versions.name}: not the records docsrv wrote" in caplog.text
+    assert store.trusted and served_records(store) == expected
+    assert read_snapshot(snapshot, progress=False, page_text=False).binary  # written anew
+
+
+def test_messagepack_records_of_older_files_are_never_used(tmp_path, snapshot):
+    """Records changed and sealed anew: the old MessagePack beside them is not read."""
+    load_store(snapshot, progress=False, page_text=False)
+    changed = sealed(tmp_path / "changed", "snap", edit=lambda d: edit_record(d / "projects.jsonl", 1, name="Renamed"))
+    for path in snapshot.glob(".docsrv-*"):
+        shutil.copy(path, changed / path.name)
+    store = load_store(changed, progress=False, page_text=False)
+    assert not store.trusted and store.projects[1].name == "Renamed"
+    assert load_store(changed, progress=False, page_text=False).projects[1].name == "Renamed"

@@ -17,11 +17,12 @@ from pathlib import Path
 import msgspec
 
 from ..utils.progress import wanted
+from .binary import BINARY_KINDS, binary_path, read_binary
 from .commands import CommandFile, index_commands
 from .errors import ProblemList, SnapshotError
 from .lines import decoded_blocks, describe
 from .records import FORMAT, FORMAT_VERSION, KINDS, OPTIONAL_KINDS, BuildCommand, Manifest, Page, PageHead, Record
-from .verified import trusted
+from .verified import BINARY_NAMES, trusted
 
 #: Endings a record file may have, by how it is compressed.
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
@@ -43,6 +44,8 @@ class RawSnapshot:
     #: (``verified.py``): its digests and cross-checks are then not done again.
     manifest_bytes: bytes = b""
     trusted: bool = False
+    #: Whether the records were decoded from their MessagePack form (``binary.py``).
+    binary: bool = False
 
 
 def record_file(directory: Path, kind: str) -> list[Path]:
@@ -104,6 +107,10 @@ def read_snapshot(
     counts: dict[str, int] = {}
     files: dict[str, str] = {}
     commands: CommandFile | None = None
+    # A trusted record that lists the records in MessagePack: decoded from there when the page
+    # text is not wanted (the MessagePack pages have none).
+    binary = found_trust is not None and not page_text and found_trust[0].files.keys() >= BINARY_NAMES
+    from_json: set[str] = set()
     for kind, cls in KINDS.items():
         if cls is Page and not page_text:
             cls = PageHead
@@ -128,7 +135,11 @@ def read_snapshot(
             builds = {b.id: i for i, b in enumerate(records.get("builds", ()))} if not problems else None
             commands = index_commands(found[0], builds, problems, progress=progress)
             counts[kind] = commands.total if commands is not None else 0
+        elif binary and kind in BINARY_KINDS and (decoded := read_binary(binary_path(directory, kind), kind)) is not None:
+            records[kind] = decoded
+            counts[kind] = len(decoded)
         else:
+            from_json.add(kind)
             records[kind] = read_records(found[0], cls, problems, progress=progress)
             counts[kind] = len(records[kind])
         if len(problems) > before:
@@ -138,7 +149,8 @@ def read_snapshot(
     problems.raise_if_any()
     assert manifest is not None and commands is not None
     seconds = time.perf_counter() - started
-    return RawSnapshot(directory, manifest, records, commands, files, seconds, manifest_bytes, found_trust is not None)
+    binary = binary and not from_json & BINARY_KINDS.keys()
+    return RawSnapshot(directory, manifest, records, commands, files, seconds, manifest_bytes, found_trust is not None, binary)
 
 
 def read_manifest(directory: Path, problems: ProblemList) -> Manifest | None:

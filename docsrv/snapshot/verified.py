@@ -25,6 +25,7 @@ from pathlib import Path
 import msgspec
 
 from ..utils.files import replace_file
+from .binary import BINARY_KINDS, binary_path
 from .commands import CommandRanges
 from .records import FORMAT_VERSION
 
@@ -32,6 +33,7 @@ log = logging.getLogger("docsrv")
 
 RECORD = ".docsrv-verified"
 RANGES = ".docsrv-command-ranges"
+BINARY_NAMES = frozenset(binary_path(Path(), kind).name for kind in BINARY_KINDS)
 #: (device, inode, size, modification time, change time), in nanoseconds.
 Identity = tuple[int, int, int, int, int]
 
@@ -71,7 +73,8 @@ def trusted(directory: Path, manifest: bytes, files: list[Path]) -> tuple[Verifi
     if record.manifest_sha256 != manifest_digest(manifest):
         log.info("%s is of another manifest.json; checking the snapshot whole", RECORD)
         return None
-    names = {path.name for path in files} | {RANGES}
+    # The records in MessagePack (``binary.py``), when the record lists them, are held to it too.
+    names = {path.name for path in files} | {RANGES} | (record.files.keys() & BINARY_NAMES)
     try:
         now = {name: identity(directory / name) for name in names}
     except OSError:

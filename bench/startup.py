@@ -10,7 +10,8 @@ read of the files). Ready is the first 200 of /readyz naming both workers; PSS i
 master and its workers from /proc/<pid>/smaps_rollup once ready; the peak is the master's VmHWM
 (the load happens there). With --pull, the snapshot (with its index, sealed by `docsrv index`)
 is pulled from Python's http.server on loopback into a fresh directory and served from there:
-the time from the pull's start to ready. With --datasette, `datasette serve --immutable` (the
+the time from the pull's start to ready, and its ratio to the floor (the same files fetched
+with curl one after another, then hashed with sha256sum). With --datasette, `datasette serve --immutable` (the
 peers' virtual environment of bench/run.py) on the SQLite export, until its first 200.
 Results: bench/results/<date>-startup.md, .json.
 """
@@ -89,16 +90,33 @@ def pull_then_start(snapshot: Path) -> dict:
     into = Path(tempfile.mkdtemp(prefix="docsrv-startup-pull-"))
     try:
         wait_for(f"http://127.0.0.1:{port}/manifest.json")
+        floor = fetch_and_hash(f"http://127.0.0.1:{port}", snapshot, into / "floor")
         started = time.perf_counter()
         subprocess.run([sys.executable, "-m", "docsrv", "snapshot", "pull", f"http://127.0.0.1:{port}", "--into", str(into)],
                        check=True, capture_output=True)
         pulled = time.perf_counter() - started
         ready = start(into / "current", started)
-        return {"pull_seconds": round(pulled, 2), "pull_to_ready_seconds": ready["ready_seconds"]}
+        return {"pull_seconds": round(pulled, 2), "pull_to_ready_seconds": ready["ready_seconds"], "floor_seconds": floor,
+                "ratio_to_floor": round(ready["ready_seconds"] / floor, 2)}
     finally:
         origin.terminate()
         origin.wait()
         shutil.rmtree(into, ignore_errors=True)
+
+
+def fetch_and_hash(origin: str, snapshot: Path, into: Path) -> float:
+    """The floor of a pull: every file the manifest lists (records and index) fetched with curl
+    from ``origin``, one after another, then hashed with sha256sum; the seconds it takes."""
+    manifest = json.loads((snapshot / "manifest.json").read_text())
+    names = ["manifest.json", *manifest.get("files", {}), *(f"index/{name}" for name in manifest.get("index", {}))]
+    into.mkdir(parents=True)
+    started = time.perf_counter()
+    for number, name in enumerate(names):
+        subprocess.run(["curl", "-sSf", "-o", str(into / str(number)), f"{origin}/{name}"], check=True)
+    subprocess.run(["sha256sum", *(str(into / str(number)) for number in range(len(names)))], check=True, capture_output=True)
+    seconds = time.perf_counter() - started
+    shutil.rmtree(into)
+    return round(seconds, 2)
 
 
 def datasette_start(snapshot: Path) -> dict:
@@ -162,10 +180,14 @@ def main() -> None:
              "Index built beforehand, page cache warm. First: no record of an earlier check (every digest, every build "
              "command, every cross-check). Trusted: the record of the first start matches the files.", "",
              "| scale | ready, first (s) | ready, trusted (s) | load, first / trusted (s) | PSS, master + 2 workers (MB) "
-             "| master's peak (MB) | pull, then ready (s) | Datasette ready (s), PSS (MB) |",
+             "| master's peak (MB) | pull, then ready (s) (x the floor: curl and sha256sum of the same files) "
+             "| Datasette ready (s), PSS (MB) |",
              "|---|---|---|---|---|---|---|---|"]
     for scale, row in results.items():
-        pulled = f"{row['pull']['pull_seconds']}, {row['pull']['pull_to_ready_seconds']}" if "pull" in row else "-"
+        pull = row.get("pull")
+        pulled = "-"
+        if pull:
+            pulled = f"{pull['pull_seconds']}, {pull['pull_to_ready_seconds']} ({pull['ratio_to_floor']}x {pull['floor_seconds']})"
         peer = f"{row['datasette']['ready_seconds']}, {row['datasette']['pss_mb']}" if "datasette" in row else "-"
         first, trusted = row["first"], row["trusted"]
         loads = f"{first['load_seconds']} / {trusted['load_seconds']}"

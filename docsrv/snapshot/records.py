@@ -166,16 +166,16 @@ def document_of(path: str, dirhtml: bool = False) -> str:
 
 
 class PageHead(Record, frozen=True, gc=False, forbid_unknown_fields=False):
-    """A page as a server keeps it once its search index is built: all but the text, which the
-    index holds (``highlight.py``). Decoding skips the text without making a string of it, and
-    checks nothing it skips: a current index was built from these very bytes, fully checked."""
+    """A page as a server keeps it once its search index is built: all but the text, sections and
+    entries, which the index holds (``highlight.py``, ``named_entries.py``). Decoding skips them
+    without making objects of them, and checks nothing it skips: a current index was built from
+    these very bytes, fully checked."""
 
     project: Id
     version: Id
     #: Relative to the version's URL; empty for the root page of a dirhtml build.
     path: str
     title: str = ""
-    sections: tuple[Section, ...] = ()
     #: The page's Sphinx document name (``install``, ``cli/pip_install``, ``index``): what doc
     #: search shows as its path. Empty in snapshots written before it was recorded: then
     #: ``document_name`` derives it from the path.
@@ -190,7 +190,8 @@ class Page(PageHead, frozen=True, gc=False, forbid_unknown_fields=True):
     """A documentation page (v1 calls it a File) of one version of a project."""
 
     text: str = ""
-    #: Read only to build the search index: a server keeps no entries in memory.
+    #: Read only to build the search index, as ``entries``: a server keeps neither in memory.
+    sections: tuple[Section, ...] = ()
     entries: tuple[Entry, ...] = ()
 
 

@@ -157,3 +157,17 @@ def test_messagepack_records_of_older_files_are_never_used(tmp_path, snapshot):
     store = load_store(changed, progress=False, page_text=False)
     assert not store.trusted and store.projects[1].name == "Renamed"
     assert load_store(changed, progress=False, page_text=False).projects[1].name == "Renamed"
+
+
+def test_a_snapshot_where_no_messagepack_can_be_written_loads_from_json_lines(snapshot):
+    """A full disk or a read-only volume: the records are not kept in MessagePack, the record of
+    the check lists none, and every load reads the JSON Lines and serves the same."""
+    from docsrv.snapshot.binary import binary_path
+    from docsrv.snapshot.load import read_snapshot
+
+    binary_path(snapshot, "builds").with_name(binary_path(snapshot, "builds").name + ".partial").mkdir()  # the write fails
+    first = load_store(snapshot, progress=False, page_text=False)
+    assert not binary_path(snapshot, "builds").exists()
+    assert not read_snapshot(snapshot, progress=False, page_text=False).binary
+    again = load_store(snapshot, progress=False, page_text=False)
+    assert again.trusted and served_records(again) == served_records(first)

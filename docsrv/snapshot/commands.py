@@ -74,9 +74,6 @@ class CommandRanges:
         row = 4 * at
         return self.table[row + 1], self.table[row + 2], self.table[row + 3]
 
-    def __len__(self) -> int:
-        return len(self._ids)
-
     def commands_of_builds(self, builds: Container[int]) -> int:
         """How many commands the builds in ``builds`` have (iterated in C, not a call a build)."""
         return sum(compress(self.table[3::4], map(builds.__contains__, self._ids)))
@@ -117,10 +114,6 @@ class CommandFile:
         commands = self._decoder.decode(json_array(data))
         commands.sort(key=attrgetter("start_time"))
         return commands
-
-    def count_of(self, build_id: int) -> int:
-        found = self.ranges.get(build_id)
-        return 0 if found is None else found[2]
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -9,22 +9,20 @@ from __future__ import annotations
 
 import gc
 import time
-from collections import Counter, defaultdict
-from collections.abc import Callable, Hashable, Sequence
 from datetime import datetime
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-from .snapshot.binary import write_binary
+from .snapshot.binary import Derived, write_binary
 from .snapshot.commands import CommandFile
 from .snapshot.load import read_snapshot, record_files
 from .snapshot.records import Build, BuildCommand, Manifest, PageHead, Project, User, Version
 from .snapshot.validate import check_snapshot
 from .snapshot.verified import record_check
+from .utils.positions import Grouping, SortedOrder
 
 T = TypeVar("T")
-K = TypeVar("K", bound=Hashable)
 
 
 class Store:
@@ -37,8 +35,12 @@ class Store:
         commands: CommandFile,
         *,
         path: Path | None = None,
+        derived: dict[str, Derived] | None = None,
         load_seconds: float = 0.0,
     ) -> None:
+        """``records``: the served ones (``served_records``). ``derived``: what an earlier store
+        of the same records derived from them (``snapshot/binary.py``); what is not there is
+        computed, and ``self.derived`` holds all of it."""
         self.manifest = manifest
         self.path = path
         self.load_seconds = load_seconds
@@ -47,15 +49,16 @@ class Store:
         self.name: str = manifest.name
         self.created_at: datetime = manifest.created_at
         self.public_url: str = manifest.public_url.rstrip("/")
+        self.derived: dict[str, Derived] = {kind: Derived() for kind in records} if derived is None else derived
 
-        users: list[User] = sorted(records["users"], key=attrgetter("id"))
+        users: list[User] = records["users"]
         self.users: dict[int, User] = {u.id: u for u in users}
         self.users_ordered = users
         self.user_by_name: dict[str, User] = {u.username: u for u in users}
 
-        projects = sorted((p for p in records["projects"] if p.privacy_level == "public"), key=attrgetter("slug"))
+        projects: list[Project] = records["projects"]
         self.projects: dict[int, Project] = {p.id: p for p in projects}
-        self.projects_ordered: list[Project] = projects
+        self.projects_ordered = projects
         self.project_by_slug: dict[str, Project] = {p.slug: p for p in projects}
         self.projects_of_user: dict[int, list[Project]] = {}
         for project in projects:
@@ -64,52 +67,56 @@ class Store:
 
         #: Public subprojects of each public project, by alias (or slug): searched with it.
         self.subprojects: dict[int, list[Project]] = {}
-        for relation in sorted(records["relationships"], key=lambda r: (r.alias or "", r.id)):
-            if relation.parent in self.projects and relation.child in self.projects:
-                self.subprojects.setdefault(relation.parent, []).append(self.projects[relation.child])
+        for relation in records["relationships"]:
+            self.subprojects.setdefault(relation.parent, []).append(self.projects[relation.child])
 
-        versions = [v for v in records["versions"] if v.privacy_level == "public" and v.project in self.projects]
-        versions.sort(key=attrgetter("id"))
-        versions.sort(key=attrgetter("verbose_name"), reverse=True)
+        versions: list[Version] = records["versions"]
         self.versions: dict[int, Version] = {v.id: v for v in versions}
-        self.versions_ordered: list[Version] = versions
-        self.versions_of_project: dict[int, list[Version]] = group(versions, attrgetter("project"))
-        self.versions_by_active: dict[bool, list[Version]] = group(versions, attrgetter("active"))
-        self.versions_of_project_active: dict[tuple[int, bool], list[Version]] = group(versions, attrgetter("project", "active"))
-        self.version_by_slug: dict[tuple[int, str], Version] = {(v.project, v.slug): v for v in versions}
-        self.versions_by_slug: dict[str, list[Version]] = group(versions, attrgetter("slug"))
-        self.versions_by_slug_active: dict[tuple[str, bool], list[Version]] = group(versions, attrgetter("slug", "active"))
+        self.versions_ordered = versions
+        self.versions_of_project: dict[int, list[Version]] = self._grouped("versions", versions, "project")
+        self.versions_by_active: dict[bool, list[Version]] = self._grouped("versions", versions, "active")
+        self.versions_of_project_active: dict[tuple[int, bool], list[Version]] = self._grouped("versions", versions, "project", "active")
+        self.versions_by_slug: dict[str, list[Version]] = self._grouped("versions", versions, "slug")
+        self.versions_by_slug_active: dict[tuple[str, bool], list[Version]] = self._grouped("versions", versions, "slug", "active")
+        self._version_by_slug: SortedOrder[Version] = self._sorted("versions", versions, "project", "slug")
 
-        builds = [b for b in records["builds"] if b.version in self.versions]
-        builds.sort(key=attrgetter("id"), reverse=True)
-        builds.sort(key=attrgetter("date"), reverse=True)
+        builds: list[Build] = records["builds"]
         self.builds: dict[int, Build] = {b.id: b for b in builds}
-        self.builds_ordered: list[Build] = builds
-        self.builds_of_project: dict[int, list[Build]] = group(builds, attrgetter("project"))
-        self.builds_by_commit: FewPerKey[str, Build] = FewPerKey(builds, attrgetter("commit"))
-        #: The builds of the commits that several builds share, by project: of any other commit, a
-        #: project's build is the commit's one build if it is the project's.
-        self.shared_commit_builds_of_project: dict[tuple[int, str], list[Build]] = group(
-            [build for shared in self.builds_by_commit.shared.values() for build in shared], attrgetter("project", "commit")
-        )
+        self.builds_ordered = builds
+        self.builds_of_project: dict[int, list[Build]] = self._grouped("builds", builds, "project")
+        self._builds_by_commit: SortedOrder[Build] = self._sorted("builds", builds, "commit")
 
         self.commands = commands
         public_commands = commands.ranges.commands_of_builds(self.builds)
 
-        pages = sorted((p for p in records["pages"] if p.version in self.versions), key=attrgetter("id"))
+        pages: list[PageHead] = records["pages"]
         self.pages: dict[int, PageHead] = {p.id: p for p in pages}
-        self.pages_ordered: list[PageHead] = pages
+        self.pages_ordered = pages
 
         #: How many public records of each kind are served.
         self.counts = {
             "users": len(self.users),
             "projects": len(self.projects),
-            "relationships": sum(map(len, self.subprojects.values())),
+            "relationships": len(records["relationships"]),
             "versions": len(self.versions),
             "builds": len(self.builds),
             "build_commands": public_commands,
             "pages": len(self.pages),
         }
+
+    def _grouped(self, kind: str, items: list[T], *fields: str) -> dict[Any, list[T]]:
+        """The served ``items`` of ``kind`` grouped by ``fields``, in served order within a group."""
+        derived, name = self.derived[kind], ",".join(fields)
+        if name not in derived.groupings:
+            derived.groupings[name] = Grouping.of(list(map(attrgetter(*fields), items)))
+        return derived.groupings[name].lists(items)
+
+    def _sorted(self, kind: str, items: list[T], *fields: str) -> SortedOrder[T]:
+        """The served ``items`` of ``kind`` sorted by ``fields``, for lookups."""
+        derived, name = self.derived[kind], ",".join(fields)
+        found = SortedOrder(items, attrgetter(*fields), derived.orders.get(name))
+        derived.orders[name] = found.order
+        return found
 
     # Every filter of both APIs, answered from the ready indexes above (a request never scans).
 
@@ -144,7 +151,7 @@ class Store:
                 return []
             project = projects[0]
             if slug is not None:
-                found = self.version_by_slug.get((project.id, slug))
+                found = self.version_of(project.id, slug)
                 return [found] if found is not None and active in (None, found.active) else []
             if active is None:
                 return self.versions_of_project.get(project.id, [])
@@ -163,10 +170,12 @@ class Store:
             if commit is None:
                 return self.builds_of_project.get(projects[0].id, [])
             project = projects[0].id
-            if commit in self.builds_by_commit.shared:
-                return self.shared_commit_builds_of_project.get((project, commit), [])
-            return [build for build in self.builds_by_commit.get(commit) if build.project == project]
-        return self.builds_ordered if commit is None else self.builds_by_commit.get(commit)
+            return [build for build in self._builds_by_commit.find(commit) if build.project == project]
+        return self.builds_ordered if commit is None else self._builds_by_commit.find(commit)
+
+    def version_of(self, project: int, slug: str) -> Version | None:
+        """A public version of a project, by slug."""
+        return self._version_by_slug.first((project, slug))
 
     def commands_of(self, build: Build) -> list[BuildCommand]:
         """The commands of a public build, by start time (read from disk)."""
@@ -181,39 +190,29 @@ class Store:
         return self.version_url(project, self.versions[page.version].slug) + page.path
 
 
-def group(items: Sequence[T], key: Callable[[T], Hashable]) -> dict[Any, list[T]]:
-    """Index ``items`` by ``key(item)`` (an ``attrgetter``: no Python call per item), keeping
-    the order of ``items``."""
-    index: dict = defaultdict(list)
-    for item, found in zip(items, map(key, items), strict=True):
-        index[found].append(item)
-    return dict(index)
-
-
-class FewPerKey(Generic[K, T]):
-    """``items`` by a key that most of them have alone (a build's commit): the first item of
-    each key in one dict, and lists only for the keys that several items share. At the large
-    scale, 2M builds grouped by commit into lists took 1.6 s and a list per build (about 170 MB
-    for each such grouping); this takes a dict built in C."""
-
-    def __init__(self, items: Sequence[T], key: Callable[[T], K]) -> None:
-        keys = list(map(key, items))
-        #: Built from the end, so that the first item of a key is the one kept.
-        self.first: dict[K, T] = dict(zip(reversed(keys), reversed(items), strict=True))
-        self.shared: dict[K, list[T]] = {}
-        if len(self.first) < len(keys):
-            several = {found for found, count in Counter(keys).items() if count > 1}
-            for item, found in zip(items, keys, strict=True):
-                if found in several:
-                    self.shared.setdefault(found, []).append(item)
-
-    def get(self, key: K) -> list[T]:
-        """The items of ``key``, in their order."""
-        shared = self.shared.get(key)
-        if shared is not None:
-            return shared
-        item = self.first.get(key)
-        return [item] if item is not None else []
+def served_records(records: dict[str, list]) -> dict[str, list]:
+    """The records a store serves, of each kind: the public ones (and what is under them), in the
+    order in which they are listed."""
+    projects = sorted((p for p in records["projects"] if p.privacy_level == "public"), key=attrgetter("slug"))
+    public = {p.id for p in projects}
+    relationships = sorted(
+        (r for r in records["relationships"] if r.parent in public and r.child in public), key=lambda r: (r.alias or "", r.id)
+    )
+    versions = [v for v in records["versions"] if v.privacy_level == "public" and v.project in public]
+    versions.sort(key=attrgetter("id"))
+    versions.sort(key=attrgetter("verbose_name"), reverse=True)
+    public = {v.id for v in versions}
+    builds = [b for b in records["builds"] if b.version in public]
+    builds.sort(key=attrgetter("id"), reverse=True)
+    builds.sort(key=attrgetter("date"), reverse=True)
+    return {
+        "users": sorted(records["users"], key=attrgetter("id")),
+        "projects": projects,
+        "relationships": relationships,
+        "versions": versions,
+        "builds": builds,
+        "pages": sorted((p for p in records["pages"] if p.version in public), key=attrgetter("id")),
+    }
 
 
 def load_store(
@@ -236,14 +235,15 @@ def load_store(
         raw = read_snapshot(path, progress=progress, page_text=page_text, trust=trust, digests_checked=digests_checked)
         if not raw.trusted:
             check_snapshot(raw)
+        records = raw.records if raw.binary else served_records(raw.records)
+        store = Store(raw.manifest, records, raw.commands, path=raw.path, derived=raw.derived)
+        store.trusted = raw.trusted
         # Records known right and held as a server holds them are kept in MessagePack for the next
         # load of the same files, and the record of the check lists them (snapshot/binary.py).
-        written = write_binary(raw.path, raw.records) if trust and not page_text and not raw.binary else []
+        written = write_binary(raw.path, records, store.derived) if trust and not page_text and not raw.binary else []
         if not raw.trusted or written:
             record_check(raw.path, raw.manifest_bytes, record_files(raw.path) + written, raw.commands.ranges, raw.commands.total)
-        store = Store(raw.manifest, raw.records, raw.commands, path=raw.path)
-        store.trusted = raw.trusted
-        del raw
+        del raw, records
     finally:
         if enabled:
             gc.enable()

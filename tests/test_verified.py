@@ -11,6 +11,8 @@ import os
 import shutil
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from docsrv.snapshot.errors import SnapshotError
 from docsrv.snapshot.verified import RANGES, RECORD
@@ -96,9 +98,17 @@ def test_a_snapshot_where_no_record_can_be_written_loads_and_keeps_none(snapshot
 
 
 def served_records(store):
-    """Everything a store serves, as msgspec compares it."""
+    """Everything a store serves, as msgspec compares it: every list, grouping and lookup."""
+    lookups = {
+        "version_of": [store.version_of(v.project, v.slug) for v in store.versions_ordered],
+        "builds_of_commit": [store.builds_where(commit=b.commit) for b in store.builds_ordered],
+        "builds_of_project_commit": [store.builds_where(projects=[store.projects[b.project]], commit=b.commit) for b in store.builds_ordered],
+        "unknown": (store.version_of(1, "no-such-version"), store.builds_where(commit="0" * 40)),
+    }
+    groupings = (store.versions_of_project, store.versions_by_active, store.versions_of_project_active, store.versions_by_slug,
+                 store.versions_by_slug_active, store.builds_of_project)
     return (store.users_ordered, store.projects_ordered, store.subprojects, store.versions_ordered, store.builds_ordered,
-            store.pages_ordered, store.counts)
+            store.pages_ordered, store.counts, groupings, lookups)
 
 
 def test_records_known_right_are_kept_in_messagepack_and_decoded_from_there(snapshot):
@@ -148,6 +158,30 @@ def test_a_messagepack_file_that_does_not_decode_is_named_and_the_json_lines_rea
     assert read_snapshot(snapshot, progress=False, page_text=False).binary  # written anew
 
 
+def test_a_grouping_that_does_not_fit_its_records_is_named_and_not_used(snapshot, caplog):
+    """Positions of another number of records (as if written for other files and sealed): the
+    file is named, and the records are read from the JSON Lines and grouped anew."""
+    import msgspec
+
+    from docsrv.snapshot.binary import ServedRecords, binary_path, binary_paths
+    from docsrv.snapshot.load import read_snapshot, record_files
+    from docsrv.snapshot.records import Version
+    from docsrv.snapshot.verified import record_check
+
+    expected = served_records(load_store(snapshot, progress=False, page_text=False))
+    path = binary_path(snapshot, "versions")
+    served = msgspec.msgpack.decode(path.read_bytes(), type=ServedRecords[Version])
+    grouping = served.derived.groupings["project"]
+    served.derived.groupings["project"] = msgspec.structs.replace(grouping, order=grouping.order[:-4])
+    path.write_bytes(msgspec.msgpack.encode(served))
+    raw = read_snapshot(snapshot, progress=False, page_text=False, trust=False)
+    record_check(snapshot, raw.manifest_bytes, record_files(snapshot) + binary_paths(snapshot), raw.commands.ranges, raw.commands.total)
+    with caplog.at_level(logging.WARNING, logger="docsrv"):
+        store = load_store(snapshot, progress=False, page_text=False)
+    assert f"{path.name}: not the records docsrv wrote (its grouping 'project' is of other records)" in caplog.text
+    assert store.trusted and served_records(store) == expected
+
+
 def test_messagepack_records_of_older_files_are_never_used(tmp_path, snapshot):
     """Records changed and sealed anew: the old MessagePack beside them is not read."""
     load_store(snapshot, progress=False, page_text=False)
@@ -171,3 +205,26 @@ def test_a_snapshot_where_no_messagepack_can_be_written_loads_from_json_lines(sn
     assert not read_snapshot(snapshot, progress=False, page_text=False).binary
     again = load_store(snapshot, progress=False, page_text=False)
     assert again.trusted and served_records(again) == served_records(first)
+
+
+@given(keys=st.lists(st.sampled_from([1, 2, 3, "a", "b", True, (1, False), ("a", True)]), max_size=40))
+def test_groupings_and_sorted_orders_read_back_give_each_key_its_items_in_order(keys):
+    """What the store keeps as positions (utils/positions.py), written and read back in
+    MessagePack, gives what grouping the items in order would: each key's items, in their order."""
+    import msgspec
+
+    from docsrv.utils.positions import Grouping, SortedOrder
+
+    items = [(key, position) for position, key in enumerate(keys)]
+    expected: dict = {}
+    for item in items:
+        expected.setdefault(item[0], []).append(item)
+    grouping = msgspec.msgpack.decode(msgspec.msgpack.encode(Grouping.of(keys)), type=Grouping)
+    assert grouping.lists(items) == expected
+    comparable = [key for key in expected if isinstance(key, str)]
+    texts = [item for item in items if isinstance(item[0], str)]
+    order = SortedOrder(texts, lambda item: item[0])
+    again = SortedOrder(texts, lambda item: item[0], order.order)
+    for key in [*comparable, "", "c"]:
+        assert again.find(key) == expected.get(key, [])
+        assert again.first(key) == (expected[key][0] if key in expected else None)

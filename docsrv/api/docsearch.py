@@ -34,10 +34,10 @@ async def docsearch(request: ApiRequest, state: ApiState) -> Reply:
     store = state.store
     version = values["version"]
     project = store.project_by_slug.get(values["project"])
-    if project is None or (project.id, version) not in store.version_by_slug:
+    if project is None or store.version_of(project.id, version) is None:
         raise ApiError(404, NOT_FOUND)
     # The project and its public subprojects that have the same version (DECISIONS.md section 3).
-    searched = [project, *(child for child in store.subprojects.get(project.id, ()) if (child.id, version) in store.version_by_slug)]
+    searched = [project, *(child for child in store.subprojects.get(project.id, ()) if store.version_of(child.id, version) is not None)]
     body = await state.searches.run(request, docsearch_body, state, searched, version, values["q"])
     list_key = V2_DOCSEARCH.key({"project": project.slug, "version": version})
     keys = ["search", "v2", list_key, *(key for p in searched for key in version_slug_keys(p, version))]

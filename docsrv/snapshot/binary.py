@@ -1,13 +1,17 @@
-"""The records in MessagePack: what a load that trusts an earlier check decodes instead of JSON Lines.
+"""The records as a server holds them, in MessagePack: what a load that trusts an earlier check
+decodes instead of JSON Lines.
 
 Decoding JSON Lines is the most of a trusted load (6.3 s of 17 at the large scale): text is
 scanned, numbers and dates read from digits, and a page's text skipped character by
 character when only its head is kept. The same records in msgspec's MessagePack decode
 faster (the medium snapshot: builds 1.77 -> 1.28 s, pages without their text 0.88 -> 0.26 s).
+What the store then computes from them is kept too: each kind's file holds its public records in
+the order they are served (no filter or sort at the next load) and the store's groupings and
+sorted orders of them as positions (``utils/positions.py``).
 
 After a load that knows its records are right (it checked them, or trusted a record of a check)
-and kept pages without their text (a server whose search index holds it), the records are
-written beside their files, one ``.docsrv-<kind>.msgpack`` a kind, and the record of the check
+and kept pages without their text (a server whose search index holds it), the store writes them
+beside the record files, one ``.docsrv-<kind>.msgpack`` a kind, and the record of the check
 (``verified.py``) lists them with the record files: a later load of the same files decodes them.
 They are a private cache of one directory, as the commands' ranges are: never published or
 pulled (a snapshot's hidden files are not), never read unless the record of the check names
@@ -19,13 +23,17 @@ from __future__ import annotations
 import logging
 import mmap
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import msgspec
 
 from ..utils.files import replace_file
+from ..utils.positions import Grouping, positions_of
 from .records import Build, PageHead, Project, ProjectRelationship, User, Version
 
 log = logging.getLogger("docsrv")
+
+T = TypeVar("T")
 
 #: The kinds kept in MessagePack, as a load without page text holds them.
 BINARY_KINDS: dict[str, type] = {
@@ -36,6 +44,24 @@ BINARY_KINDS: dict[str, type] = {
     "builds": Build,
     "pages": PageHead,
 }
+#: Raised when what the files hold changes, so that older files are not read as newer ones.
+LAYOUT_VERSION = 2
+
+
+class Derived(msgspec.Struct, array_like=True):
+    """What the store computes from one kind's served records, by name: its groupings and sorted
+    orders (positions in the served list)."""
+
+    groupings: dict[str, Grouping] = msgspec.field(default_factory=dict)
+    orders: dict[str, bytes] = msgspec.field(default_factory=dict)
+
+
+class ServedRecords(msgspec.Struct, Generic[T], array_like=True):
+    """One kind's file: its public records in served order, and what was derived from them."""
+
+    layout_version: int
+    records: list[T]
+    derived: Derived
 
 
 def binary_path(directory: Path, kind: str) -> Path:
@@ -46,14 +72,15 @@ def binary_paths(directory: Path) -> list[Path]:
     return [binary_path(directory, kind) for kind in BINARY_KINDS]
 
 
-def write_binary(directory: Path, records: dict[str, list]) -> list[Path]:
-    """Write the records of every kind in MessagePack; the files written (none when one cannot be)."""
+def write_binary(directory: Path, records: dict[str, list], derived: dict[str, Derived]) -> list[Path]:
+    """Write the served records of every kind and what was derived from them; the files written
+    (none when one cannot be)."""
     encoder = msgspec.msgpack.Encoder()
     paths = []
     try:
         for kind in BINARY_KINDS:
             path = binary_path(directory, kind)
-            replace_file(path, encoder.encode(records[kind]))
+            replace_file(path, encoder.encode(ServedRecords(LAYOUT_VERSION, records[kind], derived.get(kind, Derived()))))
             paths.append(path)
     except OSError as error:
         log.debug("no MessagePack records in %s: %s", directory, error)
@@ -61,13 +88,40 @@ def write_binary(directory: Path, records: dict[str, list]) -> list[Path]:
     return paths
 
 
-def read_binary(path: Path, kind: str) -> list | None:
-    """The records of ``kind`` in ``path``, decoded from a map of the file (not copied into memory
-    first); None, with the file named in the log, when it cannot be read or does not decode."""
-    try:
-        with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            records: list = msgspec.msgpack.decode(mapped, type=list[BINARY_KINDS[kind]])  # type: ignore[valid-type]
-            return records
-    except (OSError, ValueError, msgspec.DecodeError) as error:
-        log.warning("%s: not the records docsrv wrote (%s); reading the JSON Lines", path.name, error)
-        return None
+def read_binary(directory: Path) -> tuple[dict[str, list], dict[str, Derived]] | None:
+    """The served records of every kind and what was derived from them, decoded from maps of the
+    files (not copied into memory first); None, with the file named in the log, when one cannot
+    be read, does not decode, or does not match its records."""
+    records: dict[str, list] = {}
+    derived: dict[str, Derived] = {}
+    for kind, cls in BINARY_KINDS.items():
+        path = binary_path(directory, kind)
+        try:
+            with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                served = msgspec.msgpack.decode(mapped, type=ServedRecords[cls])  # type: ignore[valid-type]
+            mismatch = mismatched(served)
+        except (OSError, ValueError, msgspec.DecodeError) as error:
+            mismatch = str(error)
+        if mismatch:
+            log.warning("%s: not the records docsrv wrote (%s); reading the JSON Lines", path.name, mismatch)
+            return None
+        records[kind], derived[kind] = served.records, served.derived
+    return records, derived
+
+
+def mismatched(served: ServedRecords) -> str | None:
+    """Why what was derived cannot be of these records, if it cannot: a check of lengths (the
+    record of the check seals the content; a scan for positions out of bounds cost 0.4 s at the
+    large scale)."""
+    if served.layout_version != LAYOUT_VERSION:
+        return f"layout version {served.layout_version}, not {LAYOUT_VERSION}"
+    count = len(served.records)
+    for name, grouping in served.derived.groupings.items():
+        ends = positions_of(grouping.ends)
+        if len(grouping.order) != 4 * count or len(ends) != len(grouping.keys) or (ends[-1] if ends else 0) != count:
+            return f"its grouping {name!r} is of other records"
+    for name, order in served.derived.orders.items():
+        if len(order) != 4 * count:
+            return f"its order {name!r} is of other records"
+    return None
+

@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 
 from ..utils.progress import wanted
-from .binary import BINARY_KINDS, binary_path, read_binary
+from .binary import BINARY_KINDS, Derived, read_binary
 from .commands import CommandFile, index_commands
 from .errors import ProblemList, SnapshotError
 from .lines import decoded_blocks, describe
@@ -44,8 +44,13 @@ class RawSnapshot:
     #: (``verified.py``): its digests and cross-checks are then not done again.
     manifest_bytes: bytes = b""
     trusted: bool = False
-    #: Whether the records were decoded from their MessagePack form (``binary.py``).
-    binary: bool = False
+    #: When the records were decoded from their MessagePack form (``binary.py``): what the store
+    #: derived from them. The records are then the served ones (public, in served order).
+    derived: dict[str, Derived] | None = None
+
+    @property
+    def binary(self) -> bool:
+        return self.derived is not None
 
 
 def record_file(directory: Path, kind: str) -> list[Path]:
@@ -109,8 +114,11 @@ def read_snapshot(
     commands: CommandFile | None = None
     # A trusted record that lists the records in MessagePack: decoded from there when the page
     # text is not wanted (the MessagePack pages have none).
-    binary = found_trust is not None and not page_text and found_trust[0].files.keys() >= BINARY_NAMES
-    from_json: set[str] = set()
+    derived = None
+    if found_trust is not None and not page_text and found_trust[0].files.keys() >= BINARY_NAMES:
+        binary = read_binary(directory)
+        if binary is not None:
+            records, derived = binary
     for kind, cls in KINDS.items():
         if cls is Page and not page_text:
             cls = PageHead
@@ -135,11 +143,9 @@ def read_snapshot(
             builds = {b.id: i for i, b in enumerate(records.get("builds", ()))} if not problems else None
             commands = index_commands(found[0], builds, problems, progress=progress)
             counts[kind] = commands.total if commands is not None else 0
-        elif binary and kind in BINARY_KINDS and (decoded := read_binary(binary_path(directory, kind), kind)) is not None:
-            records[kind] = decoded
-            counts[kind] = len(decoded)
+        elif derived is not None and kind in BINARY_KINDS:
+            continue  # the public records only: the manifest's counts are of all
         else:
-            from_json.add(kind)
             records[kind] = read_records(found[0], cls, problems, progress=progress)
             counts[kind] = len(records[kind])
         if len(problems) > before:
@@ -149,8 +155,7 @@ def read_snapshot(
     problems.raise_if_any()
     assert manifest is not None and commands is not None
     seconds = time.perf_counter() - started
-    binary = binary and not from_json & BINARY_KINDS.keys()
-    return RawSnapshot(directory, manifest, records, commands, files, seconds, manifest_bytes, found_trust is not None, binary)
+    return RawSnapshot(directory, manifest, records, commands, files, seconds, manifest_bytes, found_trust is not None, derived)
 
 
 def read_manifest(directory: Path, problems: ProblemList) -> Manifest | None:

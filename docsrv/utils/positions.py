@@ -1,0 +1,84 @@
+"""A list's groupings and sorted orders kept as positions in it, so that a later load reads them back
+instead of computing them again.
+
+Grouping a million records by a key in Python touches every record and appends to a list per
+record: at the large scale the store's groupings took 3.7 s of a 12.5 s load. Kept as positions
+(one array of 32-bit positions, grouped, and where each group ends), a grouping is read back by
+gathering the records in that order (``map`` over the list, in C) and slicing it: a tenth of the
+time. A sorted order answers a lookup by key with a binary search, where a dict would have to be
+built at each load (2M builds by commit: 1 s, and 100 MB).
+
+Positions are 32-bit in the machine's byte order: they are a private cache of one directory, never
+published (``snapshot/binary.py``).
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left, bisect_right
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Sequence
+from itertools import accumulate, chain, pairwise
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+#: The keys a grouping may have: an id, a slug, a flag, or one of these with a flag.
+Key = int | str | bool | tuple[int | str, bool]
+
+
+def positions(values: Sequence[int] | Any) -> bytes:
+    return array("I", values).tobytes()
+
+
+def positions_of(data: bytes) -> array:
+    found = array("I")
+    found.frombytes(data)
+    return found
+
+
+class Grouping(msgspec.Struct, array_like=True, frozen=True):
+    """A list's positions grouped by a key, in the list's order within a group: the group of
+    ``keys[i]`` is the positions ``order[ends[i - 1]:ends[i]]`` (``ends[-1]`` is the list's length)."""
+
+    keys: list[Key]
+    order: bytes
+    ends: bytes
+
+    @classmethod
+    def of(cls, keys: Sequence[Hashable]) -> Grouping:
+        """Group the positions of ``keys`` (the key of each item of a list, in its order)."""
+        groups: dict[Any, list[int]] = defaultdict(list)
+        for position, key in enumerate(keys):
+            groups[key].append(position)
+        return cls(list(groups), positions(chain.from_iterable(groups.values())), positions(accumulate(map(len, groups.values()))))
+
+    def lists(self, items: Sequence[T]) -> dict[Any, list[T]]:
+        """The items of each key, in the order of ``items`` (the list the grouping was made of)."""
+        gathered = list(map(items.__getitem__, positions_of(self.order)))
+        ends = positions_of(self.ends)
+        return {key: gathered[start:end] for key, (start, end) in zip(self.keys, pairwise(chain((0,), ends)), strict=True)}
+
+
+class SortedOrder(Generic[T]):
+    """Lookups by key in a list kept in another order: the list's positions sorted by the key (in
+    the list's order among equal keys), searched by bisection."""
+
+    def __init__(self, items: Sequence[T], key: Callable[[T], Any], order: bytes | None = None) -> None:
+        self.items = items
+        self.order: bytes = positions(sorted(range(len(items)), key=list(map(key, items)).__getitem__)) if order is None else order
+        self._positions = positions_of(self.order)
+        self._key_at: Callable[[int], Any] = lambda position: key(items[position])
+
+    def find(self, key: Any) -> list[T]:
+        """The items of ``key``, in the list's order."""
+        start = bisect_left(self._positions, key, key=self._key_at)
+        end = bisect_right(self._positions, key, lo=start, key=self._key_at)
+        return [self.items[position] for position in self._positions[start:end]]
+
+    def first(self, key: Any) -> T | None:
+        start = bisect_left(self._positions, key, key=self._key_at)
+        if start < len(self._positions) and self._key_at(self._positions[start]) == key:
+            return self.items[self._positions[start]]
+        return None

@@ -122,6 +122,8 @@ def build_schema() -> tantivy.Schema:
     builder.add_integer_field("slot", fast=True)
     #: See ``pack_rank``.
     builder.add_integer_field("rank", fast=True)
+    #: How many dotted parts an object's whole name has (1 for any other name): see ``Named``.
+    builder.add_integer_field("depth", fast=True)
     builder.add_text_field("name", tokenizer_name="raw")
     #: The words of a title, or of a page's title and a section heading, stemmed; and how many
     #: different stems they are (``pages_with_heading``).
@@ -151,12 +153,14 @@ def documents(page: Page, scope: str, slot: int, changelog: bool) -> Iterator[ta
         heading: str = "",
         loose: Sequence[str] = (),
         words: str = "",
+        depth: int = 1,
     ) -> tantivy.Document:
         document = tantivy.Document()
         document.add_text("scope", scope)
         document.add_integer("page", page.id)
         document.add_integer("slot", slot)
         document.add_integer("rank", pack_rank(kind, tail, priority) + after)
+        document.add_integer("depth", depth)
         for key in dict.fromkeys(filter(None, names)):
             document.add_text("name", key)
         if words:
@@ -183,11 +187,12 @@ def documents(page: Page, scope: str, slot: int, changelog: bool) -> Iterator[ta
         key = entry_key(named.name)
         names = [key, entry_key(named.title)]
         if kind is Kind.OBJECT:
-            yield entry(kind, named.priority, names, anchor=named.anchor, heading=named.name, loose=[loose_key(named.name)])
             parts = named.name.split(".")
+            depth = len(parts)
+            yield entry(kind, named.priority, names, anchor=named.anchor, heading=named.name, loose=[loose_key(named.name)], depth=depth)
             tails = [".".join(parts[i:]) for i in range(1, len(parts))]
             if tails and (exact_tails := dotted_tails(key)):
-                yield entry(kind, named.priority, exact_tails, tail=True, loose=[loose_key(tail) for tail in tails])
+                yield entry(kind, named.priority, exact_tails, tail=True, loose=[loose_key(tail) for tail in tails], depth=depth)
         elif kind is Kind.TERM:
             yield entry(kind, named.priority, names, anchor=named.anchor, heading=named.title or named.name, loose=[loose_key(named.name)])
         else:  # labels are sections (anchored as sections), index entries are no anchors to look up
@@ -214,9 +219,12 @@ def filter_clause(schema: tantivy.Schema, field: str, values: list[str]) -> tupl
 
 class Named(NamedTuple):
     """A page a query names: the rank of the best name it holds (``pack_rank``: lower first), and
-    its highlight slot."""
+    of names of one rank, how many dotted parts the shortest has; and its highlight slot. A
+    member named bare ("bulk_save_objects") that several owners have is first found on the
+    shallowest owner's page ("Session", before "scoping.scoped_session" that proxies it)."""
 
     rank: int
+    depth: int
     slot: int
 
 
@@ -260,7 +268,7 @@ class NamedEntries:
         loose = loose_key(q)
         if loose:
             for page, found in self._lookup("loose", loose, scope, LOOSE_RANK, reading).items():
-                if page not in named or found.rank < named[page].rank:
+                if page not in named or found[:2] < named[page][:2]:
                     named[page] = found
         return named
 
@@ -301,11 +309,12 @@ class NamedEntries:
         pages = searcher.fast_field_values("page", addresses)
         slots = searcher.fast_field_values("slot", addresses)
         ranks = searcher.fast_field_values("rank", addresses)
-        for page, slot, stored in zip(pages, slots, ranks, strict=True):
-            rank = reading.rank(int(stored or 0)) + offset
+        depths = searcher.fast_field_values("depth", addresses)
+        for page, slot, stored, depth in zip(pages, slots, ranks, depths, strict=True):
+            candidate = Named(reading.rank(int(stored or 0)) + offset, int(depth or 1), int(slot or 0))
             found = named.get(int(page or 0))
-            if found is None or rank < found.rank:
-                named[int(page or 0)] = Named(rank, int(slot or 0))
+            if found is None or candidate[:2] < found[:2]:
+                named[int(page or 0)] = candidate
         return named
 
     def anchors(self, q: str) -> list[tuple[int, str]]:

@@ -33,7 +33,7 @@ from .store import Store
 from .utils.progress import progress_bar, wanted
 
 #: Changes whenever what the index holds changes: an index of another schema is rebuilt.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 #: Weights of DECISIONS.md section 3: a word in the title counts ten times one in the body.
 BOOSTS = {"title": 10.0, "headings": 5.0, "body": 1.0}
 #: What a symbol of the query found as it is written in a page's text adds to its score (its
@@ -280,7 +280,7 @@ class SearchIndex:
         named = self.named.pages_named(q, scopes)
         if named:
             scores = {hit.page_id: hit.score for hit in scored}
-            first = sorted(named.items(), key=lambda item: (item[1].rank, -scores.get(item[0], 0.0), item[0]))
+            first = sorted(named.items(), key=lambda item: (item[1].rank, item[1].depth, -scores.get(item[0], 0.0), item[0]))
             hits = [Hit(page_id, name.slot, scores.get(page_id, 0.0)) for page_id, name in first[:MAX_HITS]]
             hits += [hit for hit in scored if hit.page_id not in named][: MAX_HITS - len(hits)]
         else:

@@ -68,11 +68,11 @@ def test_import_reports_layout_pages_skipped_files_and_named_entries(built):
     # The general index, the module index and the search page are reported, by kind, as generated
     # (not documents); the named entries by kind (a document's title is in the inventory too).
     assert ("imported 9 pages (html layout) into attrs/latest, replacing 0; skipped 4 (1 general index, 1 module index, "
-            "1 search page, 1 unreadable); named entries: 9 documents, 3 glossary terms, 2 index entries, 5 objects "
+            "1 search page, 1 unreadable); named entries: 9 documents, 3 glossary terms, 2 index entries, 8 objects "
             "(4 on pages not imported)") in imports["html"].stdout
     assert "skipped broken.html:" in imports["html"].stderr
     assert ("imported 9 pages (dirhtml layout) into attrs/stable, replacing 0; skipped 3 (1 general index, 1 module index, "
-            "1 search page, 0 unreadable); named entries: 9 documents, 3 glossary terms, 2 index entries, 5 objects "
+            "1 search page, 0 unreadable); named entries: 9 documents, 3 glossary terms, 2 index entries, 8 objects "
             "(4 on pages not imported)") in imports["dirhtml"].stdout
 
 
@@ -256,6 +256,13 @@ def test_a_query_equal_to_a_name_finds_the_page_naming_it_first(server, q, page)
         found = hits(search(server, q, version=version))
         assert found[0]["fields"]["path"] == [page]
         assert found[0]["fields"]["link"] == f"{BASE}/attrs/en/{version}/{page}"
+
+
+def test_a_member_named_bare_is_first_found_on_its_shallowest_owner(server):
+    """Issue 27: "invalidate" is a method of widgetry.Widget and of widgetry.cache.CachedWidget,
+    whose page says the word more often; the shallower owner's page comes first, the other next."""
+    assert paths(search(server, "invalidate"))[:2] == ["api", "guide/caching"]
+    assert paths(search(server, "CachedWidget.invalidate"))[0] == "guide/caching"
 
 
 def test_a_name_outranks_pages_that_only_mention_its_words(server):

@@ -187,9 +187,7 @@ class SearchIndex:
         """The index built in ``directory`` over ``store``: every file opened now (a server opens it
         before it forks, so its workers never open a file of the snapshot again)."""
         named = named_entries.NamedEntries(quiet(tantivy.Index.open(str(directory / ENTRIES))))
-        opened = cls(store, quiet(tantivy.Index.open(str(directory))), named, Highlights(directory / "highlight"))
-        opened.lock_files = (directory / META_LOCK, directory / ENTRIES / META_LOCK)
-        return opened
+        return cls(store, quiet(tantivy.Index.open(str(directory))), named, Highlights(directory / "highlight"))
 
     def __init__(self, store: Store, index: tantivy.Index, named: named_entries.NamedEntries, highlights: Highlights) -> None:
         self.store = store
@@ -198,8 +196,6 @@ class SearchIndex:
         self.searcher = index.searcher()
         self.named = named
         self.highlights = highlights
-        #: The files tantivy locks (flock) to read an index's meta.json (see ``quiet``).
-        self.lock_files: tuple[Path, ...] = ()
 
     def _in_fields(self, tokens: list[str], scope: tuple | None = None) -> list[tuple[tantivy.Occur, tantivy.Query]]:
         """One word (a phrase when it makes several tokens) or phrase in each field, by field weight,

@@ -189,3 +189,42 @@ def test_a_write_that_fails_is_one_line_naming_the_path_and_leaves_nothing_behin
     assert result.stderr.startswith("docsrv: ") and result.stderr.count("\n") == 1 and "File too large" in result.stderr
     assert str(tmp_path) in result.stderr and "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_worker_forked_while_an_index_lock_is_held_does_not_keep_it(tmp_path):
+    """tantivy holds a flock on .tantivy-meta.lock while it opens an index (a reload's thread
+    opening the next snapshot's). A worker forked meanwhile shares that open file: unless it
+    closes its copy, the lock outlives the thread's close and the next open of the index waits
+    for ever (the master hung so, under load, while a link was flipped fast)."""
+    import fcntl
+
+    from docsrv.search import META_LOCK
+    from docsrv.supervisors.master import close_inherited_meta_locks
+
+    lock = tmp_path / "index" / META_LOCK
+    lock.parent.mkdir()
+    lock.touch()
+    held = os.open(lock, os.O_WRONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # as tantivy's thread holds it
+    ready_read, ready_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the worker
+        try:
+            close_inherited_meta_locks()
+            os.write(ready_write, b"1")
+            time.sleep(30)
+        finally:
+            os._exit(0)
+    try:
+        assert os.read(ready_read, 1) == b"1"
+        os.close(held)  # the thread lets go
+        again = os.open(lock, os.O_RDONLY)
+        try:
+            fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free, though the worker lives on
+        finally:
+            os.close(again)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(ready_read)
+        os.close(ready_write)

@@ -18,7 +18,6 @@ shown in ``/readyz`` and ``/metrics``, and the old workers go on serving.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import gc
 import logging
 import os
@@ -27,13 +26,14 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
 from ..config import Settings
 from ..metrics import retire
 from ..runtime import Runtime
+from ..search import META_LOCK
 from ..server import DRAIN_SECONDS, listening_socket, raise_fd_limit, run, serve_worker
 from ..serving import Served, load_served, resolve
 from .pool import NoWorkers, WorkerPool
@@ -173,14 +173,14 @@ class Master:
     def fork(self, served: Served) -> tuple[int, int]:
         """Fork a worker serving ``served``: its pid, and the pipe it will say it is ready on."""
         read_end, write_end = os.pipe()
-        with index_locks_held(served):
-            pid = os.fork()
+        pid = os.fork()
         if pid:
             os.close(write_end)
             return pid, read_end
         # The worker.
         code = 1
         try:
+            close_inherited_meta_locks()
             gc.enable()  # a load in the master's thread may have paused the collector
             signal.set_wakeup_fd(-1)
             os.close(read_end)
@@ -324,28 +324,21 @@ class Master:
             self.reload(why)
 
 
-@contextlib.contextmanager
-def index_locks_held(served: Served) -> Iterator[None]:
-    """The index's meta locks taken by the master while it forks a worker.
+def close_inherited_meta_locks() -> None:
+    """In a worker just forked, close every file it inherited open on a search index's
+    ``.tantivy-meta.lock``.
 
-    tantivy takes an flock on ``.tantivy-meta.lock`` from threads of its own and lets go of it by
-    closing the file: a worker forked while such a thread holds it would share that open file,
-    and hold the lock for as long as it lives (and then a process opening the index waits for
-    ever). Taking the lock first waits for any such thread to finish; the worker shares the
-    master's lock instead, which the master's unlock releases for both."""
-    held = []
-    try:
-        for path in served.search.lock_files:
-            with contextlib.suppress(OSError):  # no lock file: nothing to hold
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-                held.append(fd)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        for fd in held:
-            with contextlib.suppress(OSError):
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+    tantivy takes an flock on that file from threads of its own (opening an index takes it) and
+    lets go of it by closing the file. A worker forked while such a thread holds it shares that
+    open file, and with it the lock, for as long as it lives: the thread's close in the master no
+    longer releases it, and the next process or thread to open that index waits for ever (a
+    master whose reload had begun loading the next snapshot in its thread, forking a worker
+    meanwhile, hung so). The worker has no such thread; its copies are closed at once, so the
+    lock goes when the master's thread lets go."""
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor, closed since
+            if os.readlink(f"/proc/self/fd/{name}").removesuffix(" (deleted)").endswith(f"/{META_LOCK}"):
+                os.close(int(name))
 
 
 def serve(snapshot: Path, settings: Settings, host: str, port: int, **options: object) -> int:

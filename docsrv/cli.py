@@ -218,17 +218,20 @@ def run_pull(args: argparse.Namespace) -> int:
 
 def run_index(args: argparse.Namespace) -> int:
     from .serving import INDEX, build_index_aside, fingerprint, index_directories, resolve
+    from .snapshot.published import publish_ranges
     from .snapshot.write import seal_index
     from .store import load_store
 
     snapshot = resolve(args.path)
-    store = load_store(snapshot)
+    store = load_store(snapshot, trust=False)  # what it publishes stands for a whole check
     digest = fingerprint(snapshot)
     directory = index_directories(snapshot, digest)[0]
     seconds = build_index_aside(store, directory, digest)
     size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
     print(f"indexed {len(store.pages)} pages of {store.name} in {seconds:.1f} s ({size / 2**20:.1f} MiB at {directory})")
     if directory == snapshot / INDEX and (snapshot / "manifest.json").is_file():
+        # The scan of the build commands, published so that no replica does it again.
+        publish_ranges(snapshot, store.manifest, store.commands.ranges, store.commands.total)
         sealed = seal_index(snapshot, directory)
         print(f"manifest.json lists the index's {sealed} files: it is published and pulled with the snapshot")
     return 0

@@ -30,14 +30,13 @@ import msgspec
 from .search import SCHEMA_VERSION, SearchIndex, build_index
 from .snapshot.errors import Problem, SnapshotError
 from .snapshot.load import record_file, record_files
-from .snapshot.records import Manifest
+from .snapshot.records import INDEX, Manifest
 from .snapshot.write import built_aside
 from .store import Store, load_store
 
 log = logging.getLogger("docsrv")
 
 FINGERPRINT_FILE = "docsrv-index.json"
-INDEX = "index"
 
 #: What a snapshot's files were when they were read: (name, inode, size, mtime, ctime) of each.
 #: ctime changes with any write, even one that puts the old modification time back.

@@ -218,6 +218,7 @@ def test_a_snapshot_indexed_by_its_publisher_is_pulled_with_its_index_and_builds
     assert "manifest.json lists the index's" in indexed.stdout
     manifest = json.loads((published / "manifest.json").read_text())
     assert set(manifest["index"]) == set(index_files(published)) and "docsrv-index.json" in manifest["index"]
+    assert "command-ranges" in manifest["index"]  # the scan of the build commands, done once (published.py)
     origin.publish(published)
     into = tmp_path / "replica"
     pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))

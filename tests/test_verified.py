@@ -228,3 +228,72 @@ def test_groupings_and_sorted_orders_read_back_give_each_key_its_items_in_order(
     for key in [*comparable, "", "c"]:
         assert again.find(key) == expected.get(key, [])
         assert again.first(key) == (expected[key][0] if key in expected else None)
+
+
+@pytest.fixture
+def indexed(snapshot):
+    """The snapshot as a publisher leaves it: `docsrv index` built and sealed its index, and the
+    private records of that load's check removed (as a pull or a copy would not have them)."""
+    result = docsrv("index", str(snapshot))
+    assert result.returncode == 0, result.stderr
+    for path in snapshot.glob(".docsrv-*"):
+        path.unlink()
+    return snapshot
+
+
+def scans(monkeypatch):
+    """Count the scans of the build commands a load makes."""
+    import docsrv.snapshot.load as load
+
+    made = []
+    scan = load.index_commands
+    monkeypatch.setattr(load, "index_commands", lambda *args, **kwargs: made.append(1) or scan(*args, **kwargs))
+    return made
+
+
+def test_a_first_load_uses_the_command_ranges_the_publisher_sealed(indexed, monkeypatch):
+    """Issue 25: `docsrv index` publishes its scan of the build commands; a first load (digests
+    checked, no record of its own) does not scan them again, and serves every build's commands."""
+    import json
+
+    from docsrv.snapshot.published import PUBLISHED_RANGES
+
+    assert PUBLISHED_RANGES in json.loads((indexed / "manifest.json").read_text())["index"]
+    made = scans(monkeypatch)
+    store = load_store(indexed, progress=False)
+    assert made == [] and not store.trusted
+    rescanned = load_store(indexed, progress=False, trust=False)  # `snapshot validate`: everything
+    assert made == [1]
+    assert commands_of_every_build(store) == commands_of_every_build(rescanned)
+    assert store.counts["build_commands"] == rescanned.counts["build_commands"] > 0
+
+
+def test_published_ranges_of_other_records_are_named_and_the_commands_scanned(indexed, monkeypatch, caplog):
+    """Builds changed and the manifest sealed anew, the index not rebuilt: the ranges name the old
+    builds' digest, so they are not used."""
+    import msgspec
+
+    from docsrv.snapshot.records import Manifest
+    from docsrv.snapshot.write import write_manifest
+
+    edit_record(indexed / "builds.jsonl", 1, success=False)
+    write_manifest(indexed, msgspec.json.decode((indexed / "manifest.json").read_bytes(), type=Manifest))
+    made = scans(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="docsrv"):
+        load_store(indexed, progress=False)
+    assert made == [1]
+    assert "index/command-ranges: made from other build_commands.jsonl or builds.jsonl; scanning build_commands.jsonl" in caplog.text
+
+
+def test_published_ranges_that_differ_from_their_digest_are_named_and_not_used(indexed, monkeypatch, caplog):
+    from docsrv.snapshot.published import PUBLISHED_RANGES
+
+    path = indexed / "index" / PUBLISHED_RANGES
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    made = scans(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="docsrv"):
+        load_store(indexed, progress=False)
+    assert made == [1]
+    assert "index/command-ranges: its SHA-256 differs from the one manifest.json records; scanning" in caplog.text

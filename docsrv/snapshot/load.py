@@ -21,6 +21,7 @@ from .binary import BINARY_KINDS, Derived, read_binary
 from .commands import CommandFile, index_commands
 from .errors import ProblemList, SnapshotError
 from .lines import decoded_blocks, describe
+from .published import published_ranges
 from .records import FORMAT, FORMAT_VERSION, KINDS, OPTIONAL_KINDS, BuildCommand, Manifest, Page, PageHead, Record
 from .verified import BINARY_NAMES, trusted
 
@@ -89,7 +90,8 @@ def read_snapshot(
 
     Without ``page_text``, pages are decoded as PageHead: for a server whose index holds the text.
     With ``trust``, a record of an earlier check of the same files spares the digests and the
-    scan of the build commands (``verified.py``). ``digests_checked``: the caller has just
+    scan of the build commands (``verified.py``), and ranges the publisher sealed spare that scan
+    (``published.py``). ``digests_checked``: the caller has just
     checked every file against the manifest (a pull, as the bytes arrived).
     """
     started = time.perf_counter()
@@ -137,6 +139,18 @@ def read_snapshot(
         if cls is BuildCommand and found_trust is not None and found[0].name.endswith(".jsonl"):
             verified, ranges = found_trust
             commands = CommandFile(os.open(found[0], os.O_RDONLY), ranges, verified.commands_total)
+            counts[kind] = commands.total
+        elif (
+            cls is BuildCommand
+            and trust
+            and manifest is not None
+            and not problems
+            and found[0].name.endswith(".jsonl")
+            and (published := published_ranges(directory, manifest, digest_checked=digests_checked)) is not None
+        ):
+            # The publisher's scan of these very commands (``published.py``): every file's digest
+            # was checked just now, or as it arrived.
+            commands = CommandFile(os.open(found[0], os.O_RDONLY), *published)
             counts[kind] = commands.total
         elif cls is BuildCommand:
             # With bad builds, every command would name a missing one: leave references unchecked.

@@ -211,6 +211,10 @@ FileName = Annotated[str, msgspec.Meta(max_length=200, pattern=r"^[A-Za-z0-9][A-
 IndexFileName = Annotated[str, msgspec.Meta(max_length=200, pattern=r"^([a-z]+/)?[A-Za-z0-9][A-Za-z0-9._-]*$")]
 
 
+#: Where a snapshot keeps its search index (``Manifest.index`` lists its files).
+INDEX = "index"
+
+
 class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     format: str
     format_version: int

@@ -7,6 +7,7 @@ import asyncio
 import http.client
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -149,9 +150,25 @@ class Server(Client):
 
     def stop(self) -> int:
         self.process.terminate()
-        code = self.process.wait(timeout=60)
+        try:
+            code = self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.kill()  # a server that does not stop fails its test, and leaves no process behind
+            raise
         self._reader.join(timeout=5)
         return code
+
+    def kill(self) -> None:
+        """SIGKILL the master and its workers."""
+        pid = self.process.pid
+        try:
+            workers = [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except OSError:
+            workers = []
+        for each in (pid, *workers):
+            with suppress(ProcessLookupError):
+                os.kill(each, signal.SIGKILL)
+        self.process.wait()
 
 
 @pytest.fixture(scope="session")

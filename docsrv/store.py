@@ -40,7 +40,7 @@ class Store:
     ) -> None:
         """``records``: the served ones (``served_records``). ``derived``: what an earlier store
         of the same records derived from them (``snapshot/binary.py``); what is not there is
-        computed, and ``self.derived`` holds all of it."""
+        computed, and ``self.derived`` holds all of it until the load has kept it."""
         self.manifest = manifest
         self.path = path
         self.load_seconds = load_seconds
@@ -115,7 +115,8 @@ class Store:
         """The served ``items`` of ``kind`` sorted by ``fields``, for lookups."""
         derived, name = self.derived[kind], ",".join(fields)
         found = SortedOrder(items, attrgetter(*fields), derived.orders.get(name))
-        derived.orders[name] = found.order
+        if name not in derived.orders:
+            derived.orders[name] = found.order
         return found
 
     # Every filter of both APIs, answered from the ready indexes above (a request never scans).
@@ -241,6 +242,7 @@ def load_store(
         # Records known right and held as a server holds them are kept in MessagePack for the next
         # load of the same files, and the record of the check lists them (snapshot/binary.py).
         written = write_binary(raw.path, records, store.derived) if trust and not page_text and not raw.binary else []
+        store.derived = {}  # kept: the positions the groupings were made from are not served
         if not raw.trusted or written:
             record_check(raw.path, raw.manifest_bytes, record_files(raw.path) + written, raw.commands.ranges, raw.commands.total)
         del raw, records

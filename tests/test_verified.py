@@ -111,6 +111,17 @@ def served_records(store):
             store.pages_ordered, store.counts, groupings, lookups)
 
 
+def seal_messagepack_as_it_is(snapshot):
+    """A record of a check that lists the MessagePack files as they now are (as if another
+    docsrv's bug had written them)."""
+    from docsrv.snapshot.binary import binary_paths
+    from docsrv.snapshot.load import read_snapshot, record_files
+    from docsrv.snapshot.verified import record_check
+
+    raw = read_snapshot(snapshot, progress=False, page_text=False, trust=False)
+    record_check(snapshot, raw.manifest_bytes, record_files(snapshot) + binary_paths(snapshot), raw.commands.ranges, raw.commands.total)
+
+
 def test_records_known_right_are_kept_in_messagepack_and_decoded_from_there(snapshot):
     """Issue 25: a load without page text (a server whose index is current) keeps the records it
     knows are right in MessagePack; the next load of the same files decodes them, and serves
@@ -142,15 +153,13 @@ def test_a_messagepack_file_changed_since_the_check_is_named_and_not_used(snapsh
 
 def test_a_messagepack_file_that_does_not_decode_is_named_and_the_json_lines_read(snapshot, caplog):
     """As if another docsrv's bug had written it and listed it: never served from, and replaced."""
-    from docsrv.snapshot.binary import binary_path, binary_paths
-    from docsrv.snapshot.load import read_snapshot, record_files
-    from docsrv.snapshot.verified import record_check
+    from docsrv.snapshot.binary import binary_path
+    from docsrv.snapshot.load import read_snapshot
 
     expected = served_records(load_store(snapshot, progress=False, page_text=False))
     versions = binary_path(snapshot, "versions")
     versions.write_bytes(b"\x92\x01\x02")  # MessagePack, but two numbers, not versions
-    raw = read_snapshot(snapshot, progress=False, page_text=False, trust=False)
-    record_check(snapshot, raw.manifest_bytes, record_files(snapshot) + binary_paths(snapshot), raw.commands.ranges, raw.commands.total)
+    seal_messagepack_as_it_is(snapshot)
     with caplog.at_level(logging.WARNING, logger="docsrv"):
         store = load_store(snapshot, progress=False, page_text=False)
     assert f"{versions.name}: not the records docsrv wrote" in caplog.text
@@ -163,10 +172,8 @@ def test_a_grouping_that_does_not_fit_its_records_is_named_and_not_used(snapshot
     file is named, and the records are read from the JSON Lines and grouped anew."""
     import msgspec
 
-    from docsrv.snapshot.binary import ServedRecords, binary_path, binary_paths
-    from docsrv.snapshot.load import read_snapshot, record_files
+    from docsrv.snapshot.binary import ServedRecords, binary_path
     from docsrv.snapshot.records import Version
-    from docsrv.snapshot.verified import record_check
 
     expected = served_records(load_store(snapshot, progress=False, page_text=False))
     path = binary_path(snapshot, "versions")
@@ -174,8 +181,7 @@ def test_a_grouping_that_does_not_fit_its_records_is_named_and_not_used(snapshot
     grouping = served.derived.groupings["project"]
     served.derived.groupings["project"] = msgspec.structs.replace(grouping, order=grouping.order[:-4])
     path.write_bytes(msgspec.msgpack.encode(served))
-    raw = read_snapshot(snapshot, progress=False, page_text=False, trust=False)
-    record_check(snapshot, raw.manifest_bytes, record_files(snapshot) + binary_paths(snapshot), raw.commands.ranges, raw.commands.total)
+    seal_messagepack_as_it_is(snapshot)
     with caplog.at_level(logging.WARNING, logger="docsrv"):
         store = load_store(snapshot, progress=False, page_text=False)
     assert f"{path.name}: not the records docsrv wrote (its grouping 'project' is of other records)" in caplog.text

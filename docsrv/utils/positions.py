@@ -66,10 +66,17 @@ class SortedOrder(Generic[T]):
     the list's order among equal keys), searched by bisection."""
 
     def __init__(self, items: Sequence[T], key: Callable[[T], Any], order: bytes | None = None) -> None:
+        """``order``: the positions as ``order`` gave them for these items; sorted now if None."""
         self.items = items
-        self.order: bytes = positions(sorted(range(len(items)), key=list(map(key, items)).__getitem__)) if order is None else order
-        self._positions = positions_of(self.order)
+        if order is None:
+            order = positions(sorted(range(len(items)), key=list(map(key, items)).__getitem__))
+        self._positions = positions_of(order)
         self._key_at: Callable[[int], Any] = lambda position: key(items[position])
+
+    @property
+    def order(self) -> bytes:
+        """The positions, as bytes to keep."""
+        return self._positions.tobytes()
 
     def find(self, key: Any) -> list[T]:
         """The items of ``key``, in the list's order."""

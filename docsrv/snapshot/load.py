@@ -91,8 +91,8 @@ def read_snapshot(
     Without ``page_text``, pages are decoded as PageHead: for a server whose index holds the text.
     With ``trust``, a record of an earlier check of the same files spares the digests and the
     scan of the build commands (``verified.py``), and ranges the publisher sealed spare that scan
-    (``published.py``). ``digests_checked``: the caller has just
-    checked every file against the manifest (a pull, as the bytes arrived).
+    (``published.py``). ``digests_checked``: the caller has just checked every file against the
+    manifest (a pull, as the bytes arrived).
     """
     started = time.perf_counter()
     directory = Path(path)

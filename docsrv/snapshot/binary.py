@@ -28,7 +28,7 @@ from typing import Generic, TypeVar
 import msgspec
 
 from ..utils.files import replace_file
-from ..utils.positions import Grouping, positions_of
+from ..utils.positions import POSITION_BYTES, Grouping, positions_of
 from .records import Build, PageHead, Project, ProjectRelationship, User, Version
 
 log = logging.getLogger("docsrv")
@@ -118,10 +118,10 @@ def mismatched(served: ServedRecords) -> str | None:
     count = len(served.records)
     for name, grouping in served.derived.groupings.items():
         ends = positions_of(grouping.ends)
-        if len(grouping.order) != 4 * count or len(ends) != len(grouping.keys) or (ends[-1] if ends else 0) != count:
+        if len(grouping.order) != POSITION_BYTES * count or len(ends) != len(grouping.keys) or (ends[-1] if ends else 0) != count:
             return f"its grouping {name!r} is of other records"
     for name, order in served.derived.orders.items():
-        if len(order) != 4 * count:
+        if len(order) != POSITION_BYTES * count:
             return f"its order {name!r} is of other records"
     return None
 

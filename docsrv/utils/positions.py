@@ -24,16 +24,19 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 T = TypeVar("T")
+#: Positions are unsigned 32-bit integers (``array`` type code "I").
+POSITION = "I"
+POSITION_BYTES = array(POSITION).itemsize
 #: The keys a grouping may have: an id, a slug, a flag, or one of these with a flag.
 Key = int | str | bool | tuple[int | str, bool]
 
 
 def positions(values: Sequence[int] | Any) -> bytes:
-    return array("I", values).tobytes()
+    return array(POSITION, values).tobytes()
 
 
 def positions_of(data: bytes) -> array:
-    found = array("I")
+    found = array(POSITION)
     found.frombytes(data)
     return found
 

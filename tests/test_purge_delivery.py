@@ -5,7 +5,10 @@ HTTP server on loopback that records every request and answers as told."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -14,6 +17,7 @@ from snapshot_change import realistic_change
 
 from conftest import DEMO
 from helpers import docsrv
+from hostile_http import Hostile
 
 
 class Recorder:
@@ -78,8 +82,6 @@ def recorder():
 
 def purge(change, url, dialect, env=None):
     old, new, _keys = change
-    import os
-
     return docsrv("snapshot", "diff", str(old), str(new), "--purge", url, "--dialect", dialect, env={**os.environ, **(env or {})})
 
 
@@ -119,21 +121,21 @@ def test_varnish_gets_purge_requests_with_xkey_purge_headers_under_8_kb(change, 
 
 def test_a_busy_or_failing_api_is_retried_and_the_batch_goes_through(change, recorder):
     api = recorder([(503, {}), (429, {"Retry-After": "1"})])
-    result = purge(change, api.url + "/purge", "fastly")
+    result = purge(change, api.url + "/purge", "fastly", {"FASTLY_API_TOKEN": "tok3n"})
     assert result.returncode == 0, result.stderr
     assert len(api.requests) == 4 and "(2 retried)" in result.stdout
 
 
 def test_a_refusal_is_final_and_one_line(change, recorder):
     api = recorder([(403, {})])
-    result = purge(change, api.url + "/purge", "cloudflare")
+    result = purge(change, api.url + "/purge", "cloudflare", {"CLOUDFLARE_API_TOKEN": "cf-token"})
     assert result.returncode == 1 and len(api.requests) == 1
     assert result.stderr == 'docsrv: purge failed: batch 1 (30 keys): HTTP 403 {"error": "no"}\n'
 
 
 def test_an_api_that_never_answers_well_fails_after_every_attempt(change, recorder):
     api = recorder([(502, {})] * 10)
-    result = purge(change, api.url + "/purge", "fastly")
+    result = purge(change, api.url + "/purge", "fastly", {"FASTLY_API_TOKEN": "tok3n"})
     assert result.returncode == 1 and len(api.requests) == 4
     assert result.stderr == "docsrv: purge failed: batch 1 (256 keys): HTTP 502 after 4 attempts\n"
 
@@ -142,3 +144,74 @@ def test_an_unreachable_cache_fails_with_one_line(change):
     result = purge(change, "http://127.0.0.1:9/", "varnish-xkey")
     assert result.returncode == 1 and result.stderr.count("\n") == 1
     assert result.stderr.startswith("docsrv: purge failed: batch 1 (") and "after 4 attempts" in result.stderr
+
+
+@pytest.fixture
+def hostile():
+    made: list[Hostile] = []
+
+    def make(behaviour, argument=None) -> Hostile:
+        made.append(Hostile(behaviour, argument))
+        return made[-1]
+
+    yield make
+    for server in made:
+        server.close()
+
+
+def peak_rss_mb(*args: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:
+    """Run the command line and measure its peak resident memory (its own process alone)."""
+    probe = (
+        "import resource, subprocess, sys; "
+        "r = subprocess.run(sys.argv[1:], capture_output=True, text=True, timeout=120); "
+        "sys.stdout.write(r.stdout); sys.stderr.write(r.stderr); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(r.returncode)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "docsrv", *args],
+                            capture_output=True, text=True, timeout=180, env=env)
+    *stderr, peak = result.stderr.rstrip("\n").split("\n")
+    result.stderr = "".join(line + "\n" for line in stderr)
+    return result, int(peak) / 1024
+
+
+@pytest.mark.parametrize(("dialect", "token_variable", "header"), [
+    ("fastly", "FASTLY_API_TOKEN", "Fastly-Key"), ("cloudflare", "CLOUDFLARE_API_TOKEN", "Authorization"),
+    ("varnish-xkey", None, None),
+])
+def test_a_redirect_is_not_followed_and_fails_the_purge_in_one_line(change, hostile, dialect, token_variable, header):
+    thief = hostile("echo", 200)
+    endpoint = hostile("redirect", thief.url)
+    result = purge(change, endpoint.url + "/purge", dialect, {token_variable: "s3cret"} if token_variable else None)
+    assert thief.requests == []  # neither the keys nor the token went to the other host
+    assert len(endpoint.requests) == 1 and (header is None or "s3cret" in endpoint.requests[0][2][header])
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "s3cret" not in result.stderr
+    assert result.stderr.startswith("docsrv: purge failed: batch 1 (") and f"HTTP 307 redirects to {thief.url}/steal" in result.stderr
+
+
+def test_an_endless_reply_is_read_a_few_kib_deep(change, hostile):
+    endpoint = hostile("endless")
+    old, new, keys = change
+    result, peak = peak_rss_mb("snapshot", "diff", str(old), str(new), "--purge", endpoint.url + "/purge",
+                               "--dialect", "fastly", env={**os.environ, "FASTLY_API_TOKEN": "tok3n"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"purged {len(keys)} keys in 2 requests (0 retried)")
+    assert peak < 300, f"peak RSS {peak:.0f} MB reading an endless reply"
+
+
+def test_an_echoed_token_is_redacted_and_the_error_is_one_line(change, hostile):
+    endpoint = hostile("echo", 403)
+    result = purge(change, endpoint.url + "/purge", "cloudflare", {"CLOUDFLARE_API_TOKEN": "cf-s3cret"})
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert "cf-s3cret" not in result.stderr and "Bearer <redacted>" in result.stderr
+    assert result.stderr.startswith("docsrv: purge failed: batch 1 (30 keys): HTTP 403 POST /purge HTTP/1.1\\x0d\\x0a")
+
+
+@pytest.mark.parametrize(("dialect", "variable"), [("fastly", "FASTLY_API_TOKEN"), ("cloudflare", "CLOUDFLARE_API_TOKEN")])
+def test_a_missing_token_is_named_before_anything_is_sent(change, recorder, dialect, variable):
+    api = recorder()
+    env = {name: value for name, value in os.environ.items() if name != variable}
+    old, new, _keys = change
+    result = docsrv("snapshot", "diff", str(old), str(new), "--purge", api.url + "/purge", "--dialect", dialect, env=env)
+    assert result.returncode == 1 and api.requests == []
+    assert result.stderr == f"docsrv: purge failed: {dialect} needs its API token in {variable}, which is not set\n"

@@ -12,7 +12,9 @@
 
 A batch that fails to connect, times out, or is answered 429 or 5xx is tried again, up to
 ATTEMPTS times with a doubling pause (or the pause a Retry-After asks for); any other answer
-is final.
+is final. A redirect is never followed (it would carry the token to another host) and fails the
+purge; a dialect that needs a token refuses to start without it. Of a reply, a few KiB are read
+and a redacted line is quoted (``replies.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from dataclasses import dataclass
 
 import aiohttp
 import orjson
+
+from .replies import one_line, read_some
 
 ATTEMPTS = 4
 FIRST_PAUSE_SECONDS = 0.5
@@ -94,6 +98,8 @@ async def deliver(keys: list[str], url: str, dialect_name: str) -> Delivered:
     """Send every key to ``url``; raise PurgeError naming the first batch that failed for good."""
     dialect = DIALECTS[dialect_name]
     token = os.environ.get(dialect.token_variable) if dialect.token_variable else None
+    if dialect.token_variable and not token:
+        raise PurgeError(f"{dialect_name} needs its API token in {dialect.token_variable}, which is not set")
     done = Delivered()
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_SECONDS)
     async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -103,16 +109,20 @@ async def deliver(keys: list[str], url: str, dialect_name: str) -> Delivered:
             for attempt in range(1, ATTEMPTS + 1):
                 done.requests += 1
                 try:
-                    async with session.request(dialect.method, url, headers=headers, data=body) as response:
-                        text = (await response.read())[:200].decode(errors="replace")
+                    async with session.request(dialect.method, url, headers=headers, data=body, allow_redirects=False) as response:
+                        text = one_line((await read_some(response)).decode(errors="replace"), (token,))
                         if response.status < 300:
                             break
+                        if 300 <= response.status < 400:
+                            where = one_line(response.headers.get("Location", "nowhere"), (token,))
+                            raise PurgeError(f"batch {number} ({len(batch)} keys): HTTP {response.status} redirects to {where}; "
+                                             "purges follow no redirect (give the endpoint's own URL)")
                         if response.status != 429 and response.status < 500:
-                            raise PurgeError(f"batch {number} ({len(batch)} keys): HTTP {response.status} {text.strip()}")
+                            raise PurgeError(f"batch {number} ({len(batch)} keys): HTTP {response.status} {text}")
                         problem = f"HTTP {response.status}"
                         pause = retry_after(response.headers.get("Retry-After"), pause)
                 except (TimeoutError, aiohttp.ClientError) as error:
-                    problem = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+                    problem = one_line(f"{type(error).__name__}: {error}" if str(error) else type(error).__name__, (token,))
                 if attempt == ATTEMPTS:
                     raise PurgeError(f"batch {number} ({len(batch)} keys): {problem} after {ATTEMPTS} attempts")
                 done.retries += 1

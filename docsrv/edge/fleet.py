@@ -14,23 +14,30 @@ import time
 import aiohttp
 import orjson
 
+from .replies import one_line, read_some
+
 POLL_SECONDS = 0.5
 
 
 async def replica_state(session: aiohttp.ClientSession, base: str, snapshot: str) -> str | None:
     """None when the replica at ``base`` serves ``snapshot`` alone; else what it does instead."""
     try:
-        async with session.get(base.rstrip("/") + "/readyz") as response:
-            body = await response.read()
+        async with session.get(base.rstrip("/") + "/readyz", allow_redirects=False) as response:
+            body = await read_some(response)
             if response.status != 200:
                 return f"/readyz answered {response.status}"
             ready = orjson.loads(body)
     except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as error:
-        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        return one_line(f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
+    if not isinstance(ready, dict):
+        return f"/readyz answered {one_line(body.decode(errors='replace'))}, not a status object"
     if ready.get("snapshot") != snapshot:
-        return f"serves snapshot {ready.get('snapshot')}"
-    if ready.get("draining_workers", 0):
-        return f"{ready['draining_workers']} worker(s) of an earlier snapshot still draining"
+        return f"serves snapshot {one_line(str(ready.get('snapshot')))}"
+    draining = ready.get("draining_workers")
+    if type(draining) is not int:
+        return f"/readyz has no count of draining workers (draining_workers: {one_line(orjson.dumps(draining).decode())})"
+    if draining:
+        return f"{draining} worker(s) of an earlier snapshot still draining"
     return None
 
 

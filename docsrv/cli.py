@@ -9,10 +9,14 @@ import sys
 from collections import Counter
 from importlib.metadata import version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .config import SERVE_OPTIONS, Deadlines, Settings, add_options, listed
 from .errors import CommandError, StartError
 from .snapshot.errors import SnapshotError
+
+if TYPE_CHECKING:
+    from .store import Store
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,8 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
     synth.set_defaults(run=run_synth)
 
     validate = snapshot.add_parser("validate", help="check a snapshot; exit 1 naming every problem")
-    validate.add_argument("path", type=Path)
+    validate.add_argument("path", type=Path, help="the snapshot directory")
     validate.set_defaults(run=run_validate)
+
+    prepare = snapshot.add_parser(
+        "prepare", help="check a snapshot once and keep, beside its files, what lets a server load it in seconds "
+                        "(index and pull do this; a server only reads it)"
+    )
+    prepare.add_argument("path", type=Path, help="the snapshot directory (it must be writable)")
+    prepare.set_defaults(run=run_prepare)
 
     sphinx = snapshot.add_parser("import-sphinx", help="replace a version's pages by those of a Sphinx HTML build")
     sphinx.add_argument("html_dir", type=Path, help="the build's output directory (html or dirhtml)")
@@ -220,10 +231,10 @@ def run_index(args: argparse.Namespace) -> int:
     from .serving import INDEX, build_index_aside, fingerprint, index_directories, resolve
     from .snapshot.published import publish_ranges
     from .snapshot.write import seal_index
-    from .store import load_store
+    from .store import load_store, prepare
 
     snapshot = resolve(args.path)
-    store = load_store(snapshot, trust=False)  # what it publishes stands for a whole check
+    store = load_store(snapshot, trust=False, keep=True)  # what it publishes stands for a whole check
     digest = fingerprint(snapshot)
     directory = index_directories(snapshot, digest)[0]
     seconds = build_index_aside(store, directory, digest)
@@ -234,7 +245,22 @@ def run_index(args: argparse.Namespace) -> int:
         publish_ranges(snapshot, store.manifest, store.commands.ranges, store.commands.total)
         sealed = seal_index(snapshot, directory)
         print(f"manifest.json lists the index's {sealed} files: it is published and pulled with the snapshot")
+    del store
+    report_prepared(prepare(snapshot), snapshot)
     return 0
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    from .serving import resolve
+    from .store import prepare
+
+    report_prepared(prepare(resolve(args.path)), args.path)
+    return 0
+
+
+def report_prepared(store: Store, path: Path) -> None:
+    how = "a record of an earlier check stands" if store.trusted else "checked whole"
+    print(f"prepared {path} for serving ({how}; {store.load_seconds:.1f} s): a server trusts it while its files stay as they are")
 
 
 def run_diff(args: argparse.Namespace) -> int:

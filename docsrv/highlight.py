@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 from itertools import repeat
 from pathlib import Path
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 #: Occurrences of a word recorded per page: enough to fill three fragments of a page where
 #: the word is dense. Fragments never reach past the last recorded occurrence of a word that
@@ -191,6 +191,14 @@ def _mapped(path: Path) -> mmap.mmap | bytes:
         return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
 
 
+def _cast(path: Path, code: Literal["q", "Q", "I"]) -> memoryview:
+    """A file of fixed-size numbers, mapped; ValueError naming it when its length is no whole number of them."""
+    data = memoryview(_mapped(path))
+    if len(data) % struct.calcsize(code):
+        raise ValueError(f"highlight/{path.name}: {len(data)} bytes, not a whole number of {struct.calcsize(code)}-byte numbers")
+    return data.cast(code)
+
+
 def _boundary(text: mmap.mmap | bytes, at: int, floor: int) -> int:
     """``at``, moved back to the start of a UTF-8 character and out of an escaped entity."""
     while at > floor and text[at] & 0xC0 == 0x80:
@@ -241,11 +249,39 @@ class Highlights:
     def __init__(self, directory: Path) -> None:
         require_little_endian()
         self.text = _mapped(directory / "text")
-        self.page_ids = memoryview(_mapped(directory / "page-ids")).cast("q")
-        self.keys = memoryview(_mapped(directory / "keys")).cast("Q")
-        self.positions = memoryview(_mapped(directory / "positions")).cast("I")
+        self.page_ids = _cast(directory / "page-ids", "q")
+        self.keys = _cast(directory / "keys", "Q")
+        self.positions = _cast(directory / "positions", "I")
         self.slots = _mapped(directory / "slots")
         self.entries = _mapped(directory / "entries")
+        problem = self.problem()
+        if problem is not None:
+            raise ValueError(f"highlight/: {problem}")
+
+    def problem(self) -> str | None:
+        """What is wrong with the files' shapes, if anything: each table a whole number of rows,
+        one page id a slot, one key an entry, and the last slot and entry ending where the text and
+        the positions do (a file cut short or of another build does not). Checked at open, so that
+        no search finds it out by answering 500."""
+        slots, rest = divmod(len(self.slots), SLOT.size)
+        if rest:
+            return f"slots holds {len(self.slots)} bytes, not a whole number of {SLOT.size}-byte slots"
+        entries, rest = divmod(len(self.entries), ENTRY.size)
+        if rest:
+            return f"entries holds {len(self.entries)} bytes, not a whole number of {ENTRY.size}-byte entries"
+        if len(self.page_ids) != slots:
+            return f"page-ids holds {len(self.page_ids)} ids for {slots} slots"
+        if len(self.keys) != entries:
+            return f"keys holds {len(self.keys)} keys for {entries} entries"
+        if slots:
+            low, size, _chars, first, count = _SLOT_UNPACK(self.slots, (slots - 1) * SLOT.size)
+            if low + size != len(self.text) or first + count != entries:
+                return "the last slot does not end where text and entries do (cut short, or of another build)"
+        if entries:
+            start, recorded, _length = _ENTRY_UNPACK(self.entries, (entries - 1) * ENTRY.size)
+            if start + recorded != len(self.positions):
+                return "the last entry does not end where positions do (cut short, or of another build)"
+        return None
 
     def fragments(
         self, slot: int, words: Words, *, count: int, width: int, open_tag: bytes, close_tag: bytes, ellipsis: bool

@@ -37,7 +37,7 @@ from .serving import INDEX, build_index_aside, current_index, fingerprint, index
 from .snapshot.errors import SnapshotError
 from .snapshot.records import FileDigest, Manifest
 from .snapshot.write import put_in_place
-from .store import load_store
+from .store import load_store, prepare
 from .utils.files import replace_file
 from .utils.progress import progress_bar, wanted
 
@@ -233,18 +233,22 @@ def check_and_index(directory: Path, name: str, build_index: bool) -> None:
     """Load the snapshot as a server would (every record checked), and build its search index
     unless it came with one built from these records."""
     digest = fingerprint(directory)
-    indexed = not build_index or current_index(directory, digest) is not None
+    # An index that came sealed but does not open and answer a search as a server's would is named
+    # in the log and built anew, as one that came without.
+    indexed = not build_index or current_index(directory, digest, check=True, own=True) is not None
     try:
         # Every file's size and SHA-256 were checked as its bytes arrived: not hashed again. With
         # an index to serve, pages are loaded as a server loads them, without their text: the
         # records are then also kept in MessagePack for the server's load (snapshot/binary.py).
-        store = load_store(directory, progress=False, digests_checked=True, page_text=not indexed)
+        store = load_store(directory, progress=False, digests_checked=True, page_text=not indexed, keep=True)
     except SnapshotError as error:
         raise PullError(error.summary(name=name)) from None
     if not indexed:
         if (directory / INDEX).exists():
-            log.warning("%s: the index it came with was built from other content (or another docsrv); building it anew", name)
+            log.warning("%s: the index it came with was built from other content, or cannot serve; building it anew", name)
         build_index_aside(store, index_directories(directory, digest)[0], digest, False)
+        del store
+        prepare(directory, progress=False)  # the records as a server loads them, in MessagePack
 
 
 def current_name(into: Path) -> str | None:

@@ -16,7 +16,10 @@ unless the query asks what changed. Code syntax in a query (``__init__``, ``@pro
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +118,38 @@ def build_index(store: Store, directory: Path, print_progress: bool | None = Non
     return time.perf_counter() - started
 
 
+def open_index(directory: Path) -> tantivy.Index:
+    """The tantivy index in ``directory``, opened without writing there.
+
+    tantivy creates and locks ``.tantivy-meta.lock`` in the directory it opens, which fails on a
+    read-only snapshot (a ``:ro`` volume, an image layer, a read-only NFS export). It opens the
+    index through a directory of links to its files, made in the temporary directory and removed
+    once the reader has mapped every segment: the lock file is made there, never in the snapshot."""
+    links = Path(tempfile.mkdtemp(prefix="docsrv-open-"))
+    try:
+        for entry in os.scandir(directory):
+            if entry.is_file() and entry.name != META_LOCK:
+                os.symlink(entry.path, links / entry.name)
+        return quiet(tantivy.Index.open(str(links)))
+    finally:
+        shutil.rmtree(links, ignore_errors=True)
+
+
+def index_problem(directory: Path) -> str | None:
+    """What keeps the index in ``directory`` from serving, in one line; None when it opens as a
+    server opens it and answers a search (a first document is read back from each index)."""
+    try:
+        for index in (open_index(directory), open_index(directory / ENTRIES)):
+            searcher = index.searcher()
+            found = searcher.search(tantivy.Query.all_query(), 1).hits
+            if found:
+                searcher.doc(found[0][1])
+        Highlights(directory / "highlight")
+    except (OSError, ValueError) as error:
+        return " ".join(str(error).split())[:300]
+    return None
+
+
 def quiet(index: tantivy.Index) -> tantivy.Index:
     """``index`` with a reader that never reloads by itself. tantivy's default reader watches
     meta.json from a thread of its own and, when it changes, reloads under a file lock (flock)
@@ -186,8 +221,8 @@ class SearchIndex:
     def open(cls, store: Store, directory: Path) -> SearchIndex:
         """The index built in ``directory`` over ``store``: every file opened now (a server opens it
         before it forks, so its workers never open a file of the snapshot again)."""
-        named = named_entries.NamedEntries(quiet(tantivy.Index.open(str(directory / ENTRIES))))
-        return cls(store, quiet(tantivy.Index.open(str(directory))), named, Highlights(directory / "highlight"))
+        named = named_entries.NamedEntries(open_index(directory / ENTRIES))
+        return cls(store, open_index(directory), named, Highlights(directory / "highlight"))
 
     def __init__(self, store: Store, index: tantivy.Index, named: named_entries.NamedEntries, highlights: Highlights) -> None:
         self.store = store

@@ -8,10 +8,11 @@ cannot mix another snapshot into what the workers serve. A file changed in place
 left; the ``signature`` of the files read lets the master notice it (see supervisors/master.py), and the
 build commands' file checks itself on every read (``snapshot/commands.py``).
 
-The search index lives in ``<snapshot>/index/`` (or, where the snapshot cannot be written to, in
-a temporary directory) and records a fingerprint of the content it was built from; an index of
-other content is rebuilt beside the one in place and swapped in with renames, so an interrupted
-build leaves the previous index whole.
+The search index lives in ``<snapshot>/index/``, where ``docsrv index`` (or a pull) builds it, and
+records a fingerprint of the content it was built from. A server writes nothing into a snapshot:
+when the snapshot has no index of its content, or one that cannot serve (``index_problem``), it
+builds one in the temporary directory, beside the one in place, and swaps it in with renames, so
+an interrupted build leaves the previous index whole.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import msgspec
 
-from .search import SCHEMA_VERSION, SearchIndex, build_index
+from .search import SCHEMA_VERSION, SearchIndex, build_index, index_problem
 from .snapshot.errors import Problem, SnapshotError
 from .snapshot.load import record_file, record_files
 from .snapshot.records import INDEX, Manifest
@@ -76,12 +77,12 @@ def load_served(snapshot: str | Path, *, progress: bool | None = None) -> Served
     directory = resolve(snapshot)
     before = signature(directory)
     digest = fingerprint(directory)
-    found = current_index(directory, digest)
+    found = current_index(directory, digest, check=True)
     if found is not None:
         store = load_store(directory, progress=progress, page_text=False)
     else:
         store = load_store(directory, progress=progress)
-        found = ensure_index(store, digest)
+        found = build_private_index(store, digest)
     if signature(directory) != before:
         raise SnapshotError(str(directory), [Problem(directory.name, None, "files changed while they were being read")])
     return Served(store, SearchIndex.open(store, found), directory, before)
@@ -118,32 +119,35 @@ def index_directories(snapshot: Path, digest: str) -> tuple[Path, Path]:
     return snapshot / INDEX, Path(tempfile.gettempdir()) / f"docsrv-index-{digest}"
 
 
-def current_index(snapshot: Path, digest: str) -> Path | None:
-    """The directory of an index built from content with this ``digest``, if there is one."""
-    for directory in index_directories(snapshot, digest):
+def current_index(snapshot: Path, digest: str, *, check: bool = False, own: bool = False) -> Path | None:
+    """The directory of an index built from content with this ``digest``, if there is one (with
+    ``own``, only in the snapshot). With ``check``, only one that opens and answers a search as a
+    server's will (``index_problem``): one that does not is named in the log, in one line, and
+    passed over."""
+    for directory in index_directories(snapshot, digest)[: 1 if own else 2]:
         marker = directory / FINGERPRINT_FILE
         try:
-            if json.loads(marker.read_text()).get("fingerprint") == digest:
-                return directory
+            if json.loads(marker.read_text()).get("fingerprint") != digest:
+                continue
         except (OSError, ValueError):
             continue
+        problem = index_problem(directory) if check else None
+        if problem is None:
+            return directory
+        log.warning("%s: the search index cannot serve (%s); not used", directory, problem)
     return None
 
 
-def ensure_index(store: Store, digest: str) -> Path:
-    """The directory of an index of ``store``'s content (whose fingerprint is ``digest``), built first when there is none."""
+def build_private_index(store: Store, digest: str) -> Path:
+    """Build the index of ``store``'s content (whose fingerprint is ``digest``) in the temporary
+    directory, where a server may write: for a snapshot that came without a usable one."""
     assert store.path is not None
-    found = current_index(store.path, digest)
-    if found is not None:
-        return found
-    for directory in index_directories(store.path, digest):
-        try:
-            seconds = build_index_aside(store, directory, digest)
-            log.info("built the search index of %s pages in %.1f s at %s", len(store.pages), seconds, directory.name)
-            return directory
-        except (OSError, ValueError) as error:
-            log.warning("cannot use %s for the search index: %s", directory, error)
-    raise RuntimeError("no usable directory for the search index")
+    directory = index_directories(store.path, digest)[1]
+    log.warning("%s has no usable search index of its content: building one at %s (`docsrv index %s` builds it into the snapshot)",
+                store.path, directory, store.path)
+    seconds = build_index_aside(store, directory, digest)
+    log.info("built the search index of %s pages in %.1f s at %s", len(store.pages), seconds, directory)
+    return directory
 
 
 def build_index_aside(store: Store, directory: Path, digest: str, print_progress: bool | None = None) -> float:

@@ -8,6 +8,7 @@ is a ready list: a request slices one, it never scans or sorts.
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from datetime import datetime
 from operator import attrgetter
@@ -16,11 +17,13 @@ from typing import Any, TypeVar
 
 from .snapshot.binary import Derived, write_binary
 from .snapshot.commands import CommandFile
-from .snapshot.load import read_snapshot, record_files
+from .snapshot.load import RawSnapshot, read_snapshot
 from .snapshot.records import Build, BuildCommand, Manifest, PageHead, Project, User, Version
 from .snapshot.validate import check_snapshot
 from .snapshot.verified import record_check
 from .utils.positions import Grouping, SortedOrder
+
+log = logging.getLogger("docsrv")
 
 T = TypeVar("T")
 
@@ -217,12 +220,22 @@ def served_records(records: dict[str, list]) -> dict[str, list]:
 
 
 def load_store(
-    path: str | Path, *, progress: bool | None = None, page_text: bool = True, trust: bool = True, digests_checked: bool = False
+    path: str | Path,
+    *,
+    progress: bool | None = None,
+    page_text: bool = True,
+    trust: bool = True,
+    digests_checked: bool = False,
+    keep: bool = False,
 ) -> Store:
     """Read, check and index a snapshot directory; raise SnapshotError if it cannot be served.
     Without ``page_text``, pages keep all but their text (see ``serving.load_served``). With
-    ``trust``, a record that the same files were checked before spares checking them again; a
-    check that passes leaves such a record (``snapshot/verified.py``).
+    ``trust``, a record that the same files were checked before spares checking them again.
+
+    Only with ``keep`` does the load write into the snapshot (``prepare``): the record of a check
+    that passed (``snapshot/verified.py``) and, loading as a server does (trusted, without page
+    text), the records in MessagePack (``snapshot/binary.py``). A server never keeps: it only reads
+    a snapshot, which may be read-only, and says so when it had to check it whole.
 
     The collector is paused while millions of objects are made, and what was loaded is then
     frozen out of its reach: the store never changes, and forked workers keep sharing its pages.
@@ -239,16 +252,33 @@ def load_store(
         records = raw.records if raw.binary else served_records(raw.records)
         store = Store(raw.manifest, records, raw.commands, path=raw.path, derived=raw.derived)
         store.trusted = raw.trusted
-        # Records known right and held as a server holds them are kept in MessagePack for the next
-        # load of the same files, and the record of the check lists them (snapshot/binary.py).
-        written = write_binary(raw.path, records, store.derived) if trust and not page_text and not raw.binary else []
+        if keep:
+            keep_check(raw, records, store.derived, page_text=page_text)
         store.derived = {}  # kept: the positions the groupings were made from are not served
-        if not raw.trusted or written:
-            record_check(raw.path, raw.manifest_bytes, record_files(raw.path) + written, raw.commands.ranges, raw.commands.total)
         del raw, records
     finally:
         if enabled:
             gc.enable()
     gc.freeze()
     store.load_seconds = time.perf_counter() - started
+    if trust and not keep and not store.trusted:
+        log.warning("%s is not prepared (no record of a check of these files): checked whole in %.1f s; "
+                    "`docsrv snapshot prepare %s` where it can be written spares that at every start",
+                    store.path, store.load_seconds, store.path)
     return store
+
+
+def keep_check(raw: RawSnapshot, records: dict[str, list], derived: dict[str, Derived], *, page_text: bool) -> bool:
+    """Write the record of the check just passed, with the records in MessagePack when they are
+    held as a server holds them and are not already; whether a record was written."""
+    written = write_binary(raw.path, records, derived) if not page_text and not raw.binary else []
+    if raw.trusted and not written:
+        return True  # the record in place stands
+    return record_check(raw.path, raw.manifest_bytes, raw.identities, written, raw.commands.ranges, raw.commands.total)
+
+
+def prepare(path: str | Path, *, progress: bool | None = None, digests_checked: bool = False) -> Store:
+    """Make a snapshot quick to serve: check it (unless a record of a check of the same files
+    stands), and keep the record and the records in MessagePack beside it. Run by ``docsrv
+    snapshot prepare``, ``docsrv index`` and a pull, where the snapshot can be written."""
+    return load_store(path, progress=progress, page_text=False, digests_checked=digests_checked, keep=True)

@@ -257,7 +257,7 @@ def test_an_index_of_other_records_is_not_used_but_built_anew(tmp_path, origin):
     into = tmp_path / "replica"
     pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
     assert pulled.returncode == 0, pulled.stderr
-    assert "snap-a: the index it came with was built from other content (or another docsrv); building it anew" in pulled.stderr
+    assert "snap-a: the index it came with was built from other content, or cannot serve; building it anew" in pulled.stderr
     rebuilt = json.loads((into / "snap-a" / "index" / "docsrv-index.json").read_text())
     assert rebuilt["fingerprint"] != "0" * 32
 
@@ -277,3 +277,71 @@ def test_an_index_file_that_would_leave_the_index_directory_is_refused(tmp_path,
     assert result.returncode == 1 and result.stderr.count("\n") == 1
     assert "not a snapshot manifest: Expected `str` matching regex" in result.stderr and "$.index" in result.stderr
     assert not (tmp_path / "escape").exists() and not (into / "current").exists()
+
+
+def break_meta(index):
+    (index / "meta.json").write_text("{not json")
+
+
+def drop_segment(index):
+    segment = next(index.glob("*.idx")).stem
+    for path in index.glob(f"{segment}.*"):
+        path.unlink()
+
+
+def truncate_idx(index):
+    path = next(index.glob("*.idx"))
+    path.write_bytes(path.read_bytes()[:-20])
+
+
+def truncate_highlights(index):
+    path = index / "highlight" / "text"
+    path.write_bytes(path.read_bytes()[:-7])
+
+
+BROKEN_INDEXES = {
+    "meta.json that does not parse": break_meta,
+    "a segment listed but missing": drop_segment,
+    "a truncated .idx": truncate_idx,
+    "highlight text cut short": truncate_highlights,
+}
+
+
+def broken_but_sealed(tmp_path, name, damage):
+    """A snapshot as a careless publisher sends it: indexed, its index then damaged, and sealed
+    anew (the manifest's digests match the broken files)."""
+    from docsrv.snapshot.write import seal_index
+
+    snapshot = sealed(tmp_path / name, name)
+    assert docsrv("index", str(snapshot)).returncode == 0
+    damage(snapshot / "index")
+    seal_index(snapshot, snapshot / "index")
+    for path in snapshot.glob(".docsrv-*"):
+        path.unlink()  # what a publisher keeps for itself is not published
+    return snapshot
+
+
+@pytest.mark.parametrize("damage", BROKEN_INDEXES.values(), ids=BROKEN_INDEXES.keys())
+def test_a_broken_but_sealed_index_is_named_and_built_anew_by_the_pull(tmp_path, origin, damage):
+    """Hardening round four, finding 2: the pull opens the index as a server will and searches
+    it; one that cannot serve is named in one line and built anew, so no server crash-loops on it."""
+    from docsrv.search import index_problem
+
+    origin.publish(broken_but_sealed(tmp_path, "snap-b", damage))
+    into = tmp_path / "replica"
+    pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert pulled.returncode == 0, pulled.stderr
+    assert current_of(into) == "snap-b" and "Traceback" not in pulled.stderr
+    named = [line for line in pulled.stderr.splitlines() if "the search index cannot serve" in line]
+    assert len(named) == 1 and named[0].endswith("; not used")
+    assert "snap-b: the index it came with was built from other content, or cannot serve; building it anew" in pulled.stderr
+    assert index_problem(into / "snap-b" / "index") is None
+
+
+@pytest.mark.parametrize("damage", BROKEN_INDEXES.values(), ids=BROKEN_INDEXES.keys())
+def test_serve_on_a_broken_index_builds_its_own_and_searches(tmp_path, start_server, damage):
+    snapshot = broken_but_sealed(tmp_path, "snap-b", damage)
+    server = start_server("--snapshot", str(snapshot), "--workers", "1")
+    assert sum("the search index cannot serve" in line for line in server.log) == 1
+    found = server.json("/api/v1/file/search/?q=installer")["objects"]
+    assert [hit["path"] for hit in found][:1] == ["index.html"] and '<span class="highlighted">installer</span>' in found[0]["text"]

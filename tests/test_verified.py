@@ -30,16 +30,16 @@ def commands_of_every_build(store):
 
 
 def test_a_second_load_of_the_same_files_trusts_the_first_check(snapshot):
-    first = load_store(snapshot, progress=False)
+    first = load_store(snapshot, progress=False, keep=True)
     assert not first.trusted and (snapshot / RECORD).exists() and (snapshot / RANGES).exists()
-    second = load_store(snapshot, progress=False)
+    second = load_store(snapshot, progress=False, keep=True)
     assert second.trusted
     assert second.counts == first.counts
     assert commands_of_every_build(second) == commands_of_every_build(first)
 
 
 def test_a_file_written_in_place_with_its_old_time_is_checked_again(snapshot, caplog):
-    load_store(snapshot, progress=False)
+    load_store(snapshot, progress=False, keep=True)
     path = snapshot / "builds.jsonl"
     stat = path.stat()
     data = bytearray(path.read_bytes())
@@ -47,40 +47,40 @@ def test_a_file_written_in_place_with_its_old_time_is_checked_again(snapshot, ca
     path.write_bytes(bytes(data))
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # its modification time as it was
     with caplog.at_level(logging.INFO, logger="docsrv"), pytest.raises(SnapshotError) as raised:
-        load_store(snapshot, progress=False)
+        load_store(snapshot, progress=False, keep=True)
     assert f"{RECORD} does not match builds.jsonl" in caplog.text
     assert "builds.jsonl: its SHA-256 differs from the one manifest.json records" in str(raised.value)
 
 
 def test_a_ranges_file_that_does_not_match_is_named_and_not_used(snapshot, caplog):
-    load_store(snapshot, progress=False)
+    load_store(snapshot, progress=False, keep=True)
     (snapshot / RANGES).write_bytes(b"\0" * 24)  # another file: its identity is not the recorded one
     with caplog.at_level(logging.INFO, logger="docsrv"):
-        store = load_store(snapshot, progress=False)
+        store = load_store(snapshot, progress=False, keep=True)
     assert not store.trusted and f"{RECORD} does not match {RANGES}" in caplog.text
-    assert load_store(snapshot, progress=False).trusted  # the whole check wrote them anew
+    assert load_store(snapshot, progress=False, keep=True).trusted  # the whole check wrote them anew
 
 
 def test_a_record_that_does_not_decode_is_named_and_not_used(snapshot, caplog):
-    load_store(snapshot, progress=False)
+    load_store(snapshot, progress=False, keep=True)
     (snapshot / RECORD).write_text("{not json")
     with caplog.at_level(logging.INFO, logger="docsrv"):
-        assert not load_store(snapshot, progress=False).trusted
+        assert not load_store(snapshot, progress=False, keep=True).trusted
     assert f"{RECORD}: not a record docsrv reads" in caplog.text
 
 
 def test_records_changed_and_sealed_anew_are_checked_again_not_trusted(tmp_path, snapshot):
-    load_store(snapshot, progress=False)
+    load_store(snapshot, progress=False, keep=True)
     changed = sealed(tmp_path / "changed", "snap", edit=lambda d: edit_record(d / "versions.jsonl", 3, project=404))
     for name in (RECORD, RANGES):  # the old record beside the new files: the manifest differs
         shutil.copy(snapshot / name, changed / name)
     with pytest.raises(SnapshotError) as raised:
-        load_store(changed, progress=False)
+        load_store(changed, progress=False, keep=True)
     assert "versions.jsonl:3: version 3 names project 404, which does not exist" in str(raised.value)
 
 
 def test_validate_checks_everything_whatever_was_checked_before(snapshot):
-    load_store(snapshot, progress=False)
+    load_store(snapshot, progress=False, keep=True)
     path = snapshot / "users.jsonl"
     stat = path.stat()
     data = path.read_bytes().replace(b"@", b"#", 1)
@@ -92,9 +92,9 @@ def test_validate_checks_everything_whatever_was_checked_before(snapshot):
 
 def test_a_snapshot_where_no_record_can_be_written_loads_and_keeps_none(snapshot):
     (snapshot / f"{RANGES}.partial").mkdir()  # the write fails, as on a read-only volume or a full disk
-    assert not load_store(snapshot, progress=False).trusted
+    assert not load_store(snapshot, progress=False, keep=True).trusted
     assert not (snapshot / RECORD).exists()
-    assert not load_store(snapshot, progress=False).trusted
+    assert not load_store(snapshot, progress=False, keep=True).trusted
 
 
 def served_records(store):
@@ -115,11 +115,11 @@ def seal_messagepack_as_it_is(snapshot):
     """A record of a check that lists the MessagePack files as they now are (as if another
     docsrv's bug had written them)."""
     from docsrv.snapshot.binary import binary_paths
-    from docsrv.snapshot.load import read_snapshot, record_files
+    from docsrv.snapshot.load import read_snapshot
     from docsrv.snapshot.verified import record_check
 
     raw = read_snapshot(snapshot, progress=False, page_text=False, trust=False)
-    record_check(snapshot, raw.manifest_bytes, record_files(snapshot) + binary_paths(snapshot), raw.commands.ranges, raw.commands.total)
+    assert record_check(snapshot, raw.manifest_bytes, raw.identities, binary_paths(snapshot), raw.commands.ranges, raw.commands.total)
 
 
 def test_records_known_right_are_kept_in_messagepack_and_decoded_from_there(snapshot):
@@ -129,10 +129,10 @@ def test_records_known_right_are_kept_in_messagepack_and_decoded_from_there(snap
     from docsrv.snapshot.binary import binary_paths
     from docsrv.snapshot.load import read_snapshot
 
-    from_json = load_store(snapshot, progress=False, page_text=False)
+    from_json = load_store(snapshot, progress=False, keep=True, page_text=False)
     assert all(path.exists() for path in binary_paths(snapshot))
     assert read_snapshot(snapshot, progress=False, page_text=False).binary
-    again = load_store(snapshot, progress=False, page_text=False)
+    again = load_store(snapshot, progress=False, keep=True, page_text=False)
     assert again.trusted and served_records(again) == served_records(from_json)
     # A load that wants the page text reads the JSON Lines: the MessagePack pages have none.
     assert not read_snapshot(snapshot, progress=False).binary
@@ -142,11 +142,11 @@ def test_a_messagepack_file_changed_since_the_check_is_named_and_not_used(snapsh
     from docsrv.snapshot.binary import binary_path
     from docsrv.snapshot.load import read_snapshot
 
-    load_store(snapshot, progress=False, page_text=False)
+    load_store(snapshot, progress=False, keep=True, page_text=False)
     builds = binary_path(snapshot, "builds")
     builds.write_bytes(builds.read_bytes())  # the same bytes, but written since the check
     with caplog.at_level(logging.INFO, logger="docsrv"):
-        store = load_store(snapshot, progress=False, page_text=False)
+        store = load_store(snapshot, progress=False, keep=True, page_text=False)
     assert not store.trusted and f"{RECORD} does not match {builds.name}" in caplog.text
     assert read_snapshot(snapshot, progress=False, page_text=False).binary  # checked whole, written anew
 
@@ -156,12 +156,12 @@ def test_a_messagepack_file_that_does_not_decode_is_named_and_the_json_lines_rea
     from docsrv.snapshot.binary import binary_path
     from docsrv.snapshot.load import read_snapshot
 
-    expected = served_records(load_store(snapshot, progress=False, page_text=False))
+    expected = served_records(load_store(snapshot, progress=False, keep=True, page_text=False))
     versions = binary_path(snapshot, "versions")
     versions.write_bytes(b"\x92\x01\x02")  # MessagePack, but two numbers, not versions
     seal_messagepack_as_it_is(snapshot)
     with caplog.at_level(logging.WARNING, logger="docsrv"):
-        store = load_store(snapshot, progress=False, page_text=False)
+        store = load_store(snapshot, progress=False, keep=True, page_text=False)
     assert f"{versions.name}: not the records docsrv wrote" in caplog.text
     assert store.trusted and served_records(store) == expected
     assert read_snapshot(snapshot, progress=False, page_text=False).binary  # written anew
@@ -175,7 +175,7 @@ def test_a_grouping_that_does_not_fit_its_records_is_named_and_not_used(snapshot
     from docsrv.snapshot.binary import ServedRecords, binary_path
     from docsrv.snapshot.records import Version
 
-    expected = served_records(load_store(snapshot, progress=False, page_text=False))
+    expected = served_records(load_store(snapshot, progress=False, keep=True, page_text=False))
     path = binary_path(snapshot, "versions")
     served = msgspec.msgpack.decode(path.read_bytes(), type=ServedRecords[Version])
     grouping = served.derived.groupings["project"]
@@ -183,20 +183,20 @@ def test_a_grouping_that_does_not_fit_its_records_is_named_and_not_used(snapshot
     path.write_bytes(msgspec.msgpack.encode(served))
     seal_messagepack_as_it_is(snapshot)
     with caplog.at_level(logging.WARNING, logger="docsrv"):
-        store = load_store(snapshot, progress=False, page_text=False)
+        store = load_store(snapshot, progress=False, keep=True, page_text=False)
     assert f"{path.name}: not the records docsrv wrote (its grouping 'project' is of other records)" in caplog.text
     assert store.trusted and served_records(store) == expected
 
 
 def test_messagepack_records_of_older_files_are_never_used(tmp_path, snapshot):
     """Records changed and sealed anew: the old MessagePack beside them is not read."""
-    load_store(snapshot, progress=False, page_text=False)
+    load_store(snapshot, progress=False, keep=True, page_text=False)
     changed = sealed(tmp_path / "changed", "snap", edit=lambda d: edit_record(d / "projects.jsonl", 1, name="Renamed"))
     for path in snapshot.glob(".docsrv-*"):
         shutil.copy(path, changed / path.name)
-    store = load_store(changed, progress=False, page_text=False)
+    store = load_store(changed, progress=False, keep=True, page_text=False)
     assert not store.trusted and store.projects[1].name == "Renamed"
-    assert load_store(changed, progress=False, page_text=False).projects[1].name == "Renamed"
+    assert load_store(changed, progress=False, keep=True, page_text=False).projects[1].name == "Renamed"
 
 
 def test_a_snapshot_where_no_messagepack_can_be_written_loads_from_json_lines(snapshot):
@@ -206,10 +206,10 @@ def test_a_snapshot_where_no_messagepack_can_be_written_loads_from_json_lines(sn
     from docsrv.snapshot.load import read_snapshot
 
     binary_path(snapshot, "builds").with_name(binary_path(snapshot, "builds").name + ".partial").mkdir()  # the write fails
-    first = load_store(snapshot, progress=False, page_text=False)
+    first = load_store(snapshot, progress=False, keep=True, page_text=False)
     assert not binary_path(snapshot, "builds").exists()
     assert not read_snapshot(snapshot, progress=False, page_text=False).binary
-    again = load_store(snapshot, progress=False, page_text=False)
+    again = load_store(snapshot, progress=False, keep=True, page_text=False)
     assert again.trusted and served_records(again) == served_records(first)
 
 
@@ -266,9 +266,9 @@ def test_a_first_load_uses_the_command_ranges_the_publisher_sealed(indexed, monk
 
     assert PUBLISHED_RANGES in json.loads((indexed / "manifest.json").read_text())["index"]
     made = scans(monkeypatch)
-    store = load_store(indexed, progress=False)
+    store = load_store(indexed, progress=False, keep=True)
     assert made == [] and not store.trusted
-    rescanned = load_store(indexed, progress=False, trust=False)  # `snapshot validate`: everything
+    rescanned = load_store(indexed, progress=False, keep=True, trust=False)  # `snapshot validate`: everything
     assert made == [1]
     assert commands_of_every_build(store) == commands_of_every_build(rescanned)
     assert store.counts["build_commands"] == rescanned.counts["build_commands"] > 0
@@ -286,7 +286,7 @@ def test_published_ranges_of_other_records_are_named_and_the_commands_scanned(in
     write_manifest(indexed, msgspec.json.decode((indexed / "manifest.json").read_bytes(), type=Manifest))
     made = scans(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="docsrv"):
-        load_store(indexed, progress=False)
+        load_store(indexed, progress=False, keep=True)
     assert made == [1]
     assert "index/command-ranges: made from other build_commands.jsonl or builds.jsonl; scanning build_commands.jsonl" in caplog.text
 
@@ -300,6 +300,168 @@ def test_published_ranges_that_differ_from_their_digest_are_named_and_not_used(i
     path.write_bytes(bytes(data))
     made = scans(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="docsrv"):
-        load_store(indexed, progress=False)
+        load_store(indexed, progress=False, keep=True)
     assert made == [1]
     assert "index/command-ranges: its SHA-256 differs from the one manifest.json records; scanning" in caplog.text
+
+
+def rewrite_in_place(path, old: bytes, new: bytes) -> None:
+    """Change a file's bytes without changing its size or its inode (a write into the file)."""
+    assert len(old) == len(new)
+    with open(path, "r+b") as file:
+        data = file.read()
+        file.seek(data.index(old))
+        file.write(new)
+
+
+def test_a_file_rewritten_while_it_is_checked_gets_no_record(snapshot, monkeypatch, caplog):
+    """Hardening round four, finding 1: a write that lands after the check read the file (here
+    between the MessagePack write and the record, where it was found) leaves no record, so the
+    next load checks the file whole and finds the change, instead of trusting it."""
+    import docsrv.store
+
+    write_binary = docsrv.store.write_binary
+
+    def racing_write(*args, **kwargs):
+        written = write_binary(*args, **kwargs)
+        rewrite_in_place(snapshot / "build_commands.jsonl", b'"exit_code":0', b'"exit_code":7')
+        return written
+
+    monkeypatch.setattr(docsrv.store, "write_binary", racing_write)
+    with caplog.at_level(logging.WARNING, logger="docsrv"):
+        load_store(snapshot, progress=False, keep=True, page_text=False)
+    assert "build_commands.jsonl changed while being checked: no record of the check is kept" in caplog.text
+    assert not (snapshot / RECORD).exists()
+    with pytest.raises(SnapshotError) as raised:
+        load_store(snapshot, progress=False, page_text=False)
+    assert "build_commands.jsonl: its SHA-256 differs from the one manifest.json records" in str(raised.value)
+
+
+def test_a_server_load_writes_nothing_and_says_how_to_prepare(snapshot, caplog):
+    """A server only reads a snapshot: without a record of a check it checks it whole, names the
+    command that prepares it, and leaves the directory as it was."""
+    before = sorted(path.name for path in snapshot.iterdir())
+    with caplog.at_level(logging.WARNING, logger="docsrv"):
+        store = load_store(snapshot, progress=False, page_text=False)
+    assert not store.trusted and sorted(path.name for path in snapshot.iterdir()) == before
+    assert f"{snapshot} is not prepared (no record of a check of these files): checked whole in " in caplog.text
+    assert f"`docsrv snapshot prepare {snapshot}` where it can be written spares that at every start" in caplog.text
+    result = docsrv("snapshot", "prepare", str(snapshot))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"prepared {snapshot} for serving (checked whole; ")
+    assert load_store(snapshot, progress=False, page_text=False).trusted
+    again = docsrv("snapshot", "prepare", str(snapshot))
+    assert again.stdout.startswith(f"prepared {snapshot} for serving (a record of an earlier check stands; ")
+
+
+def test_synth_then_index_leaves_a_snapshot_a_server_trusts(tmp_path):
+    """`docsrv index` rewrites manifest.json (it lists the index): the record of its check, and
+    the records in MessagePack, are left valid for the manifest it wrote."""
+    from docsrv.snapshot.load import read_snapshot
+
+    snapshot = tmp_path / "fresh"
+    assert docsrv("snapshot", "synth", "--scale", "demo", "--out", str(snapshot)).returncode == 0
+    result = docsrv("index", str(snapshot))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].startswith(f"prepared {snapshot} for serving (a record of an earlier check stands; ")
+    raw = read_snapshot(snapshot, progress=False, page_text=False)
+    assert raw.trusted and raw.binary
+
+
+def published_table(indexed):
+    import msgspec
+
+    from docsrv.snapshot.published import PUBLISHED_RANGES, PublishedRanges
+
+    path = indexed / "index" / PUBLISHED_RANGES
+    return path, msgspec.msgpack.decode(path.read_bytes(), type=PublishedRanges)
+
+
+def reseal_ranges(indexed, published, table) -> None:
+    """Publish other ranges, sealed as the publisher seals them (the manifest's digest matches)."""
+    from array import array
+
+    import msgspec
+
+    from docsrv.snapshot.write import seal_index
+
+    path, _ = published_table(indexed)
+    path.write_bytes(msgspec.msgpack.encode(msgspec.structs.replace(published, table=array("q", table).tobytes())))
+    seal_index(indexed, indexed / "index")
+
+
+def test_published_ranges_pointed_at_another_build_never_serve_its_commands(indexed):
+    """Finding 5: an origin re-points a public build's range at another build's lines, and seals
+    it anew. Lines of another build are never served as the build's."""
+    from array import array
+
+    from docsrv.snapshot.commands import CommandRanges
+
+    clean = load_store(indexed, progress=False, trust=False)
+    _path, published = published_table(indexed)
+    table = array("q", published.table)
+    ranges = CommandRanges(table)
+    public, other = clean.builds_ordered[0].id, clean.builds_ordered[1].id
+    row, other_row = 4 * ranges._ids.index(public), 4 * ranges._ids.index(other)
+    table[row + 1 : row + 4] = table[other_row + 1 : other_row + 4]
+    reseal_ranges(indexed, published, table)
+    store = load_store(indexed, progress=False)
+    assert store.commands_of(store.builds[public]) == []
+    assert [c.id for c in store.commands_of(store.builds[other])] == [c.id for c in clean.commands_of(clean.builds[other])]
+
+
+@pytest.mark.parametrize(("damage", "why"), [
+    (lambda row, size: (row[1] + 5, row[1]), "a range runs backwards or past the end of build_commands.jsonl ({size} bytes)"),
+    (lambda row, size: (row[0], size + 100), "a range runs backwards or past the end of build_commands.jsonl ({size} bytes)"),
+    (lambda row, size: (row[0] + 3, row[1]), "a range starts or ends inside a line of build_commands.jsonl"),
+    (lambda row, size: (row[0], row[1] - 2), "a range starts or ends inside a line of build_commands.jsonl"),
+])
+def test_published_ranges_out_of_their_file_are_named_and_the_commands_scanned(indexed, monkeypatch, caplog, damage, why):
+    """Finding 5: ranges that run backwards, past the file, or start or end mid-line answered 500;
+    they are checked at load, named, and the commands scanned."""
+    from array import array
+
+    clean = load_store(indexed, progress=False, trust=False)
+    _path, published = published_table(indexed)
+    table = array("q", published.table)
+    row = 4  # the second build's
+    size = (indexed / "build_commands.jsonl").stat().st_size
+    table[row + 1], table[row + 2] = damage((table[row + 1], table[row + 2]), size)
+    reseal_ranges(indexed, published, table)
+    made = scans(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="docsrv"):
+        store = load_store(indexed, progress=False)
+    assert made == [1]
+    assert f"index/command-ranges: {why.format(size=size)}; scanning build_commands.jsonl" in caplog.text
+    assert commands_of_every_build(store) == commands_of_every_build(clean)
+
+
+@pytest.mark.parametrize("tamper", ["out of bounds", "ends out of order"])
+def test_messagepack_positions_out_of_bounds_are_named_and_the_json_lines_read(snapshot, caplog, tamper):
+    """Finding 8: positions in the MessagePack files are scanned at load; out of bounds, the files
+    are named and the JSON Lines read (and nothing answers 500)."""
+    import msgspec
+
+    from docsrv.snapshot.binary import ServedRecords, binary_path
+    from docsrv.snapshot.records import Build
+    from docsrv.utils.positions import positions, positions_of
+
+    expected = served_records(load_store(snapshot, progress=False, keep=True, page_text=False))
+    path = binary_path(snapshot, "builds")
+    served = msgspec.msgpack.decode(path.read_bytes(), type=ServedRecords[Build])
+    grouping = served.derived.groupings["project"]
+    if tamper == "out of bounds":
+        order = positions_of(grouping.order)
+        order[0] = len(served.records) + 1000
+        grouping = msgspec.structs.replace(grouping, order=order.tobytes())
+    else:
+        ends = list(positions_of(grouping.ends))
+        ends[0], ends[1] = ends[1], ends[0]
+        grouping = msgspec.structs.replace(grouping, ends=positions(ends))
+    served.derived.groupings["project"] = grouping
+    path.write_bytes(msgspec.msgpack.encode(served))
+    seal_messagepack_as_it_is(snapshot)
+    with caplog.at_level(logging.WARNING, logger="docsrv"):
+        store = load_store(snapshot, progress=False, page_text=False)
+    assert f"{path.name}: not the records docsrv wrote (its grouping 'project' has positions out of bounds); reading the JSON Lines" in caplog.text
+    assert served_records(store) == expected

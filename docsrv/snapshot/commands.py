@@ -111,7 +111,8 @@ class CommandFile:
         if self._loaded is not None and identity(self._fd) != self._loaded:
             raise FileChanged("build_commands.jsonl changed on disk after it was loaded")
         data = os.pread(self._fd, end - offset, offset)
-        commands = self._decoder.decode(json_array(data))
+        # Only the build's own: ranges a publisher sent could point at another build's lines.
+        commands = [command for command in self._decoder.decode(json_array(data)) if command.build == build_id]
         commands.sort(key=attrgetter("start_time"))
         return commands
 

@@ -11,7 +11,7 @@ import hashlib
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -23,7 +23,7 @@ from .errors import ProblemList, SnapshotError
 from .lines import decoded_blocks, describe
 from .published import published_ranges
 from .records import FORMAT, FORMAT_VERSION, KINDS, OPTIONAL_KINDS, BuildCommand, Manifest, Page, PageHead, Record
-from .verified import BINARY_NAMES, trusted
+from .verified import BINARY_NAMES, Identity, identities, trusted
 
 #: Endings a record file may have, by how it is compressed.
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
@@ -48,6 +48,8 @@ class RawSnapshot:
     #: When the records were decoded from their MessagePack form (``binary.py``): what the store
     #: derived from them. The records are then the served ones (public, in served order).
     derived: dict[str, Derived] | None = None
+    #: The identity of each record file, taken before any was read (``verified.record_check``).
+    identities: dict[str, Identity] = field(default_factory=dict)
 
     @property
     def binary(self) -> bool:
@@ -100,6 +102,7 @@ def read_snapshot(
     if not directory.is_dir():
         problems.add(str(directory), None, "not a snapshot directory")
         problems.raise_if_any()
+    checked = identities(record_files(directory))
     manifest = read_manifest(directory, problems)
     manifest_bytes = b""
     found_trust = None
@@ -169,7 +172,7 @@ def read_snapshot(
     problems.raise_if_any()
     assert manifest is not None and commands is not None
     seconds = time.perf_counter() - started
-    return RawSnapshot(directory, manifest, records, commands, files, seconds, manifest_bytes, found_trust is not None, derived)
+    return RawSnapshot(directory, manifest, records, commands, files, seconds, manifest_bytes, found_trust is not None, derived, checked)
 
 
 def read_manifest(directory: Path, problems: ProblemList) -> Manifest | None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import mmap
+import operator
 from importlib.metadata import version
 from pathlib import Path
 
@@ -57,6 +59,27 @@ def publish_ranges(snapshot: Path, manifest: Manifest, ranges: CommandRanges, to
     return True
 
 
+def ranges_problem(ranges: CommandRanges, path: Path) -> str | None:
+    """Why ``ranges`` cannot be where build commands stand in ``path``, if they cannot: each range
+    runs forwards, within the file, from a line's start to a line's end. (Which build a line is of
+    is checked as it is read: ``CommandFile.of_build``.)"""
+    table = ranges.table
+    offsets, ends = table[1::4], table[2::4]
+    try:
+        with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            size = len(data)
+            if not all(map(operator.le, offsets, ends)) or min(offsets, default=0) < 0 or max(ends, default=0) > size:
+                return f"a range runs backwards or past the end of {COMMANDS} ({size} bytes)"
+            newline = ord("\n")
+            starts = (data[offset - 1] for offset in offsets if offset)
+            stops = (data[end - 1] for end in ends if end)
+            if any(byte != newline for byte in starts) or any(byte != newline for byte in stops):
+                return f"a range starts or ends inside a line of {COMMANDS}"
+    except (OSError, ValueError) as error:
+        return f"{COMMANDS} cannot be read ({error})"
+    return None
+
+
 def published_ranges(snapshot: Path, manifest: Manifest, *, digest_checked: bool) -> tuple[CommandRanges, int] | None:
     """The ranges the publisher found, with how many commands there are, when they are of these
     records; None otherwise (named in the log when the file is there but not used).
@@ -86,7 +109,7 @@ def published_ranges(snapshot: Path, manifest: Manifest, *, digest_checked: bool
                 why = f"made from other {COMMANDS} or {BUILDS}"
             elif ranges is None:
                 why = "its ranges are out of order"
-            else:
+            elif (why := ranges_problem(ranges, snapshot / COMMANDS)) is None:
                 return ranges, published.total
     log.warning("%s/%s: %s; scanning %s", INDEX, PUBLISHED_RANGES, why, COMMANDS)
     return None

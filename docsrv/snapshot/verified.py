@@ -92,15 +92,46 @@ def trusted(directory: Path, manifest: bytes, files: list[Path]) -> tuple[Verifi
     return (record, ranges) if ranges is not None else None
 
 
-def record_check(directory: Path, manifest: bytes, files: list[Path], ranges: CommandRanges, total: int) -> None:
-    """Write the record of a check that passed; a directory that cannot be written to keeps none
-    (its loads check it whole)."""
+def identities(files: list[Path]) -> dict[str, Identity]:
+    """The identity of each file, by name, now."""
+    return {path.name: identity(path) for path in files}
+
+
+def record_check(
+    directory: Path, manifest: bytes, checked: dict[str, Identity], written: list[Path], ranges: CommandRanges, total: int
+) -> bool:
+    """Write the record of a check that passed; whether it was written.
+
+    ``checked``: the identity of each record file taken *before* it was read. A file whose
+    identity is another by now was written to while it was being checked: what was checked may
+    not be what it holds, so no record is kept (git's "racy clean" rule), and the next load
+    checks it whole. ``written``: the files docsrv wrote from what it checked (MessagePack)."""
     try:
+        if identities([directory / name for name in checked]) != checked:
+            changed = sorted(name for name, found in checked.items() if identity(directory / name) != found)
+            log.warning("%s changed while being checked: no record of the check is kept", ", ".join(changed) or "a file")
+            return False
         replace_file(directory / RANGES, ranges.to_bytes())
-        identities = {path.name: identity(path) for path in [*files, directory / RANGES]}
-        record = Verified(version("docsrv"), FORMAT_VERSION, manifest_digest(manifest), identities, total)
+        record = Verified(
+            version("docsrv"), FORMAT_VERSION, manifest_digest(manifest), {**checked, **identities([*written, directory / RANGES])}, total
+        )
         replace_file(directory / RECORD, msgspec.json.encode(record))
+        return True
     except OSError as error:
-        log.debug("no record of the check in %s: %s", directory, error)
+        log.warning("no record of the check in %s: %s", directory, error.strerror or error)
         with contextlib.suppress(OSError):
             os.unlink(directory / RECORD)
+        return False
+
+
+def carry_record(directory: Path, old_manifest: bytes, new_manifest: bytes) -> None:
+    """Make the record of a check of the snapshot under ``old_manifest`` the record under
+    ``new_manifest``: for a command that rewrote the manifest without changing what it says of
+    the record files (``seal_index`` lists the index). A record of anything else is left alone."""
+    try:
+        record = msgspec.json.decode((directory / RECORD).read_bytes(), type=Verified)
+    except (OSError, msgspec.DecodeError):
+        return
+    if record.manifest_sha256 == manifest_digest(old_manifest):
+        carried = msgspec.structs.replace(record, manifest_sha256=manifest_digest(new_manifest))
+        replace_file(directory / RECORD, msgspec.json.encode(carried))

@@ -21,6 +21,7 @@ from ..errors import CommandError
 from ..utils.files import replace_file
 from .load import record_files
 from .records import FileDigest, Manifest
+from .verified import carry_record
 
 SUFFIX = {"none": ".jsonl", "gz": ".jsonl.gz", "zst": ".jsonl.zst"}
 
@@ -85,11 +86,13 @@ def seal_index(directory: Path, index: Path) -> int:
     manifest, with their sizes and digests, so that it is published and pulled with the records;
     the manifest's other fields are kept. Hidden files (tantivy's locks and bookkeeping) are not
     part of it. Returns how many files were listed."""
-    manifest = msgspec.json.decode((directory / "manifest.json").read_bytes(), type=Manifest)
+    old = (directory / "manifest.json").read_bytes()
+    manifest = msgspec.json.decode(old, type=Manifest)
     files = sorted(p for p in index.rglob("*") if p.is_file() and not p.name.startswith("."))
     listed = {path.relative_to(index).as_posix(): digest_of(path) for path in files}
-    manifest = msgspec.structs.replace(manifest, index=listed)
-    replace_file(directory / "manifest.json", msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n")
+    new = msgspec.json.format(msgspec.json.encode(msgspec.structs.replace(manifest, index=listed)), indent=2) + b"\n"
+    replace_file(directory / "manifest.json", new)
+    carry_record(directory, old, new)  # the record files are as they were: their check stands
     return len(listed)
 
 

@@ -87,9 +87,10 @@ class Option:
         return ENV_PREFIX + self.name.upper()
 
     def from_env(self, environ: dict[str, str]) -> object:
-        """The value the environment sets, or the default; a malformed value is an error that names the variable."""
+        """The value the environment sets, or the default (an empty value sets nothing, as a
+        variable left empty in a manifest means); a malformed value is an error that names the variable."""
         text = environ.get(self.env)
-        if text is None:
+        if text is None or not text.strip():
             return self.default
         try:
             if self.kind is bool:

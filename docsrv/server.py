@@ -33,7 +33,8 @@ from .serving import Served, load_served
 
 log = logging.getLogger("docsrv")
 
-DEMO_SNAPSHOT = Path(__file__).resolve().parent.parent / "snapshots" / "demo"
+#: The bundled demo snapshot: ``snapshots/demo``, installed with the package (``docsrv/demo`` links to it).
+DEMO_SNAPSHOT = Path(__file__).resolve().parent / "demo"
 
 #: Connections the kernel may queue before a worker accepts them (capped by net.core.somaxconn):
 #: thousands of clients connecting at once must not be refused.

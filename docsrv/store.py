@@ -268,13 +268,14 @@ def load_store(
     return store
 
 
-def keep_check(raw: RawSnapshot, records: dict[str, list], derived: dict[str, Derived], *, page_text: bool) -> bool:
+def keep_check(raw: RawSnapshot, records: dict[str, list], derived: dict[str, Derived], *, page_text: bool) -> None:
     """Write the record of the check just passed, with the records in MessagePack when they are
-    held as a server holds them and are not already; whether a record was written."""
+    held as a server holds them and are not already. Raises OSError where they cannot be written,
+    SnapshotError when a file changed while it was checked."""
     written = write_binary(raw.path, records, derived) if not page_text and not raw.binary else []
     if raw.trusted and not written:
-        return True  # the record in place stands
-    return record_check(raw.path, raw.manifest_bytes, raw.identities, written, raw.commands.ranges, raw.commands.total)
+        return  # the record in place stands
+    record_check(raw.path, raw.manifest_bytes, raw.identities, written, raw.commands.ranges, raw.commands.total)
 
 
 def prepare(path: str | Path, *, progress: bool | None = None, digests_checked: bool = False) -> Store:

@@ -105,7 +105,11 @@ class InProcessServer(Client):
 class Server(Client):
     """A running ``docsrv serve`` process, and a client for it."""
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None, preexec_fn=None, port: int | None = None) -> None:
+    def __init__(
+        self, args: list[str], env: dict[str, str] | None = None, preexec_fn=None, port: int | None = None, cwd: Path = ROOT,
+        prefix: list[str] | None = None,
+    ) -> None:
+        """``prefix``: an argv that runs the server (``confined.py``)."""
         # A free port is probed, then given to the server: another test's process may take it in
         # between, so a probed port that is taken by then is probed again.
         attempts = 5 if port is None else 1
@@ -113,11 +117,11 @@ class Server(Client):
             self.port = port or free_port()
             self.base = f"http://127.0.0.1:{self.port}"
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "docsrv", "serve", "--host", "127.0.0.1", "--port", str(self.port), *args],
+                [*(prefix or []), sys.executable, "-m", "docsrv", "serve", "--host", "127.0.0.1", "--port", str(self.port), *args],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **(env or {})},
-                cwd=ROOT,
+                cwd=cwd,
                 preexec_fn=preexec_fn,
             )
             self.log: list[str] = []
@@ -184,8 +188,8 @@ def start_server():
     """Start servers with any arguments; every one is stopped after the test."""
     started: list[Server] = []
 
-    def start(*args: str, env: dict[str, str] | None = None, preexec_fn=None) -> Server:
-        server = Server(list(args), env, preexec_fn)
+    def start(*args: str, env: dict[str, str] | None = None, preexec_fn=None, cwd: Path = ROOT, prefix: list[str] | None = None) -> Server:
+        server = Server(list(args), env, preexec_fn, cwd=cwd, prefix=prefix)
         started.append(server)
         return server
 
@@ -212,3 +216,27 @@ def public(raw):
     from expected import Public
 
     return Public(raw)
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory):
+    """docsrv installed as the image installs it (``pip install .``, not editable: no source tree
+    beside it), in a directory anyone may read; its dependencies are this environment's. Run it
+    with ``PYTHONPATH`` set to it and a working directory outside the repository."""
+    import shutil
+    import tempfile
+
+    source = tmp_path_factory.mktemp("source")  # what the Dockerfile copies, built apart from the checkout
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "docsrv", source / "docsrv", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(DEMO, source / "snapshots" / "demo", ignore=shutil.ignore_patterns("index", ".docsrv-*"))
+    target = Path(tempfile.mkdtemp(prefix="docsrv-installed-"))
+    target.chmod(0o755)
+    result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                             "--target", str(target), str(source)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    for path in target.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    yield target
+    shutil.rmtree(target, ignore_errors=True)

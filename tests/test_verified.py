@@ -90,11 +90,14 @@ def test_validate_checks_everything_whatever_was_checked_before(snapshot):
     assert result.returncode == 1 and "users.jsonl: its SHA-256 differs" in result.stderr
 
 
-def test_a_snapshot_where_no_record_can_be_written_loads_and_keeps_none(snapshot):
+def test_a_snapshot_where_no_record_can_be_written_keeps_none_and_prepare_says_so(snapshot):
     (snapshot / f"{RANGES}.partial").mkdir()  # the write fails, as on a read-only volume or a full disk
-    assert not load_store(snapshot, progress=False, keep=True).trusted
+    with pytest.raises(OSError):
+        load_store(snapshot, progress=False, keep=True)
     assert not (snapshot / RECORD).exists()
-    assert not load_store(snapshot, progress=False, keep=True).trusted
+    assert not load_store(snapshot, progress=False).trusted  # a server's load still serves it, checked whole
+    result = docsrv("snapshot", "prepare", str(snapshot))
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and f"{RANGES}.partial" in result.stderr
 
 
 def served_records(store):
@@ -119,7 +122,7 @@ def seal_messagepack_as_it_is(snapshot):
     from docsrv.snapshot.verified import record_check
 
     raw = read_snapshot(snapshot, progress=False, page_text=False, trust=False)
-    assert record_check(snapshot, raw.manifest_bytes, raw.identities, binary_paths(snapshot), raw.commands.ranges, raw.commands.total)
+    record_check(snapshot, raw.manifest_bytes, raw.identities, binary_paths(snapshot), raw.commands.ranges, raw.commands.total)
 
 
 def test_records_known_right_are_kept_in_messagepack_and_decoded_from_there(snapshot):
@@ -206,11 +209,13 @@ def test_a_snapshot_where_no_messagepack_can_be_written_loads_from_json_lines(sn
     from docsrv.snapshot.load import read_snapshot
 
     binary_path(snapshot, "builds").with_name(binary_path(snapshot, "builds").name + ".partial").mkdir()  # the write fails
-    first = load_store(snapshot, progress=False, keep=True, page_text=False)
-    assert not binary_path(snapshot, "builds").exists()
+    with pytest.raises(OSError):
+        load_store(snapshot, progress=False, keep=True, page_text=False)
+    assert not binary_path(snapshot, "builds").exists() and not (snapshot / RECORD).exists()
+    first = load_store(snapshot, progress=False, page_text=False)
     assert not read_snapshot(snapshot, progress=False, page_text=False).binary
-    again = load_store(snapshot, progress=False, keep=True, page_text=False)
-    assert again.trusted and served_records(again) == served_records(first)
+    again = load_store(snapshot, progress=False, page_text=False)
+    assert not again.trusted and served_records(again) == served_records(first)
 
 
 @given(keys=st.lists(st.sampled_from([1, 2, 3, "a", "b", True, (1, False), ("a", True)]), max_size=40))
@@ -314,7 +319,7 @@ def rewrite_in_place(path, old: bytes, new: bytes) -> None:
         file.write(new)
 
 
-def test_a_file_rewritten_while_it_is_checked_gets_no_record(snapshot, monkeypatch, caplog):
+def test_a_file_rewritten_while_it_is_checked_gets_no_record(snapshot, monkeypatch):
     """Hardening round four, finding 1: a write that lands after the check read the file (here
     between the MessagePack write and the record, where it was found) leaves no record, so the
     next load checks the file whole and finds the change, instead of trusting it."""
@@ -328,9 +333,9 @@ def test_a_file_rewritten_while_it_is_checked_gets_no_record(snapshot, monkeypat
         return written
 
     monkeypatch.setattr(docsrv.store, "write_binary", racing_write)
-    with caplog.at_level(logging.WARNING, logger="docsrv"):
+    with pytest.raises(SnapshotError) as raised:
         load_store(snapshot, progress=False, keep=True, page_text=False)
-    assert "build_commands.jsonl changed while being checked: no record of the check is kept" in caplog.text
+    assert "build_commands.jsonl: changed while it was being checked: no record of the check is kept" in str(raised.value)
     assert not (snapshot / RECORD).exists()
     with pytest.raises(SnapshotError) as raised:
         load_store(snapshot, progress=False, page_text=False)

@@ -74,18 +74,14 @@ def binary_paths(directory: Path) -> list[Path]:
 
 
 def write_binary(directory: Path, records: dict[str, list], derived: dict[str, Derived]) -> list[Path]:
-    """Write the served records of every kind and what was derived from them; the files written
-    (none when one cannot be)."""
+    """Write the served records of every kind and what was derived from them; the files written.
+    An OSError (a full disk, a read-only directory) is raised: no record of a check lists them."""
     encoder = msgspec.msgpack.Encoder()
     paths = []
-    try:
-        for kind in BINARY_KINDS:
-            path = binary_path(directory, kind)
-            replace_file(path, encoder.encode(ServedRecords(LAYOUT_VERSION, records[kind], derived.get(kind, Derived()))))
-            paths.append(path)
-    except OSError as error:
-        log.debug("no MessagePack records in %s: %s", directory, error)
-        return []
+    for kind in BINARY_KINDS:
+        path = binary_path(directory, kind)
+        replace_file(path, encoder.encode(ServedRecords(LAYOUT_VERSION, records[kind], derived.get(kind, Derived()))))
+        paths.append(path)
     return paths
 
 

@@ -27,6 +27,7 @@ import msgspec
 from ..utils.files import replace_file
 from .binary import BINARY_KINDS, binary_path
 from .commands import CommandRanges
+from .errors import Problem, SnapshotError
 from .records import FORMAT_VERSION
 
 log = logging.getLogger("docsrv")
@@ -99,29 +100,36 @@ def identities(files: list[Path]) -> dict[str, Identity]:
 
 def record_check(
     directory: Path, manifest: bytes, checked: dict[str, Identity], written: list[Path], ranges: CommandRanges, total: int
-) -> bool:
-    """Write the record of a check that passed; whether it was written.
+) -> None:
+    """Write the record of a check that passed.
 
     ``checked``: the identity of each record file taken *before* it was read. A file whose
     identity is another by now was written to while it was being checked: what was checked may
-    not be what it holds, so no record is kept (git's "racy clean" rule), and the next load
-    checks it whole. ``written``: the files docsrv wrote from what it checked (MessagePack)."""
-    try:
-        if identities([directory / name for name in checked]) != checked:
-            changed = sorted(name for name, found in checked.items() if identity(directory / name) != found)
-            log.warning("%s changed while being checked: no record of the check is kept", ", ".join(changed) or "a file")
-            return False
-        replace_file(directory / RANGES, ranges.to_bytes())
-        record = Verified(
-            version("docsrv"), FORMAT_VERSION, manifest_digest(manifest), {**checked, **identities([*written, directory / RANGES])}, total
-        )
-        replace_file(directory / RECORD, msgspec.json.encode(record))
-        return True
-    except OSError as error:
-        log.warning("no record of the check in %s: %s", directory, error.strerror or error)
+    not be what it holds, so no record is kept (git's "racy clean" rule) and SnapshotError names
+    it; the next load checks it whole. ``written``: the files docsrv wrote from what it checked
+    (MessagePack). An OSError (a full disk, a read-only directory) leaves no record, and is raised."""
+    changed = sorted(name for name, found in checked.items() if _identity_now(directory / name) != found)
+    if changed:
         with contextlib.suppress(OSError):
             os.unlink(directory / RECORD)
-        return False
+        problems = [Problem(name, None, "changed while it was being checked: no record of the check is kept") for name in changed]
+        raise SnapshotError(str(directory), problems)
+    try:
+        replace_file(directory / RANGES, ranges.to_bytes())
+        identities_now = {**checked, **identities([*written, directory / RANGES])}
+        replace_file(directory / RECORD, msgspec.json.encode(Verified(version("docsrv"), FORMAT_VERSION, manifest_digest(manifest),
+                                                                      identities_now, total)))
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(directory / RECORD)
+        raise
+
+
+def _identity_now(path: Path) -> Identity | None:
+    try:
+        return identity(path)
+    except OSError:
+        return None
 
 
 def carry_record(directory: Path, old_manifest: bytes, new_manifest: bytes) -> None:

@@ -166,8 +166,9 @@ class Master:
         address = self.sock.getsockname()
         counts = ", ".join(f"{n} {kind}" for kind, n in store.counts.items())
         log.info(
-            "serving snapshot %s on http://%s:%d with %d worker(s) (%s; loaded in %.2f s)",
+            "serving snapshot %s on http://%s:%d with %d worker(s) (%s; loaded in %.2f s%s)",
             store.name, address[0], address[1], len(self.pool.live), counts, store.load_seconds,
+            "" if store.trusted else ", checked whole: not prepared",
         )
 
     def fork(self, served: Served) -> tuple[int, int]:

@@ -125,11 +125,21 @@ def sealed(directory: Path, name: str, project_name: str | None = None, *, edit=
     return directory
 
 
-def children(pid: int) -> list[int]:
+def children(pid: int, name: str = "docsrv-worker") -> list[int]:
+    """The child processes of ``pid`` named ``name`` (the master's workers, by default; its
+    generations are "docsrv-snapshot")."""
     try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        found = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
+    named = []
+    for child in found:
+        try:
+            if Path(f"/proc/{child}/comm").read_text().strip() == name:
+                named.append(child)
+        except OSError:
+            continue
+    return named
 
 
 def alive(pid: int) -> bool:

@@ -1,18 +1,21 @@
-"""The master process: load the snapshot once, fork the workers, keep them alive, reload, stop.
+"""The master process: hold the port, start a generation for each snapshot, keep its workers
+alive, reload, stop.
 
 The master opens the one listening socket (before anything slow, so a port already served
-fails at once), loads the snapshot with everything its workers will read (``serving.py``), and
-forks the workers, which inherit both: the loaded objects are frozen out of the garbage
-collector's reach before the fork, so the workers share their memory pages. A worker dies with
-its master (a parent-death signal).
+fails at once) and never loads a snapshot itself: each snapshot is loaded by a generation
+process of its own (``generation.py``), which forks the workers on request; the workers are
+left to the master, which supervises them as its children. While no worker serves (the first
+load, or every worker gone), the master answers on the port itself: ``/healthz`` 200 and
+everything else 503 (``loading.py``). Workers die with their master (a parent-death signal).
 
 Its parts: the worker pool (``pool.py``), when to reload and a reload under way (``reloads.py``),
 and what it tells the workers (``status.py``). Its loop never waits on any of them: it sleeps in
-``select`` on the workers' ready pipes and on a wakeup pipe that every signal (``set_wakeup_fd``)
-and the end of a load write to, and acts on what it finds. A reload forks a new set of workers on
-the loaded snapshot; once they are all ready, the old ones are told to stop and finish what they
-have (``server.Listening.close``). If the load or a new worker fails, the error is logged and
-shown in ``/readyz`` and ``/metrics``, and the old workers go on serving.
+``select`` on the workers' ready pipes, the generations' control sockets and a wakeup pipe that
+every signal (``set_wakeup_fd``) writes to, and acts on what it finds. A reload starts a new
+generation; once its workers are all ready, the old ones are told to stop and finish what they
+have (``server.Listening.close``), and the old generation is let go: when its last worker exits,
+all the memory of its snapshot is given back. If the load or a new worker fails, the error is
+logged and shown in ``/readyz`` and ``/metrics``, and the old workers go on serving.
 """
 
 from __future__ import annotations
@@ -31,11 +34,14 @@ from pathlib import Path
 from types import FrameType
 
 from ..config import Settings
+from ..errors import StartError
 from ..metrics import retire
 from ..runtime import Runtime
 from ..search import META_LOCK
 from ..server import DRAIN_SECONDS, listening_socket, raise_fd_limit, run, serve_worker
-from ..serving import Served, load_served, resolve
+from ..serving import Served, resolve
+from .generation import MASTER_NAME, Generation, become_subreaper, name_process
+from .loading import LoadingResponder
 from .pool import NoWorkers, WorkerPool
 from .reloads import Reload, ReloadPolicy
 from .status import StatusBoard
@@ -77,6 +83,11 @@ class Master:
         self.announced = False
         self._flags: set[str] = set()
         self.reloading: Reload | None = None
+        #: Every generation process not yet exited: the one serving, a reload's, and ones let go of.
+        self.generations: list[Generation] = []
+        #: The first generation, until it has loaded; then the pool of workers serving.
+        self.first: Generation | None = None
+        self.pool: WorkerPool | None = None
         #: Workers of an earlier snapshot, told to stop and not yet exited.
         self.draining: set[int] = set()
         #: Signals, and the end of a load, write to this pipe: the loop's select wakes on it.
@@ -89,11 +100,11 @@ class Master:
     def run(self) -> int:
         raise_fd_limit()
         self.sock = listening_socket(self.host, self.port)
+        name_process(MASTER_NAME)
+        become_subreaper()
+        self.responder = LoadingResponder(self.sock)
+        self.first = self.generation(resolve(self.snapshot))
         try:
-            served = load_served(self.snapshot)
-            self.pool = WorkerPool(served, self.wanted, self.fork, self.no_workers_timeout)
-            self.policy = ReloadPolicy(self.snapshot, served, watch=self.watch)
-            self.board.serving(served)
             for signum, flag in ((signal.SIGHUP, "reload"), (signal.SIGTERM, "stop"), (signal.SIGINT, "stop"), (signal.SIGCHLD, "reap")):
                 signal.signal(signum, self.flagger(flag))
             signal.set_wakeup_fd(self.wake_write)
@@ -104,23 +115,48 @@ class Master:
             return 1
         finally:
             signal.set_wakeup_fd(-1)
+            self.responder.close()
             self.sock.close()
             self.stop_all()
             shutil.rmtree(self.run_dir, ignore_errors=True)
             for fd in (self.wake_read, self.wake_write):
                 os.close(fd)
 
+    def generation(self, directory: Path) -> Generation:
+        """Start a generation loading the snapshot in ``directory``."""
+        self.generations.append(Generation.start(directory, self.in_generation, self.serve_in_worker))
+        return self.generations[-1]
+
+    def first_loaded(self) -> None:
+        """The first generation reported: serve it, or stop with its error (exit 1, as a bad
+        snapshot at start always has)."""
+        first = self.first
+        assert first is not None
+        if first.error is not None:
+            raise StartError(str(first.error))
+        assert first.loaded is not None
+        self.first = None
+        self.pool = WorkerPool(first, self.wanted, self.fork, self.no_workers_timeout)
+        self.policy = ReloadPolicy(self.snapshot, first.loaded, watch=self.watch)
+        self.board.serving(first.loaded)
+        self.responder.waiting_for = "workers are starting"
+
     def loop(self) -> None:
-        pool = self.pool
         next_look = time.monotonic() + self.look_interval
         while "stop" not in self._flags:
             now = time.monotonic()
-            until = min(next_look, pool.next_start) if pool.short() else next_look
+            pool = self.pool
+            until = min(next_look, pool.next_start) if pool is not None and pool.short() else next_look
             self.wait(min(TICK_SECONDS, max(0.0, until - now)))
             if "reap" in self._flags:
                 self._flags.discard("reap")
                 self.reap()
-            pool.fill()
+            if self.first is not None:
+                if not self.first.loading:
+                    self.first_loaded()
+                continue
+            assert self.pool is not None
+            self.pool.fill()
             if self.reloading is not None:
                 self.advance_reload()
             if "reload" in self._flags:
@@ -136,64 +172,83 @@ class Master:
         return lambda _signum, _frame: self._flags.add(flag)
 
     def wait(self, timeout: float) -> None:
-        """Wait for a worker to say it is ready, a signal or a load's end, at most ``timeout``."""
-        pipes = {fd: (self.pool.current, pid) for fd, pid in self.pool.current.ready_pipes().items()}
+        """Wait for a worker to say it is ready, a generation to report its load, a signal or a
+        request while no worker serves, at most ``timeout``."""
+        pipes = {}
+        if self.pool is not None:
+            pipes = {fd: (self.pool.current, pid) for fd, pid in self.pool.current.ready_pipes().items()}
         renewing = self.reloading.workers if self.reloading is not None else None
         if renewing is not None:
             pipes.update({fd: (renewing, pid) for fd, pid in renewing.ready_pipes().items()})
+        loading = {g.fileno(): g for g in (self.first, self.reloading.generation if self.reloading else None) if g and g.loading}
+        answering = self.pool is None or not self.pool.live
+        if answering:
+            self.responder.expire()
+        else:
+            self.responder.close()
         try:
-            readable, _, _ = select.select([self.wake_read, *pipes], [], [], timeout)
+            readable, _, _ = select.select([self.wake_read, *pipes, *loading, *(self.responder.readable() if answering else ())],
+                                           [], [], timeout)
         except InterruptedError:
             return
         for fd in readable:
             if fd == self.wake_read:
                 with contextlib.suppress(BlockingIOError):
                     os.read(fd, 4096)
-                continue
-            workers, pid = pipes[fd]
-            if workers is renewing and self.reloading is not None and pid in workers.starting:
-                self.new_worker_answered(pid)
-            elif workers is self.pool.current and pid in workers.starting and self.pool.answered(pid):
-                self.board.workers(len(self.pool.live))
-                self.announce()
-            # else: let go of since the select (a swap or a failed reload closed its pipe)
+            elif fd in loading:
+                loading[fd].receive_report()
+            elif fd in pipes:
+                workers, pid = pipes[fd]
+                if workers is renewing and self.reloading is not None and pid in workers.starting:
+                    self.new_worker_answered(pid)
+                elif self.pool is not None and workers is self.pool.current and pid in workers.starting and self.pool.answered(pid):
+                    self.board.workers(len(self.pool.live))
+                    self.announce()
+                # else: let go of since the select (a swap or a failed reload closed its pipe)
+            elif answering:
+                self.responder.handle(fd)
 
     def announce(self) -> None:
+        assert self.pool is not None
         if self.announced or len(self.pool.live) < self.wanted:
             return
         self.announced = True
-        store = self.pool.served.store
+        loaded = self.pool.generation.loaded
+        assert loaded is not None
         address = self.sock.getsockname()
-        counts = ", ".join(f"{n} {kind}" for kind, n in store.counts.items())
+        counts = ", ".join(f"{n} {kind}" for kind, n in loaded.counts.items())
         log.info(
             "serving snapshot %s on http://%s:%d with %d worker(s) (%s; loaded in %.2f s%s)",
-            store.name, address[0], address[1], len(self.pool.live), counts, store.load_seconds,
-            "" if store.trusted else ", checked whole: not prepared",
+            loaded.name, address[0], address[1], len(self.pool.live), counts, loaded.load_seconds,
+            "" if loaded.trusted else ", checked whole: not prepared",
         )
 
-    def fork(self, served: Served) -> tuple[int, int]:
-        """Fork a worker serving ``served``: its pid, and the pipe it will say it is ready on."""
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid:
-            os.close(write_end)
-            return pid, read_end
-        # The worker.
+    def fork(self, generation: Generation) -> tuple[int, int]:
+        """Have ``generation`` fork a worker: its pid (the master's child), and the pipe it will say it is ready on."""
+        return generation.spawn()
+
+    def in_generation(self) -> None:
+        """In a generation process just forked: let go of what only the master may hold."""
+        signal.set_wakeup_fd(-1)
+        for fd in (self.wake_read, self.wake_write):
+            os.close(fd)
+        self.responder.close()
+        for generation in self.generations[:-1]:
+            generation.close()
+        for workers in (self.pool.current if self.pool else None, self.reloading.workers if self.reloading else None):
+            if workers is not None:
+                workers.close_pipes()
+
+    def serve_in_worker(self, served: Served, ready_fd: int) -> None:
+        """A worker, forked by a generation and left to the master: serve until told to stop."""
         code = 1
         try:
             close_inherited_meta_locks()
-            gc.enable()  # a load in the master's thread may have paused the collector
-            signal.set_wakeup_fd(-1)
-            os.close(read_end)
-            for fd in (self.wake_read, self.wake_write):
-                os.close(fd)
-            self.pool.current.close_pipes()
-            if self.reloading is not None and self.reloading.workers is not None:
-                self.reloading.workers.close_pipes()
+            gc.enable()
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             runtime = Runtime(self.run_dir, access_log=self.access_log)
-            run(serve_worker(served, self.settings, self.sock, runtime, write_end, self.pid))
+            run(serve_worker(served, self.settings, self.sock, runtime, ready_fd, self.pid))
             code = 0
         except BaseException:
             log.exception("worker %d failed", os.getpid())
@@ -208,24 +263,42 @@ class Master:
                 return
             if pid == 0:
                 return
+            generation = next((g for g in self.generations if g.pid == pid), None)
+            if generation is not None:
+                self.generation_exited(generation, status)
+                continue
             retire(self.run_dir, pid)
             if pid in self.draining:
                 self.draining.discard(pid)
                 self.board.draining(len(self.draining))
             elif self.reloading is not None and pid in self.reloading.pids():
                 self.fail_reload(RuntimeError(f"new worker {pid} exited (status {status}) before the swap"))
+            elif self.pool is None:
+                continue
             elif "stop" in self._flags:
                 self.pool.current.forget(pid)
             elif self.pool.exited(pid, status):
                 self.board.workers(len(self.pool.live))
 
+    def generation_exited(self, generation: Generation, status: int) -> None:
+        """A generation process exited: let go of it. The one serving exits only if something
+        killed it: its snapshot is loaded anew, as on SIGHUP, so that workers can be replaced."""
+        self.generations.remove(generation)
+        generation.close()
+        if self.pool is not None and generation is self.pool.generation and "stop" not in self._flags:
+            log.error("the process holding snapshot %s exited (status %d); loading it anew", generation.directory, status)
+            self.reload("its generation process exited", generation.directory)
+
     def stop_all(self) -> None:
-        """Ask every worker to drain and stop; wait for them; kill what is left."""
-        pids = (self.pool.current.pids() if hasattr(self, "pool") else set()) | (
+        """Ask every worker to drain and stop; let every generation go; wait for them; kill what is left."""
+        pids = (self.pool.current.pids() if self.pool is not None else set()) | (
             self.reloading.pids() if self.reloading is not None else set()
         ) | self.draining
         for pid in pids:
             send(pid, signal.SIGTERM)
+        for generation in self.generations:
+            generation.close()
+            pids.add(generation.pid)
         deadline = time.monotonic() + DRAIN_SECONDS + 5
         while time.monotonic() < deadline:
             try:
@@ -259,7 +332,7 @@ class Master:
             self.policy.again = why
             return
         log.info("reloading (%s): loading %s beside the snapshot being served", why, self.snapshot)
-        self.reloading = Reload(why, resolve(directory or self.snapshot), self.wake_write)
+        self.reloading = Reload(why, self.generation(resolve(directory or self.snapshot)))
 
     def advance_reload(self) -> None:
         """Take the reload under way one step further, without waiting: once loaded, start its
@@ -274,9 +347,12 @@ class Master:
         new = reloading.loaded()
         now = time.monotonic()
         if not new.pids():
-            for _ in range(self.wanted):
-                pid, ready_fd = self.fork(new.served)
-                new.started(pid, ready_fd, now)
+            try:
+                for _ in range(self.wanted):
+                    pid, ready_fd = self.fork(new.generation)
+                    new.started(pid, ready_fd, now)
+            except OSError as error:
+                self.fail_reload(RuntimeError(f"the new snapshot's process could not fork a worker: {error}"))
             return
         if new.overdue(now):
             self.fail_reload(RuntimeError(f"a new worker did not become ready in {READY_SECONDS:.0f} s"))
@@ -299,9 +375,11 @@ class Master:
             reloading.workers.close_pipes()
         for pid in reloading.pids():
             send(pid, signal.SIGKILL)
+        reloading.generation.close()
         self.reloading = None
         self.board.reload_failed(error)
-        log.error("reload failed; still serving snapshot %s: %s", self.pool.served.store.name, error)
+        assert self.pool is not None and self.pool.generation.loaded is not None
+        log.error("reload failed; still serving snapshot %s: %s", self.pool.generation.loaded.name, error)
         self.after_reload()
 
     def swap(self) -> None:
@@ -309,14 +387,17 @@ class Master:
         assert self.reloading is not None and self.reloading.workers is not None
         new = self.reloading.workers
         self.reloading = None
+        assert self.pool is not None and new.generation.loaded is not None
+        old_generation = self.pool.generation
         old = self.pool.replace(new)
+        old_generation.close()  # it exits; its memory goes with its last draining worker
         for pid in old:
             send(pid, signal.SIGTERM)
         self.draining |= old
-        self.policy.swapped(new.served)
-        self.board.reloaded(new.served, len(new.ready), len(self.draining))
-        store = new.served.store
-        log.info("reloaded: serving snapshot %s (loaded in %.2f s)", store.name, store.load_seconds)
+        loaded = new.generation.loaded
+        self.policy.swapped(loaded)
+        self.board.reloaded(loaded, len(new.ready), len(self.draining))
+        log.info("reloaded: serving snapshot %s (loaded in %.2f s)", loaded.name, loaded.load_seconds)
         self.after_reload()
 
     def after_reload(self) -> None:
@@ -331,11 +412,11 @@ def close_inherited_meta_locks() -> None:
 
     tantivy takes an flock on that file from threads of its own (opening an index takes it) and
     lets go of it by closing the file. A worker forked while such a thread holds it shares that
-    open file, and with it the lock, for as long as it lives: the thread's close in the master no
+    open file, and with it the lock, for as long as it lives: the thread's close in its parent no
     longer releases it, and the next process or thread to open that index waits for ever (a
-    master whose reload had begun loading the next snapshot in its thread, forking a worker
-    meanwhile, hung so). The worker has no such thread; its copies are closed at once, so the
-    lock goes when the master's thread lets go."""
+    master that loaded the next snapshot in a thread while it forked workers hung so). A
+    generation loads before it forks, and opens the index through links of its own, but a worker
+    still closes any such copy at once: it never needs one."""
     for name in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):  # the listing's own descriptor, closed since
             if os.readlink(f"/proc/self/fd/{name}").removesuffix(" (deleted)").endswith(f"/{META_LOCK}"):

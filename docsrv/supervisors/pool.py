@@ -14,7 +14,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from ..serving import Served
+from .generation import Generation
 from .workers import READY_SECONDS, Workers, send
 
 log = logging.getLogger("docsrv")
@@ -28,8 +28,10 @@ class NoWorkers(Exception):
 
 
 class WorkerPool:
-    def __init__(self, served: Served, wanted: int, fork: Callable[[Served], tuple[int, int]], no_workers_timeout: float) -> None:
-        self.current = Workers(served)
+    def __init__(
+        self, generation: Generation, wanted: int, fork: Callable[[Generation], tuple[int, int]], no_workers_timeout: float
+    ) -> None:
+        self.current = Workers(generation)
         self.wanted = wanted
         self._fork = fork
         self.no_workers_timeout = no_workers_timeout
@@ -39,8 +41,8 @@ class WorkerPool:
         self.unserved_since = time.monotonic()
 
     @property
-    def served(self) -> Served:
-        return self.current.served
+    def generation(self) -> Generation:
+        return self.current.generation
 
     @property
     def live(self) -> set[int]:
@@ -62,7 +64,7 @@ class WorkerPool:
             log.warning("worker %d did not become ready in %.0f s; stopping it", pid, READY_SECONDS)
             send(pid, signal.SIGKILL)
         while self.short() and now >= self.next_start:
-            pid, ready_fd = self._fork(self.served)
+            pid, ready_fd = self._fork(self.generation)
             self.current.started(pid, ready_fd, now)
 
     def answered(self, pid: int) -> bool:

@@ -6,60 +6,47 @@ manifest lists each file's size, and every file has it (a snapshot still being c
 for, not loaded); a failed load is tried again only when the files change again. One reload runs
 at a time; one asked for meanwhile follows it.
 
-The snapshot loads in a thread of its own (``Reload``), so that the master goes on supervising
+The snapshot loads in a process of its own (a generation), so that the master goes on supervising
 meanwhile: a worker that dies is replaced, SIGTERM stops the server.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import threading
 from pathlib import Path
 
 import msgspec
 
-from ..serving import Served, Signature, load_served, resolve, signature
+from ..serving import Signature, resolve, signature
 from ..snapshot.records import Manifest
+from .generation import Generation, Loaded
 from .workers import Workers
 
 log = logging.getLogger("docsrv")
 
 
 class Reload:
-    """A reload under way: the snapshot loading in a thread, then its workers starting. The
-    master's loop advances it and never waits for it; the thread writes to ``wake`` when done."""
+    """A reload under way: its generation loading the snapshot (``generation.py``), then its
+    workers starting. The master's loop advances it and never waits for it."""
 
-    def __init__(self, why: str, directory: Path, wake: int) -> None:
+    def __init__(self, why: str, generation: Generation) -> None:
         self.why = why
-        self.directory = directory
-        self.error: Exception | None = None
-        self._served: Served | None = None
+        self.generation = generation
         #: The new workers, once the snapshot has loaded.
         self.workers: Workers | None = None
-        self._wake = wake
-        self.thread = threading.Thread(target=self._load, name="docsrv-reload", daemon=True)
-        self.thread.start()
-
-    def _load(self) -> None:
-        try:
-            self._served = load_served(self.directory)
-        except Exception as error:  # a bad snapshot of any kind: reported by the loop
-            self.error = error
-        finally:
-            with contextlib.suppress(BlockingIOError):
-                os.write(self._wake, b"L")
 
     @property
     def loading(self) -> bool:
-        return self.thread.is_alive()
+        return self.generation.loading
+
+    @property
+    def error(self) -> Exception | None:
+        return self.generation.error
 
     def loaded(self) -> Workers:
-        """The set of new workers (none started yet) on the loaded snapshot."""
+        """The set of new workers (none started yet) of the loaded generation."""
         if self.workers is None:
-            assert self._served is not None
-            self.workers = Workers(self._served)
+            self.workers = Workers(self.generation)
         return self.workers
 
     def pids(self) -> set[int]:
@@ -69,13 +56,13 @@ class Reload:
 class ReloadPolicy:
     """Whether the snapshot at the path should be loaded now, and what is queued."""
 
-    def __init__(self, snapshot: Path, served: Served, *, watch: bool) -> None:
+    def __init__(self, snapshot: Path, loaded: Loaded, *, watch: bool) -> None:
         self.snapshot = snapshot
         self.watch = watch
         #: (directory, signature) of what is served, of the last snapshot a load was tried on, and
         #: of one not yet settled that is waited for.
-        self.loaded: tuple[Path, Signature] = (served.directory, served.signature)
-        self.name = served.store.name
+        self.loaded: tuple[Path, Signature] = (Path(loaded.directory), loaded.signature)
+        self.name = loaded.name
         self.tried: tuple[Path, Signature] | None = None
         self.waiting_for: tuple[Path, Signature] | None = None
         #: Why another reload was asked for while one was under way (taken after it).
@@ -103,9 +90,9 @@ class ReloadPolicy:
         why = f"a new snapshot at {self.snapshot}" if directory != self.loaded[0] else "its files changed"
         return problem, (why, directory)
 
-    def swapped(self, served: Served) -> None:
-        self.loaded = (served.directory, served.signature)
-        self.name = served.store.name
+    def swapped(self, loaded: Loaded) -> None:
+        self.loaded = (Path(loaded.directory), loaded.signature)
+        self.name = loaded.name
 
     def queued(self) -> str | None:
         """Why a reload asked for during the last one should follow it, if one was."""

@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..runtime import MasterStatus, write_status
-from ..serving import Served
-from ..snapshot.errors import SnapshotError
+from .generation import Loaded, public_error
 
 
 class StatusBoard:
@@ -28,9 +27,9 @@ class StatusBoard:
             self.status.draining = workers
             self.write()
 
-    def serving(self, served: Served) -> None:
-        self.status.snapshot = served.store.name
-        self.status.load_seconds = round(served.store.load_seconds, 3)
+    def serving(self, loaded: Loaded) -> None:
+        self.status.snapshot = loaded.name
+        self.status.load_seconds = round(loaded.load_seconds, 3)
         self.write()
 
     def problem(self, problem: str) -> bool:
@@ -41,24 +40,15 @@ class StatusBoard:
         self.write()
         return True
 
-    def reloaded(self, served: Served, ready: int, draining: int) -> None:
+    def reloaded(self, loaded: Loaded, ready: int, draining: int) -> None:
         self.status.reloads += 1
         self.status.draining = draining
         self.status.last_reload_error = None
         self.status.problem = None
         self.status.workers = ready
-        self.serving(served)
+        self.serving(loaded)
 
     def reload_failed(self, error: Exception) -> None:
         self.status.reload_failures += 1
         self.status.last_reload_error = public_error(error)
         self.write()
-
-
-def public_error(error: Exception) -> str:
-    """What /readyz may say of a failed load: no filesystem path, no traceback."""
-    if isinstance(error, SnapshotError):
-        return error.summary()
-    if isinstance(error, OSError):
-        return f"{type(error).__name__}: {error.strerror or 'operating system error'}"
-    return f"{type(error).__name__}: {error}"

@@ -1,6 +1,6 @@
-"""A set of workers forked on one snapshot: those starting, each with the pipe it says it is
-ready on and a deadline, and those ready. The workers serving now are one such set; a reload's
-new workers another, until they are swapped in."""
+"""A set of workers forked from one generation (one snapshot: ``generation.py``): those starting,
+each with the pipe it says it is ready on and a deadline, and those ready. The workers serving
+now are one such set; a reload's new workers another, until they are swapped in."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 
-from ..serving import Served
+from .generation import Generation
 
 #: How long a new worker may take to say it is ready before it is killed.
 READY_SECONDS = 120.0
@@ -22,7 +22,7 @@ class Starting:
 
 @dataclass
 class Workers:
-    served: Served
+    generation: Generation
     starting: dict[int, Starting] = field(default_factory=dict)
     ready: set[int] = field(default_factory=set)
 

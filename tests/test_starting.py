@@ -1,0 +1,61 @@
+"""While the first snapshot loads, the process answers: ``/healthz`` 200 (it lives: a liveness
+probe must not restart it), ``/readyz`` and every other path 503 (a load balancer sends nothing
+yet). The load is held still with SIGSTOP on the process that loads it (``docsrv-snapshot``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+from conftest import ROOT, free_port
+from helpers import children, fresh_get, poll, sealed
+
+
+def test_healthz_answers_while_the_first_snapshot_loads_and_readyz_says_503(tmp_path):
+    snapshot = sealed(tmp_path / "snap", "snap-slow")  # not prepared, no index: the load takes a while
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "docsrv", "serve", "--snapshot", str(snapshot), "--port", str(port),
+                                "--workers", "1"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        loader = poll(lambda: children(process.pid, "docsrv-snapshot"), timeout=30, what="the process loading the snapshot")[0]
+        os.kill(loader, signal.SIGSTOP)
+        status, headers, body = fresh_get(port, "/healthz")
+        assert (status, json.loads(body)) == (200, {"status": "alive"}) and headers["Connection"] == "close"
+        status, headers, body = fresh_get(port, "/readyz")
+        assert (status, json.loads(body)) == (503, {"status": "starting", "problem": "the snapshot is loading"})
+        assert headers["Retry-After"] == "5" and headers["Cache-Control"] == "no-store"
+        status, _headers, body = fresh_get(port, "/api/v2/project/")
+        assert (status, json.loads(body)) == (503, {"detail": "Not ready: the snapshot is loading."})
+        assert children(process.pid) == []  # no worker yet: the master itself answered
+        os.kill(loader, signal.SIGCONT)
+        poll(lambda: fresh_get(port, "/readyz")[0] == 200, timeout=60, what="ready once loaded")
+        assert json.loads(fresh_get(port, "/api/v2/project/?slug=pip")[2])["results"][0]["slug"] == "pip"
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+def test_a_client_that_sends_nothing_does_not_hold_the_master(tmp_path):
+    """A connection that never sends its request is dropped after a short while, and requests on
+    other connections are answered meanwhile."""
+    snapshot = sealed(tmp_path / "snap", "snap-slow")
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "docsrv", "serve", "--snapshot", str(snapshot), "--port", str(port),
+                                "--workers", "1"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        loader = poll(lambda: children(process.pid, "docsrv-snapshot"), timeout=30, what="the process loading the snapshot")[0]
+        os.kill(loader, signal.SIGSTOP)
+        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(10)]
+        assert fresh_get(port, "/healthz")[0] == 200
+        for sock in silent:
+            sock.settimeout(30)
+            assert sock.recv(1) == b""  # closed by the master, unanswered
+            sock.close()
+        os.kill(loader, signal.SIGCONT)
+    finally:
+        process.terminate()
+        process.wait(timeout=60)

@@ -1,6 +1,8 @@
-"""Time to ready and memory of `docsrv serve --workers 2`, by scale, the first time a snapshot is
-served and the next (when a record of the first check is trusted: docsrv/snapshot/verified.py);
-the time from a pull to ready; and Datasette's start on the same data exported to SQLite.
+"""Time to ready and memory of `docsrv serve --workers 2`, by scale: on a snapshot not prepared
+(checked whole), the time `docsrv snapshot prepare` takes, then on the prepared snapshot (a
+record of the check trusted: docsrv/snapshot/verified.py), writable and bind-mounted read-only
+(as root); the time from a pull to ready; and Datasette's start on the same data exported to
+SQLite.
 
     python bench/startup.py [--scales small medium large] [--datasette] [--pull]
 
@@ -32,7 +34,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from docsrv.snapshot.verified import RANGES, RECORD  # noqa: E402
 from run import PEERS_VENV, ensure_peers, free_port, snapshot_path, sqlite_path  # noqa: E402
 
 
@@ -79,6 +80,20 @@ def start(snapshot: Path, started: float | None = None) -> dict:
     finally:
         process.terminate()
         process.wait(timeout=120)
+
+
+def read_only_start(snapshot: Path) -> dict | None:
+    """A start on ``snapshot`` bind-mounted read-only (as a ``:ro`` volume is); None where mounting is refused."""
+    mount = Path(tempfile.mkdtemp(prefix="docsrv-startup-ro-"))
+    try:
+        for args in (["mount", "--bind", str(snapshot), str(mount)], ["mount", "-o", "remount,ro,bind", str(mount)]):
+            if subprocess.run(args, capture_output=True).returncode != 0:
+                print(f"read-only start skipped: {' '.join(args)} refused", file=sys.stderr)
+                return None
+        return start(mount)
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)
+        mount.rmdir()
 
 
 def pull_then_start(snapshot: Path) -> dict:
@@ -160,15 +175,18 @@ def main() -> None:
     for scale in args.scales:
         snapshot = snapshot_path(scale, 1)
         subprocess.run([sys.executable, "-m", "docsrv", "index", str(snapshot)], check=True, capture_output=True)
-        for name in (RECORD, RANGES):
-            (snapshot / name).unlink(missing_ok=True)
+        for path in snapshot.glob(".docsrv-*"):  # what `index` prepared: the first start checks whole
+            path.unlink()
         for path in snapshot.glob("*.jsonl"):  # warm the page cache
             with open(path, "rb") as data:
                 while data.read(1 << 24):
                     pass
         first = start(snapshot)
+        began = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "docsrv", "snapshot", "prepare", str(snapshot)], check=True, capture_output=True)
+        prepared = round(time.perf_counter() - began, 2)
         again = start(snapshot)
-        results[scale] = {"first": first, "trusted": again}
+        results[scale] = {"first": first, "prepare_seconds": prepared, "trusted": again, "read_only": read_only_start(snapshot)}
         if args.pull:
             results[scale]["pull"] = pull_then_start(snapshot)
         if args.datasette:
@@ -177,21 +195,24 @@ def main() -> None:
     out = Path(args.out) if args.out else HERE / "results" / f"{date.today().isoformat()}-startup"
     out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
     lines = [f"# Start-up of `docsrv serve --workers 2`, {date.today().isoformat()}", "",
-             "Index built beforehand, page cache warm. First: no record of an earlier check (every digest, every build "
-             "command, every cross-check). Trusted: the record of the first start matches the files.", "",
-             "| scale | ready, first (s) | ready, trusted (s) | load, first / trusted (s) | PSS, master + 2 workers (MB) "
+             "Index built beforehand, page cache warm. Not prepared: no record of a check (every digest, every build "
+             "command, every cross-check; nothing written). Prepared: `docsrv snapshot prepare` ran, its record matches "
+             "the files; read-only: the same, bind-mounted read-only.", "",
+             "| scale | ready, not prepared (s) | prepare (s) | ready, prepared (s) | ready, prepared, read-only (s) (x writable) "
+             "| load, not prepared / prepared (s) | PSS, master + 2 workers (MB) "
              "| master's peak (MB) | pull, then ready (s) (x the floor: curl and sha256sum of the same files) "
              "| Datasette ready (s), PSS (MB) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for scale, row in results.items():
         pull = row.get("pull")
         pulled = "-"
         if pull:
             pulled = f"{pull['pull_seconds']}, {pull['pull_to_ready_seconds']} ({pull['ratio_to_floor']}x {pull['floor_seconds']})"
         peer = f"{row['datasette']['ready_seconds']}, {row['datasette']['pss_mb']}" if "datasette" in row else "-"
-        first, trusted = row["first"], row["trusted"]
+        first, trusted, read_only = row["first"], row["trusted"], row["read_only"]
         loads = f"{first['load_seconds']} / {trusted['load_seconds']}"
-        lines.append(f"| {scale} | {first['ready_seconds']} | {trusted['ready_seconds']} | {loads} "
+        ro = f"{read_only['ready_seconds']} ({read_only['ready_seconds'] / trusted['ready_seconds']:.2f}x)" if read_only else "-"
+        lines.append(f"| {scale} | {first['ready_seconds']} | {row['prepare_seconds']} | {trusted['ready_seconds']} | {ro} | {loads} "
                      f"| {trusted['pss_mb']} | {first['master_peak_mb']} | {pulled} | {peer} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

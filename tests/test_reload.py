@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from helpers import BROKEN, children, docsrv, fresh_get, make_snapshot, point, poll, watched_under_load
+from helpers import BROKEN, alive, children, docsrv, fresh_get, make_snapshot, point, poll, watched_under_load
 
 
 def test_reload_under_load_swaps_cleanly(tmp_path, start_server):
@@ -33,6 +33,23 @@ def test_reload_under_load_swaps_cleanly(tmp_path, start_server):
     assert seen[0] == "snap-a" and seen[-1] == "snap-b"
     assert {snapshot for when, _, snapshot, _ in hammer.results if when > cut} == {"snap-b"}
     assert server.json("/readyz")["reloads"] == 1
+
+
+def test_reloads_leave_one_process_holding_a_snapshot(tmp_path, start_server):
+    """Each snapshot is held by a process of its own; a replaced one exits, so that its memory
+    goes with its last draining worker (memory across reloads: bench/reloads.py)."""
+    snapshot = make_snapshot(tmp_path / "a", "snap-a", "pip (a)")
+    server = start_server("--snapshot", str(snapshot), "--workers", "2")
+    master = server.process.pid
+    first = children(master, "docsrv-snapshot")
+    assert len(first) == 1
+    for reload in (1, 2, 3):
+        os.kill(master, signal.SIGHUP)
+        poll(lambda number=reload: server.json("/readyz")["reloads"] == number, what=f"reload {reload}")
+    holding = poll(lambda: len(children(master, "docsrv-snapshot")) == 1 and children(master, "docsrv-snapshot"),
+                   what="one process holding a snapshot")
+    assert holding != first and not alive(first[0])
+    poll(lambda: len(children(master)) == 2, what="two workers and no other")
 
 
 def test_a_corrupt_snapshot_on_reload_leaves_the_old_one_serving(tmp_path, start_server):

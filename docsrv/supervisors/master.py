@@ -233,7 +233,7 @@ class Master:
         for fd in (self.wake_read, self.wake_write):
             os.close(fd)
         self.responder.close()
-        for generation in self.generations[:-1]:
+        for generation in self.generations:  # every other one's socket: each must see EOF when the master lets go
             generation.close()
         for workers in (self.pool.current if self.pool else None, self.reloading.workers if self.reloading else None):
             if workers is not None:

@@ -20,6 +20,7 @@ from .utils.files import replace_file
 if TYPE_CHECKING:
     from .api.admission import SearchQueue
     from .http.reply_cache import ReplyCache
+    from .process_metrics import Families
 
 #: Upper bounds of the latency histogram, in seconds.
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -154,8 +155,8 @@ def retire(run_dir: Path, pid: int) -> None:
     path.unlink(missing_ok=True)
 
 
-def render(totals: dict, gauges: dict[str, tuple[str, float, dict[str, str]]]) -> str:
-    """The Prometheus text exposition of ``totals`` and of ``gauges`` (name -> help, value, labels)."""
+def render(totals: dict, families: Families) -> str:
+    """The Prometheus text exposition of ``totals`` and of ``families`` (name -> type, help, samples)."""
     lines = [
         "# HELP docsrv_requests_total Requests answered, by route template and status (all workers).",
         "# TYPE docsrv_requests_total counter",
@@ -202,9 +203,11 @@ def render(totals: dict, gauges: dict[str, tuple[str, float, dict[str, str]]]) -
     ):
         lines += [f"# HELP docsrv_reply_cache_{name} {help_text}", f"# TYPE docsrv_reply_cache_{name} {kind}",
                   f"docsrv_reply_cache_{name} {value}"]
-    for name, (help_text, value, labels) in gauges.items():
-        shown = ",".join(f'{k}="{escape(v)}"' for k, v in labels.items())
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name}{{{shown}}} {value}"]
+    for name, (kind, help_text, samples) in families.items():
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        for labels, value in samples:
+            shown = ",".join(f'{k}="{escape(v)}"' for k, v in labels.items())
+            lines.append(f"{name}{{{shown}}} {value}" if shown else f"{name} {value}")
     return "\n".join(lines) + "\n"
 
 

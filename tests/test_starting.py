@@ -24,7 +24,7 @@ def test_healthz_answers_while_the_first_snapshot_loads_and_readyz_says_503(tmp_
         loader = poll(lambda: children(process.pid, "docsrv-snapshot"), timeout=30, what="the process loading the snapshot")[0]
         os.kill(loader, signal.SIGSTOP)
         status, headers, body = fresh_get(port, "/healthz")
-        assert (status, json.loads(body)) == (200, {"status": "alive"}) and headers["Connection"] == "close"
+        assert (status, json.loads(body)) == (200, {"status": "ok"}) and headers["Connection"] == "close"
         status, headers, body = fresh_get(port, "/readyz")
         assert (status, json.loads(body)) == (503, {"status": "starting", "problem": "the snapshot is loading"})
         assert headers["Retry-After"] == "5" and headers["Cache-Control"] == "no-store"

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from ..http.reply import Reply
 from ..metrics import render
+from ..process_metrics import Families, build_info, own_process, server_memory
 from .request import ApiRequest
 from .state import ApiState
 
@@ -49,21 +50,22 @@ async def metrics(request: ApiRequest, state: ApiState) -> Reply:
     runtime = state.runtime
     status = runtime.status()
     snapshot = {"snapshot": store.name}
-    gauges = {
-        "docsrv_snapshot_info": ("The snapshot being served.", 1, snapshot),
+    families: Families = {
+        "docsrv_snapshot_info": ("gauge", "The snapshot being served.", [(snapshot, 1)]),
         "docsrv_snapshot_age_seconds": (
-            "Seconds since the snapshot was taken.",
-            round((datetime.now(UTC) - store.created_at).total_seconds()),
-            snapshot,
+            "gauge", "Seconds since the snapshot was taken.", [(snapshot, round((datetime.now(UTC) - store.created_at).total_seconds()))],
         ),
-        "docsrv_snapshot_load_seconds": ("Seconds the last successful load took.", round(store.load_seconds, 3), snapshot),
-        "docsrv_reloads_total": ("Snapshots swapped in since start.", status.reloads, {}),
-        "docsrv_reload_failures_total": ("Snapshots that failed to load on reload.", status.reload_failures, {}),
-        "docsrv_workers": ("Worker processes ready and serving.", status.workers, {}),
-        "docsrv_workers_wanted": ("Worker processes there should be.", status.workers_wanted, {}),
-        "docsrv_draining_workers": ("Workers of an earlier snapshot still finishing their requests.", status.draining, {}),
-        "docsrv_snapshot_problem": ("1 while the snapshot's files have changed on disk under the server.",
-                                    1 if (status.problem or state.problem) else 0, {}),
+        "docsrv_snapshot_load_seconds": ("gauge", "Seconds the last successful load took.", [(snapshot, round(store.load_seconds, 3))]),
+        "docsrv_reloads_total": ("counter", "Snapshots swapped in since start.", [({}, status.reloads)]),
+        "docsrv_reload_failures_total": ("counter", "Snapshots that failed to load on reload.", [({}, status.reload_failures)]),
+        "docsrv_workers": ("gauge", "Worker processes ready and serving.", [({}, status.workers)]),
+        "docsrv_workers_wanted": ("gauge", "Worker processes there should be.", [({}, status.workers_wanted)]),
+        "docsrv_draining_workers": ("gauge", "Workers of an earlier snapshot still finishing their requests.", [({}, status.draining)]),
+        "docsrv_snapshot_problem": ("gauge", "1 while the snapshot's files have changed on disk under the server.",
+                                    [({}, 1 if (status.problem or state.problem) else 0)]),
+        **build_info(),
+        **own_process(),
+        **(server_memory(os.getppid()) if runtime.run_dir is not None else {}),
     }
-    body = render(runtime.metrics.totals(), gauges).encode()
+    body = render(runtime.metrics.totals(), families).encode()
     return state.text(200, body, "text/plain; version=0.0.4; charset=utf-8")

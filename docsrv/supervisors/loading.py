@@ -86,7 +86,7 @@ class LoadingResponder:
         line = head.split(b"\n", 1)[0].split()
         target = line[1].split(b"?", 1)[0] if len(line) >= 2 else b""
         if target == b"/healthz":
-            status, body = b"200 OK", {"status": "alive"}
+            status, body = b"200 OK", {"status": "ok"}
         elif target == b"/readyz":
             status, body = b"503 Service Unavailable", {"status": "starting", "problem": self.waiting_for}
         else:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections import Counter
@@ -11,7 +10,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import SERVE_OPTIONS, Deadlines, Settings, add_options, listed
+from . import logs
+from .config import LOG_FORMAT, SERVE_OPTIONS, Deadlines, Settings, add_options, listed
 from .errors import CommandError, StartError
 from .snapshot.errors import SnapshotError
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    logs.configure(args.log_format)
     try:
         return args.run(args) or 0
     except (SnapshotError, StartError, CommandError) as error:
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=run_serve)
 
     index = commands.add_parser("index", help="build the search index of a snapshot")
-    index.add_argument("path", type=Path)
+    index.add_argument("path", type=Path, help="the snapshot directory (it must be writable)")
     index.set_defaults(run=run_index)
 
     fleet = commands.add_parser("fleet", help="ask the replicas of a fleet").add_subparsers(dest="fleet_command", required=True)
@@ -58,10 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
         dest="snapshot_command", required=True
     )
     synth = snapshot.add_parser("synth", help="write a synthetic snapshot, deterministic for a seed")
-    synth.add_argument("--out", type=Path, required=True)
-    synth.add_argument("--scale", choices=["demo", "small", "medium", "large"], default="small")
-    synth.add_argument("--seed", type=int, default=1)
-    synth.add_argument("--compress", choices=["none", "gz", "zst"], default="none", help="compression of record files")
+    synth.add_argument("--out", type=Path, required=True, help="the snapshot directory to create")
+    synth.add_argument("--scale", choices=["demo", "small", "medium", "large"], default="small",
+                       help="demo (the size of the bundled demo), small (1k projects), medium (10k) or large (100k) "
+                            "(default: %(default)s)")
+    synth.add_argument("--seed", type=int, default=1, help="the same seed writes the same snapshot (default: %(default)s)")
+    synth.add_argument("--compress", choices=["none", "gz", "zst"], default="none",
+                       help="compression of record files (default: %(default)s)")
     synth.add_argument("--force", action="store_true", help="replace --out if it exists")
     synth.set_defaults(run=run_synth)
 
@@ -81,14 +84,17 @@ def build_parser() -> argparse.ArgumentParser:
     sphinx.add_argument("--into", type=Path, required=True, help="the snapshot to change")
     sphinx.add_argument("--project", required=True, help="project slug")
     sphinx.add_argument("--version", required=True, help="version slug")
-    sphinx.add_argument("--layout", choices=["auto", "html", "dirhtml"], default="auto")
+    sphinx.add_argument("--layout", choices=["auto", "html", "dirhtml"], default="auto",
+                        help="the build's layout: html (page.html) or dirhtml (page/index.html); auto tells them apart "
+                             "(default: %(default)s)")
     sphinx.set_defaults(run=run_import_sphinx)
 
     dump = snapshot.add_parser("import-dump", help="write a snapshot from Django dumpdata files of the hosting service")
     dump.add_argument("dumps", type=Path, nargs="+", help="dumpdata output: a JSON list, or JSON Lines")
     dump.add_argument("--out", type=Path, required=True, help="the snapshot directory to create")
     dump.add_argument("--name", default=None, help="the snapshot's name (default: the first dump's file name)")
-    dump.add_argument("--public-url", default="https://docs.example.org", help="base URL of the hosted documentation")
+    dump.add_argument("--public-url", default="https://docs.example.org",
+                      help="base URL of the hosted documentation (default: %(default)s)")
     dump.add_argument("--force", action="store_true", help="replace --out if it exists")
     dump.set_defaults(run=run_import_dump)
 
@@ -97,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--into", type=Path, required=True, help="the directory of pulled snapshots and of the current link")
     pull.add_argument("--every", type=float, default=None, metavar="SECONDS",
                       help="pull again every SECONDS, for ever (a sidecar); failures are logged and retried with backoff")
-    pull.add_argument("--keep", type=int, default=2, help="snapshots kept (the current one always)")
+    pull.add_argument("--keep", type=int, default=2, help="snapshots kept (the current one always; default: %(default)s)")
     pull.add_argument("--manifest-timeout", type=float, default=Deadlines.manifest_seconds, metavar="SECONDS",
                       help="the longest the origin may take to send manifest.json, in all (default: %(default)s)")
     pull.add_argument("--min-kib", type=int, default=Deadlines.min_kib, metavar="KIB",
@@ -120,9 +126,22 @@ def build_parser() -> argparse.ArgumentParser:
     diff.set_defaults(run=run_diff)
 
     info = snapshot.add_parser("info", help="print a snapshot's manifest and counts")
-    info.add_argument("path", type=Path)
+    info.add_argument("path", type=Path, help="the snapshot directory")
     info.set_defaults(run=run_info)
+    for command in leaf_parsers(parser):
+        if command is not serve:
+            add_options(command, [LOG_FORMAT])
     return parser
+
+
+def leaf_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every parser of a command that takes no subcommand."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found += leaf_parsers(child)
+    return found or [parser]
 
 
 def run_serve(args: argparse.Namespace) -> int:

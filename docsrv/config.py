@@ -77,6 +77,8 @@ class Option:
     help: str
     #: How the default reads in the documentation, when it is not a plain value.
     shown_default: str | None = None
+    #: The values it may take, when they are few.
+    choices: tuple[str, ...] | None = None
 
     @property
     def flag(self) -> str:
@@ -100,6 +102,8 @@ class Option:
                 return lowered in TRUE
             if self.kind is list:
                 return [item.strip() for item in text.split(",") if item.strip()]
+            if self.choices is not None and text not in self.choices:
+                raise ValueError(f"not one of {', '.join(self.choices)}")
             return self.kind(text)
         except ValueError as error:
             raise SystemExit(f"docsrv: {self.env}={text!r}: {error}") from None
@@ -111,6 +115,10 @@ class Option:
             return "off"
         return f"`{self.default}`"
 
+
+#: Every command takes it.
+LOG_FORMAT = Option("log_format", str, "text", "how log lines are written: `text`, or `json` (one object a line, as the access log)",
+                    choices=("text", "json"))
 
 SERVE_OPTIONS: tuple[Option, ...] = (
     Option("snapshot", Path, None, "the snapshot directory to serve (a `current` symlink is read once per load)", "the bundled demo"),
@@ -136,6 +144,7 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("no_workers_timeout", float, 60.0, "when no worker has been able to serve for this many seconds, close the port and exit 1 "
            "(so that systemd or Kubernetes restarts the server)"),
     Option("access_log", bool, False, "one JSON line per request on standard output"),
+    LOG_FORMAT,
     Option("no_fast_path", bool, False, "answer every request through aiohttp, cached replies too (the fast lane answers those "
            "from prebuilt bytes: turn it off to rule it out)"),
 )
@@ -154,7 +163,7 @@ def add_options(parser: argparse.ArgumentParser, options: Sequence[Option], envi
             parser.add_argument(option.flag, action="append", default=None, metavar=option.name.split("_")[-1].upper(), help=text)
             parser.set_defaults(**{option.name + "_from_env": default})
         else:
-            parser.add_argument(option.flag, type=option.kind, default=default, help=text)
+            parser.add_argument(option.flag, type=option.kind, default=default, choices=option.choices, help=text)
 
 
 def listed(args: argparse.Namespace, name: str) -> list[str] | None:

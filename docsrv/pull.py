@@ -304,7 +304,8 @@ async def pull_every(
 ) -> None:
     """Pull now and every ``seconds``; a failure, whatever it is, is logged in one line and tried
     again after a pause that doubles with each failure in a row (from ``seconds`` or 5 s,
-    whichever is shorter, to 5 minutes): a sidecar never dies of its origin."""
+    whichever is shorter, to 5 minutes): a sidecar never dies of its origin. Every look is
+    logged in one line (a pull, or that the snapshot is current), and so is a recovery."""
     failures = 0
     while True:
         try:
@@ -315,10 +316,14 @@ async def pull_every(
             log.error("pull failed (%s); trying again in %.0f s", describe(error), pause)
             await asyncio.sleep(pause)
             continue
-        failures = 0
         if pulled.changed:
             log.info("pulled snapshot %s (%d files, %.1f MB in %.1f s); current -> %s",
                      pulled.name, pulled.files, pulled.bytes / 1e6, pulled.seconds, pulled.name)
+        else:  # a heartbeat: a sidecar's log shows it is alive and current
+            log.info("snapshot %s is current; looking again in %g s", pulled.name, seconds)
+        if failures:
+            log.info("pulling works again after %d failure(s) in a row", failures)
+        failures = 0
         await asyncio.sleep(seconds)
 
 

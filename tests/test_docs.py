@@ -3,6 +3,8 @@
 import argparse
 import re
 
+import pytest
+
 from conftest import ROOT
 
 
@@ -78,3 +80,46 @@ def test_a_malformed_environment_variable_is_named():
     result = subprocess.run([sys.executable, "-m", "docsrv", "serve"], capture_output=True, text=True, cwd=ROOT,
                             env={"PATH": "/usr/bin:/bin", "DOCSRV_PORT": "eighty"})
     assert result.returncode == 1 and "docsrv: DOCSRV_PORT='eighty': invalid literal for int() with base 10: 'eighty'" in result.stderr
+
+
+def test_every_option_of_every_command_has_help_and_shows_its_default():
+    """`--help` explains every flag and argument; a flag with a default value names it."""
+    import importlib
+
+    cli = importlib.import_module("docsrv.cli")
+    for path, parser in subcommand_parsers(cli.build_parser()):
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+                continue
+            name = action.option_strings[0] if action.option_strings else action.dest
+            assert action.help and action.help != argparse.SUPPRESS, f"docsrv {' '.join(path)} {name} has no help"
+            default = action.default
+            if action.option_strings and default not in (None, False) and not isinstance(default, list):
+                assert "default" in action.help, f"docsrv {' '.join(path)} {name} does not show its default ({default!r})"
+
+
+def shell_lines(text: str):
+    """The `docsrv ...` command lines of the shell blocks of a Markdown text, without comments."""
+    import shlex
+
+    block = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            block = line.strip() in ("```sh", "```shell", "```bash") if not block else False
+            continue
+        if block and line.strip().startswith("docsrv "):
+            yield shlex.split(line.strip(), comments=True)
+
+
+@pytest.mark.parametrize("document", ["README.md", *sorted(p.name for p in (ROOT / "docs").glob("*.md"))])
+def test_the_command_lines_of_the_docs_are_ones_docsrv_takes(document):
+    import importlib
+
+    cli = importlib.import_module("docsrv.cli")
+    path = ROOT / document if document == "README.md" else ROOT / "docs" / document
+    lines = list(shell_lines(path.read_text()))
+    for argv in lines:
+        try:
+            cli.build_parser().parse_args(argv[1:])
+        except SystemExit as error:
+            raise AssertionError(f"{document}: docsrv refuses `{' '.join(argv)}`") from error

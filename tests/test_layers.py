@@ -10,14 +10,14 @@ from conftest import ROOT
 PACKAGE = ROOT / "docsrv"
 #: Lowest first. A module's layer is that of the longest prefix listed.
 LAYERS = [
-    ["docsrv.errors", "docsrv.utils"],
+    ["docsrv.errors", "docsrv.logs", "docsrv.utils"],
     ["docsrv.config"],
     ["docsrv.snapshot"],
     ["docsrv.store"],
     ["docsrv.changelogs", "docsrv.highlight", "docsrv.named_entries", "docsrv.search"],
     ["docsrv.serving"],
     ["docsrv.pull"],
-    ["docsrv.http", "docsrv.metrics", "docsrv.runtime"],
+    ["docsrv.http", "docsrv.metrics", "docsrv.process_metrics", "docsrv.runtime"],
     ["docsrv.api", "docsrv.edge"],
     ["docsrv.server"],
     ["docsrv.supervisors"],

@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# What docsrv runs with (make serve), and that with what its tests and lint need (the rest).
+RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 # make serve [SNAPSHOT=dir] [HOST=address] [PORT=n]: unset, docsrv's own defaults (docsrv/config.py).
 SNAPSHOT ?=
@@ -20,10 +22,14 @@ $(BIN)/python:
 # every CI run installs the same packages. `make lock` writes the lock anew from pyproject.toml.
 # requirements.lock holds what docsrv runs with (the Dockerfile installs it), requirements-test.lock
 # that and what its tests and lint need.
-$(STAMP): pyproject.toml requirements-test.lock | $(BIN)/python
+$(RUN_STAMP): pyproject.toml requirements.lock | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements-test.lock
+	$(BIN)/python -m pip install --quiet -r requirements.lock
 	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP) requirements-test.lock
+	$(BIN)/python -m pip install --quiet -r requirements-test.lock
 	touch $(STAMP)
 
 lock: | $(BIN)/python
@@ -32,9 +38,9 @@ lock: | $(BIN)/python
 	$(BIN)/uv pip compile pyproject.toml --extra test --generate-hashes --python-version 3.11 --no-header --upgrade \
 		--constraint requirements.lock -o requirements-test.lock
 
-install: $(STAMP)
+install: $(RUN_STAMP)
 
-serve: $(STAMP)
+serve: $(RUN_STAMP)
 	$(BIN)/docsrv serve $(if $(SNAPSHOT),--snapshot $(SNAPSHOT)) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 # promtool (Debian's prometheus package) lints /metrics in one test: installed when missing and

@@ -19,6 +19,7 @@ snapshots stay; older ones that ``current`` does not name are removed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -91,7 +92,20 @@ async def pull(
         raise PullError(f"{url}: not an http:// or https:// URL")
     started = time.perf_counter()
     base = url.rstrip("/")
+    made = not into.exists()
     into.mkdir(parents=True, exist_ok=True)
+    try:
+        return await pull_into(base, into, keep=keep, progress=progress, build_index=build_index, deadlines=deadlines, started=started)
+    except BaseException:
+        if made:  # a first pull that failed before anything was kept leaves no empty directory
+            with contextlib.suppress(OSError):
+                into.rmdir()
+        raise
+
+
+async def pull_into(
+    base: str, into: Path, *, keep: int, progress: bool | None, build_index: bool, deadlines: Deadlines, started: float
+) -> Pulled:
     state = read_state(into)
     current = current_name(into)
     timeout = aiohttp.ClientTimeout(total=None, connect=deadlines.connect_seconds)

@@ -204,7 +204,7 @@ BROKEN = {
     "invalid JSON": (lambda s: edit_line(s / "versions.jsonl", 5, lambda line: line[:-10] + "\n"), "versions.jsonl:5: invalid JSON"),
     "wrong type": (lambda s: edit_record(s / "projects.jsonl", 3, id="three"), "projects.jsonl:3: Expected `int`, got `str` - at `$.id`"),
     "naive datetime": (lambda s: edit_record(s / "builds.jsonl", 2, date="2023-01-01T00:00:00"), "builds.jsonl:2:"),
-    "unknown field": (lambda s: edit_record(s / "users.jsonl", 4, pasword="x"), "users.jsonl:4: Object contains unknown field `pasword`"),
+    "unknown field": (lambda s: edit_record(s / "users.jsonl", 4, pasword="x"), "users.jsonl:4: Object contains unknown field `pasword` (written by a newer docsrv? upgrade docsrv to read it)"),
     "bad enum": (lambda s: edit_record(s / "builds.jsonl", 7, state="exploded"), "builds.jsonl:7: Invalid enum value 'exploded'"),
     "duplicate id": (lambda s: edit_record(s / "versions.jsonl", 9, id=1), "versions.jsonl:9: duplicate id 1 (first on line 1)"),
     "duplicate slug": (lambda s: edit_record(s / "projects.jsonl", 2, slug="pip"), "projects.jsonl:2: duplicate project slug 'pip' (first on line 1)"),
@@ -230,7 +230,7 @@ BROKEN = {
     "manifest not JSON": (lambda s: (s / "manifest.json").write_text('{\n  "format": "docsrv-snapshot",\n  oops\n}'), "manifest.json:3: invalid JSON"),
     "wrong format version": (
         lambda s: (s / "manifest.json").write_text((s / "manifest.json").read_text().replace('"format_version": 1', '"format_version": 7')),
-        "manifest.json: format_version 7 is not supported (this docsrv reads 1)",
+        "manifest.json: format_version 7 is newer than this docsrv reads (1): upgrade docsrv to read it",
     ),
     "10 MB line": (lambda s: edit_record(s / "pages.jsonl", 2, text="x" * (10 << 20)), "pages.jsonl:2: line is longer than 4 MiB"),
 }

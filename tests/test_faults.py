@@ -228,3 +228,23 @@ def test_a_worker_forked_while_an_index_lock_is_held_does_not_keep_it(tmp_path):
         os.waitpid(pid, 0)
         os.close(ready_read)
         os.close(ready_write)
+
+
+def test_a_failed_start_or_first_pull_leaves_nothing_behind(tmp_path):
+    """A server that cannot take its port leaves no run directory; a first pull that fails leaves
+    no empty directory where it was to pull into."""
+    import socket
+
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = docsrv("serve", "--port", str(port), env={**os.environ, "TMPDIR": str(temporary)})
+    assert result.returncode == 1 and "cannot listen" in result.stderr
+    assert list(temporary.iterdir()) == []
+    into = tmp_path / "replica"
+    pulled = docsrv("snapshot", "pull", "http://127.0.0.1:9/snapshot", "--into", str(into))
+    assert pulled.returncode == 1 and pulled.stderr.startswith("docsrv: pull failed: ")
+    assert not into.exists()

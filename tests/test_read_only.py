@@ -73,3 +73,10 @@ def test_prepare_on_a_read_only_snapshot_fails_in_one_line(tmp_path, mounted):
     result = docsrv("snapshot", "prepare", str(volume))
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
     assert "Read-only file system" in result.stderr
+
+
+def test_synth_into_a_read_only_directory_names_the_directory_asked_for(tmp_path, mounted):
+    volume = mounted(sealed(tmp_path / "snap", "snap-ro"))
+    result = docsrv("snapshot", "synth", "--scale", "demo", "--out", str(volume / "new"))
+    assert result.returncode == 1
+    assert result.stderr == f"docsrv: {volume / 'new'}: Read-only file system\n"

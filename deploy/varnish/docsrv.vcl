@@ -4,6 +4,10 @@
 # the xkey vmod indexes a cached object by the keys of its own xkey header, so they are copied
 # there. `docsrv snapshot diff OLD NEW --purge http://<this varnish>/ --dialect varnish-xkey`
 # sends PURGE requests whose xkey-purge header lists keys; only the purgers below may.
+#
+# docsrv answers only Host headers it knows: in front of it on a real hostname, start it with
+# --public-url https://<that hostname> (its links are then built from it) or
+# --allowed-host <that hostname>; otherwise every request is "400 Invalid Host header.".
 vcl 4.1;
 
 import xkey;

@@ -82,6 +82,8 @@ def open_records(path: Path, progress: bool) -> Iterator[IO[bytes] | gzip.GzipFi
 
 def describe(exc: msgspec.DecodeError) -> str:
     if isinstance(exc, msgspec.ValidationError):
+        if str(exc).startswith("Object contains unknown field"):
+            return f"{exc} (written by a newer docsrv? upgrade docsrv to read it)"
         return str(exc)
     return f"invalid JSON: {exc}"
 

@@ -189,6 +189,9 @@ def read_manifest(directory: Path, problems: ProblemList) -> Manifest | None:
         return None
     if manifest.format != FORMAT:
         problems.add("manifest.json", None, f"format is {manifest.format!r}, not {FORMAT!r}")
+    elif manifest.format_version > FORMAT_VERSION:
+        problems.add("manifest.json", None, f"format_version {manifest.format_version} is newer than this docsrv reads "
+                     f"({FORMAT_VERSION}): upgrade docsrv to read it")
     elif manifest.format_version != FORMAT_VERSION:
         problems.add(
             "manifest.json",

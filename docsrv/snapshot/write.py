@@ -106,7 +106,10 @@ def built_aside(target: Path, *, replace: bool = False) -> Iterator[Path]:
     if target.exists() and not replace:
         raise CommandError(f"{target} already exists: choose another directory, or --force to replace it")
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    except OSError as error:  # named by the directory asked for, not the temporary one beside it
+        raise OSError(error.errno, error.strerror, str(target)) from error
     try:
         yield partial
         partial.chmod(0o755)

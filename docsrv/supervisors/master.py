@@ -99,12 +99,16 @@ class Master:
 
     def run(self) -> int:
         raise_fd_limit()
-        self.sock = listening_socket(self.host, self.port)
+        try:
+            self.sock = listening_socket(self.host, self.port)
+        except BaseException:
+            shutil.rmtree(self.run_dir, ignore_errors=True)  # a failed start leaves nothing behind
+            raise
         name_process(MASTER_NAME)
         become_subreaper()
         self.responder = LoadingResponder(self.sock)
-        self.first = self.generation(resolve(self.snapshot))
         try:
+            self.first = self.generation(resolve(self.snapshot))
             for signum, flag in ((signal.SIGHUP, "reload"), (signal.SIGTERM, "stop"), (signal.SIGINT, "stop"), (signal.SIGCHLD, "reap")):
                 signal.signal(signum, self.flagger(flag))
             signal.set_wakeup_fd(self.wake_write)

@@ -24,6 +24,9 @@ from .snapshot.verified import record_check
 from .utils.positions import Grouping, SortedOrder
 
 log = logging.getLogger("docsrv")
+#: A server that checked a snapshot whole for longer than this says so as a warning (an INFO line
+#: for a small one, the bundled demo among them, where preparing saves nothing worth a warning).
+UNPREPARED_WARNING_SECONDS = 1.0
 
 T = TypeVar("T")
 
@@ -262,9 +265,10 @@ def load_store(
     gc.freeze()
     store.load_seconds = time.perf_counter() - started
     if trust and not keep and not store.trusted:
-        log.warning("%s is not prepared (no record of a check of these files): checked whole in %.1f s; "
-                    "`docsrv snapshot prepare %s` where it can be written spares that at every start",
-                    store.path, store.load_seconds, store.path)
+        level = logging.WARNING if store.load_seconds >= UNPREPARED_WARNING_SECONDS else logging.INFO
+        log.log(level, "%s is not prepared (no record of a check of these files): checked whole in %.1f s; "
+                "`docsrv snapshot prepare %s` where it can be written spares that at every start",
+                store.path, store.load_seconds, store.path)
     return store
 
 

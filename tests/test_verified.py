@@ -346,7 +346,7 @@ def test_a_server_load_writes_nothing_and_says_how_to_prepare(snapshot, caplog):
     """A server only reads a snapshot: without a record of a check it checks it whole, names the
     command that prepares it, and leaves the directory as it was."""
     before = sorted(path.name for path in snapshot.iterdir())
-    with caplog.at_level(logging.WARNING, logger="docsrv"):
+    with caplog.at_level(logging.INFO, logger="docsrv"):
         store = load_store(snapshot, progress=False, page_text=False)
     assert not store.trusted and sorted(path.name for path in snapshot.iterdir()) == before
     assert f"{snapshot} is not prepared (no record of a check of these files): checked whole in " in caplog.text

@@ -288,7 +288,8 @@ def raw_response(port: int, target: str, headers: dict[str, str] | None = None) 
         data = b""
         while b"\r\n\r\n" not in data:
             data += sock.recv(65536)
-        length = int(re.search(rb"(?i)\r\ncontent-length: *(\d+)", data).group(1))
+        found = re.search(rb"(?i)\r\ncontent-length: *(\d+)", data)
+        length = int(found.group(1)) if found else 0  # a 304 has no body
         end = data.index(b"\r\n\r\n") + 4 + length
         while len(data) < end:
             data += sock.recv(65536)

@@ -240,3 +240,36 @@ def installed(tmp_path_factory):
         path.chmod(0o755 if path.is_dir() else 0o644)
     yield target
     shutil.rmtree(target, ignore_errors=True)
+
+
+@pytest.fixture
+def hostile():
+    """Make HTTP endpoints that misbehave on purpose (``hostile_http.py``); closed after the test."""
+    from hostile_http import Hostile
+
+    made: list[Hostile] = []
+
+    def make(behaviour, argument=None) -> Hostile:
+        made.append(Hostile(behaviour, argument))
+        return made[-1]
+
+    yield make
+    for server in made:
+        server.close()
+
+
+@pytest.fixture
+def outside():
+    """A directory off a confined process's read-only root and not under its /tmp
+    (``confined.py``); the test is skipped where such a process cannot run."""
+    import shutil
+    import tempfile
+
+    from confined import available
+
+    why = available()
+    if why is not None:
+        pytest.skip(why)
+    made = Path(tempfile.mkdtemp(prefix="docsrv-confined-", dir="/var/tmp"))
+    yield made
+    shutil.rmtree(made, ignore_errors=True)

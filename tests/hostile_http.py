@@ -11,7 +11,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 ENDLESS_SECONDS = 30.0
 
 
-class Hostile:
+class LoopbackServer:
+    """A threading HTTP server on a free loopback port, serving ``handler`` until ``close``."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Hostile(LoopbackServer):
     """Answers every request as ``behaviour`` says: ``("redirect", url)``, ``("endless", None)``,
     ``("echo", status)``, or ``("json", body)``; records the requests it gets."""
 
@@ -62,12 +77,4 @@ class Hostile:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)

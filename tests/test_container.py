@@ -9,13 +9,9 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
-import tempfile
 from pathlib import Path
 
-import pytest
-
-from confined import Confined, Volume, available
+from confined import Confined, Volume
 from conftest import ROOT
 from helpers import docsrv, sealed
 
@@ -30,17 +26,6 @@ def dockerfile() -> dict:
         elif word in ("VOLUME", "CMD"):
             found[word.lower()] = json.loads(rest)
     return found
-
-
-@pytest.fixture
-def outside():
-    """A directory off the container's read-only root and not under its /tmp."""
-    why = available()
-    if why is not None:
-        pytest.skip(why)
-    made = Path(tempfile.mkdtemp(prefix="docsrv-container-", dir="/var/tmp"))
-    yield made
-    shutil.rmtree(made, ignore_errors=True)
 
 
 def container(installed: Path, outside: Path, snapshot: Path | None) -> tuple[Confined, dict[str, str]]:

@@ -4,10 +4,8 @@ variables that `docsrv serve` reads."""
 
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import kubernetes_validate
@@ -98,18 +96,6 @@ class Pod:
         for flag, value in replace.items():
             args[args.index(flag) + 1] = value
         return [*self.confined[name].prefix(), sys.executable, "-m", "docsrv", *args]
-
-
-@pytest.fixture
-def outside():
-    from confined import available
-
-    why = available()
-    if why is not None:
-        pytest.skip(why)
-    made = Path(tempfile.mkdtemp(prefix="docsrv-pod-", dir="/var/tmp"))
-    yield made
-    shutil.rmtree(made, ignore_errors=True)
 
 
 def test_the_deployment_runs_as_shipped_init_pull_server_and_sidecar(outside, installed, tmp_path, start_server):

@@ -60,12 +60,15 @@ def test_a_file_copied_over_a_serving_snapshot_never_answers_another_records_dat
 
 
 def test_kill_9_of_the_master_ends_its_workers(start_server):
+    """Its workers and the process holding its snapshot end with it (each is sent a signal by the
+    kernel: SIGTERM to drain, SIGKILL), so the port is freed for the restart."""
     server = start_server("--workers", "2")
     workers = poll(lambda: len(children(server.process.pid)) == 2 and children(server.process.pid), what="two workers")
+    (holding,) = children(server.process.pid, "docsrv-snapshot")
     os.kill(server.process.pid, signal.SIGKILL)
     server.process.wait(timeout=10)
-    poll(lambda: not any(alive(pid) for pid in workers), timeout=2.0, what="workers ending with their master")
-    assert refused(server.port)
+    poll(lambda: not any(alive(pid) for pid in [*workers, holding]), timeout=5.0, what="workers ending with their master")
+    poll(lambda: refused(server.port), timeout=5.0, what="the port freed")
 
 
 def test_a_worker_that_cannot_start_is_retried_with_backoff_and_the_master_gives_up(start_server):

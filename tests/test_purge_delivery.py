@@ -9,18 +9,17 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from snapshot_change import realistic_change
 
 from conftest import DEMO
 from helpers import docsrv
-from hostile_http import Hostile
+from hostile_http import LoopbackServer
 
 
-class Recorder:
+class Recorder(LoopbackServer):
     """An HTTP server recording (method, path, headers, body) of each request; its answers are
     taken in turn from ``answers`` ((status, headers) pairs), then 200."""
 
@@ -46,14 +45,7 @@ class Recorder:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 @pytest.fixture(scope="module")
@@ -144,19 +136,6 @@ def test_an_unreachable_cache_fails_with_one_line(change):
     result = purge(change, "http://127.0.0.1:9/", "varnish-xkey")
     assert result.returncode == 1 and result.stderr.count("\n") == 1
     assert result.stderr.startswith("docsrv: purge failed: batch 1 (") and "after 4 attempts" in result.stderr
-
-
-@pytest.fixture
-def hostile():
-    made: list[Hostile] = []
-
-    def make(behaviour, argument=None) -> Hostile:
-        made.append(Hostile(behaviour, argument))
-        return made[-1]
-
-    yield make
-    for server in made:
-        server.close()
 
 
 def peak_rss_mb(*args: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:

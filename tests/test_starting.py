@@ -15,14 +15,22 @@ from conftest import ROOT, free_port
 from helpers import children, fresh_get, poll, sealed
 
 
-def test_healthz_answers_while_the_first_snapshot_loads_and_readyz_says_503(tmp_path):
-    snapshot = sealed(tmp_path / "snap", "snap-slow")  # not prepared, no index: the load takes a while
+def held_load(tmp_path) -> tuple[subprocess.Popen, int, int]:
+    """A server started on a snapshot whose load is held with SIGSTOP: (its process, its port, the
+    process loading the snapshot). Not prepared and without an index, the load takes long enough
+    for the loader to be stopped before it ends."""
+    snapshot = sealed(tmp_path / "snap", "snap-slow")
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "docsrv", "serve", "--snapshot", str(snapshot), "--port", str(port),
-                                "--workers", "1"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                                "--workers", "1"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    loader = poll(lambda: children(process.pid, "docsrv-snapshot"), timeout=30, what="the process loading the snapshot")[0]
+    os.kill(loader, signal.SIGSTOP)
+    return process, port, loader
+
+
+def test_healthz_answers_while_the_first_snapshot_loads_and_readyz_says_503(tmp_path):
+    process, port, loader = held_load(tmp_path)
     try:
-        loader = poll(lambda: children(process.pid, "docsrv-snapshot"), timeout=30, what="the process loading the snapshot")[0]
-        os.kill(loader, signal.SIGSTOP)
         status, headers, body = fresh_get(port, "/healthz")
         assert (status, json.loads(body)) == (200, {"status": "ok"}) and headers["Connection"] == "close"
         status, headers, body = fresh_get(port, "/readyz")
@@ -42,13 +50,8 @@ def test_healthz_answers_while_the_first_snapshot_loads_and_readyz_says_503(tmp_
 def test_a_client_that_sends_nothing_does_not_hold_the_master(tmp_path):
     """A connection that never sends its request is dropped after a short while, and requests on
     other connections are answered meanwhile."""
-    snapshot = sealed(tmp_path / "snap", "snap-slow")
-    port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "docsrv", "serve", "--snapshot", str(snapshot), "--port", str(port),
-                                "--workers", "1"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process, port, loader = held_load(tmp_path)
     try:
-        loader = poll(lambda: children(process.pid, "docsrv-snapshot"), timeout=30, what="the process loading the snapshot")[0]
-        os.kill(loader, signal.SIGSTOP)
         silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(10)]
         assert fresh_get(port, "/healthz")[0] == 200
         for sock in silent:

@@ -169,6 +169,7 @@ def run_serve(args: argparse.Namespace) -> int:
         look_interval=args.watch_interval,
         access_log=args.access_log,
         no_workers_timeout=args.no_workers_timeout,
+        worker_timeout=args.worker_timeout,
     )
 
 

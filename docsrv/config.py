@@ -141,6 +141,8 @@ SERVE_OPTIONS: tuple[Option, ...] = (
            "once it is complete (every file at the size its manifest records)"),
     Option("watch_interval", float, 2.0, "seconds between looks at the snapshot's files: for a new snapshot (with `--watch`) and, "
            "always, for files of the snapshot being served changed on disk (which is then reloaded)"),
+    Option("worker_timeout", float, 30.0, "a worker whose event loop has not run for this many seconds (a request that holds it, "
+           "a process stopped) is killed and replaced; the master reads a heartbeat each worker's loop writes every second"),
     Option("no_workers_timeout", float, 60.0, "when no worker has been able to serve for this many seconds, close the port and exit 1 "
            "(so that systemd or Kubernetes restarts the server)"),
     Option("access_log", bool, False, "one JSON line per request on standard output"),

@@ -42,6 +42,15 @@ class Runtime:
         self.access_log = access_log
         self.started = time.time()
 
+    def beat(self) -> None:
+        """Say that this worker's event loop runs (a worker under a master)."""
+        if self.run_dir is not None:
+            path = heartbeat_path(self.run_dir, os.getpid())
+            try:
+                os.utime(path)
+            except FileNotFoundError:
+                path.touch()
+
     def status(self) -> MasterStatus:
         """What the master last wrote (a server without a master: one worker, no reloads)."""
         if self.run_dir is not None:
@@ -69,6 +78,13 @@ class Runtime:
             "user_agent": user_agent,
         }
         sys.stdout.write(orjson.dumps(record).decode() + "\n")
+
+
+def heartbeat_path(run_dir: Path, pid: int) -> Path:
+    """The file whose modification time says when worker ``pid``'s event loop last ran its
+    once-a-second tick (``server.every_second``): the master kills a worker whose heartbeat is
+    older than ``--worker-timeout``, as gunicorn's arbiter does."""
+    return run_dir / f"alive-{pid}"
 
 
 def write_status(run_dir: Path, status: MasterStatus) -> None:

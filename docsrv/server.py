@@ -144,6 +144,7 @@ async def serve_worker(served: Served, settings: Settings, sock: socket.socket, 
         loop.add_signal_handler(signum, stop.set)
     die_with_parent(master)
     listening = await start(state, sock)
+    runtime.beat()
     os.write(ready_fd, b"R")
     os.close(ready_fd)
     ticker = asyncio.create_task(every_second(runtime, master, stop))
@@ -155,9 +156,11 @@ async def serve_worker(served: Served, settings: Settings, sock: socket.socket, 
 
 
 async def every_second(runtime: Runtime, master: int, stop: asyncio.Event) -> None:
-    """Share this worker's counts; stop if the master has gone (where no death signal is sent)."""
+    """Beat (the master kills a worker whose loop stops: ``--worker-timeout``); share this
+    worker's counts; stop if the master has gone (where no death signal is sent)."""
     while True:
         await asyncio.sleep(1.0)
+        runtime.beat()
         runtime.metrics.flush()
         if runtime.access_log:
             sys.stdout.flush()

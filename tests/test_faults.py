@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DEMO
-from helpers import alive, children, docsrv, point, poll, refused, sealed, watched_under_load
+from helpers import alive, children, docsrv, fresh_get, point, poll, refused, sealed, watched_under_load
 
 
 def other_commands(directory: Path) -> None:
@@ -251,3 +251,19 @@ def test_a_failed_start_or_first_pull_leaves_nothing_behind(tmp_path):
     pulled = docsrv("snapshot", "pull", "http://127.0.0.1:9/snapshot", "--into", str(into))
     assert pulled.returncode == 1 and pulled.stderr.startswith("docsrv: pull failed: ")
     assert not into.exists()
+
+
+def test_a_worker_whose_event_loop_stops_is_killed_and_replaced(start_server):
+    """A worker that stops running its event loop (here SIGSTOP; a request that held the loop
+    would do the same) stops beating: once its heartbeat is older than --worker-timeout, the
+    master kills it and starts another, as gunicorn's arbiter does."""
+    server = start_server("--workers", "1", "--worker-timeout", "2")
+    (stuck,) = poll(lambda: children(server.process.pid), what="the worker")
+    os.kill(stuck, signal.SIGSTOP)
+    line = server.wait_for(f"worker {stuck} has not run its event loop for", timeout=30)
+    assert "(--worker-timeout 2); killing it" in line
+    poll(lambda: not alive(stuck), what="the stopped worker gone")
+    (replacement,) = poll(lambda: children(server.process.pid), what="a new worker")
+    assert replacement != stuck
+    poll(lambda: fresh_get(server.port, "/readyz")[0] == 200, what="ready again")
+    assert server.json("/api/v2/project/?slug=pip")["results"][0]["slug"] == "pip"

@@ -36,7 +36,7 @@ from types import FrameType
 from ..config import Settings
 from ..errors import StartError
 from ..metrics import retire
-from ..runtime import Runtime
+from ..runtime import Runtime, heartbeat_path
 from ..search import META_LOCK
 from ..server import DRAIN_SECONDS, listening_socket, raise_fd_limit, run, serve_worker
 from ..serving import Served, resolve
@@ -67,6 +67,7 @@ class Master:
         look_interval: float = 2.0,
         access_log: bool = False,
         no_workers_timeout: float = 60.0,
+        worker_timeout: float = 30.0,
     ) -> None:
         self.snapshot = snapshot
         self.settings = settings
@@ -77,6 +78,7 @@ class Master:
         self.look_interval = watch if watch is not None else look_interval
         self.access_log = access_log
         self.no_workers_timeout = no_workers_timeout
+        self.worker_timeout = worker_timeout
         self.run_dir = Path(tempfile.mkdtemp(prefix="docsrv-run-"))
         self.pid = os.getpid()
         self.board = StatusBoard(self.run_dir, self.wanted)
@@ -160,6 +162,7 @@ class Master:
                     self.first_loaded()
                 continue
             assert self.pool is not None
+            self.kill_silent_workers()
             self.pool.fill()
             if self.reloading is not None:
                 self.advance_reload()
@@ -272,6 +275,7 @@ class Master:
                 self.generation_exited(generation, status)
                 continue
             retire(self.run_dir, pid)
+            heartbeat_path(self.run_dir, pid).unlink(missing_ok=True)
             if pid in self.draining:
                 self.draining.discard(pid)
                 self.board.draining(len(self.draining))
@@ -283,6 +287,23 @@ class Master:
                 self.pool.current.forget(pid)
             elif self.pool.exited(pid, status):
                 self.board.workers(len(self.pool.live))
+
+    def kill_silent_workers(self) -> None:
+        """Kill every ready or draining worker whose event loop has not beaten for
+        ``worker_timeout`` seconds (gunicorn's arbiter does the same): its requests, and those
+        queued behind them, would wait for ever. The pool replaces it as any worker that exits."""
+        assert self.pool is not None
+        now = time.time()
+        for pid in self.pool.live | self.draining:
+            try:
+                silent = now - os.stat(heartbeat_path(self.run_dir, pid)).st_mtime
+            except OSError:
+                continue
+            if silent > self.worker_timeout:
+                log.error("worker %d has not run its event loop for %.0f s (--worker-timeout %g); killing it", pid, silent,
+                          self.worker_timeout)
+                heartbeat_path(self.run_dir, pid).unlink(missing_ok=True)
+                send(pid, signal.SIGKILL)
 
     def generation_exited(self, generation: Generation, status: int) -> None:
         """A generation process exited: let go of it. The one serving exits only if something

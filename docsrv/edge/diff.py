@@ -34,6 +34,11 @@ from ..http.purge import (
     V2_BUILDS,
     V2_PROJECTS,
     V2_VERSIONS,
+    build_key,
+    file_key,
+    project_key,
+    user_key,
+    version_key,
 )
 from ..snapshot.errors import ProblemList
 from ..snapshot.lines import decoded_blocks, open_records
@@ -216,8 +221,9 @@ def placed(version: Version) -> tuple:
     return version.project, version.slug, version.active, version.verbose_name
 
 
-def version_key(side: Side, version: Version) -> str:
-    return f"version-{side.project_slug(version.project)}-{version.slug}"
+def version_key_on(side: Side, version: Version) -> str:
+    """The key of a version, as ``side`` names its project."""
+    return version_key(side.project_slug(version.project), version.slug)
 
 
 def compare(old_dir: Path, new_dir: Path) -> Keys:
@@ -245,17 +251,17 @@ def compare_with(old_dir: Path, new_dir: Path, helper: Executor) -> Keys:
 def compare_projects(old: Side, new: Side, keys: Keys) -> None:
     for pid in old.projects.keys() - new.projects.keys():
         project = old.projects[pid]
-        keys.add("removed", [f"project-{project.slug}"])
+        keys.add("removed", [project_key(project.slug)])
         keys.add("lists", project_lists(project))
     for pid in new.projects.keys() - old.projects.keys():
         project = new.projects[pid]
-        keys.add("added", [f"project-{project.slug}"])
+        keys.add("added", [project_key(project.slug)])
         keys.add("lists", project_lists(project))
     for pid in old.projects.keys() & new.projects.keys():
         before, after = old.projects[pid], new.projects[pid]
         if before == after:
             continue
-        keys.add("changed", {f"project-{before.slug}", f"project-{after.slug}"})
+        keys.add("changed", {project_key(before.slug), project_key(after.slug)})
         if (before.slug, before.users) != (after.slug, after.users):
             keys.add("lists", project_lists(before) + project_lists(after))
         else:
@@ -284,17 +290,17 @@ def compare_projects(old: Side, new: Side, keys: Keys) -> None:
 def compare_versions(old: Side, new: Side, keys: Keys) -> None:
     for vid in old.versions.keys() - new.versions.keys():
         version = old.versions[vid]
-        keys.add("removed", [version_key(old, version)])
+        keys.add("removed", [version_key_on(old, version)])
         keys.add("lists", version_lists(old, version))
     for vid in new.versions.keys() - old.versions.keys():
         version = new.versions[vid]
-        keys.add("added", [version_key(new, version)])
+        keys.add("added", [version_key_on(new, version)])
         keys.add("lists", version_lists(new, version))
     for vid in old.versions.keys() & new.versions.keys():
         before, after = old.versions[vid], new.versions[vid]
         if before == after:
             continue  # a renamed project's versions: under the project's keys
-        keys.add("changed", {version_key(old, before), version_key(new, after)})
+        keys.add("changed", {version_key_on(old, before), version_key_on(new, after)})
         if placed(before) != placed(after):
             keys.add("lists", version_lists(old, before) + version_lists(new, after))
         else:
@@ -314,14 +320,14 @@ def compare_builds(old: Side, new: Side, keys: Keys, helper: Executor) -> None:
     decoder = msgspec.json.Decoder(CommandOwner)
     edited |= {decoder.decode(line).build for line in (*gone, *came)}
     for bid in old.builds.keys() - new.builds.keys():
-        keys.add("removed", [f"build-{bid}"])
+        keys.add("removed", [build_key(bid)])
         keys.add("lists", build_lists(old, old.builds[bid]))
     for bid in new.builds.keys() - old.builds.keys():
-        keys.add("added", [f"build-{bid}"])
+        keys.add("added", [build_key(bid)])
         keys.add("lists", build_lists(new, new.builds[bid]))
     for bid in edited & old.builds.keys() & new.builds.keys():
         before, after = old.builds[bid], new.builds[bid]
-        keys.add("changed", [f"build-{bid}"])
+        keys.add("changed", [build_key(bid)])
         if (before.project, before.date, before.commit) != (after.project, after.date, after.commit):
             keys.add("lists", build_lists(old, before) + build_lists(new, after))
         else:
@@ -334,9 +340,9 @@ def compare_pages(old: Side, new: Side, keys: Keys, helper: Executor) -> None:
     removed = old.pages.keys() - new.pages.keys()
     added = new.pages.keys() - old.pages.keys()
     changed = edited & old.pages.keys() & new.pages.keys()
-    keys.add("removed", (f"file-{pid}" for pid in removed))
-    keys.add("added", (f"file-{pid}" for pid in added))
-    keys.add("changed", (f"file-{pid}" for pid in changed))
+    keys.add("removed", map(file_key, removed))
+    keys.add("added", map(file_key, added))
+    keys.add("changed", map(file_key, changed))
     if removed or added:
         keys.add("lists", [V1_FILES.key({})])
     elif changed:
@@ -347,16 +353,16 @@ def compare_pages(old: Side, new: Side, keys: Keys, helper: Executor) -> None:
 
 def compare_users(old: Side, new: Side, keys: Keys) -> None:
     for uid in old.users.keys() - new.users.keys():
-        keys.add("removed", [f"user-{uid}"])
+        keys.add("removed", [user_key(uid)])
         keys.add("lists", user_lists(old.users[uid]))
     for uid in new.users.keys() - old.users.keys():
-        keys.add("added", [f"user-{uid}"])
+        keys.add("added", [user_key(uid)])
         keys.add("lists", user_lists(new.users[uid]))
     for uid in old.users.keys() & new.users.keys():
         before, after = old.users[uid], new.users[uid]
         if before == after:
             continue
-        keys.add("changed", [f"user-{uid}"])
+        keys.add("changed", [user_key(uid)])
         if before.username != after.username:
             keys.add("lists", user_lists(before) + user_lists(after))
         else:

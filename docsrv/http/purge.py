@@ -40,8 +40,35 @@ BIG = "big-"
 PLAIN_VALUE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
+# The key of each object, spelled once: the replies carry them (below) and ``snapshot diff``
+# names them (``edge/diff.py``).
+
+
+def project_key(slug: str) -> str:
+    return f"project-{slug}"
+
+
+def version_key(project_slug: str, version_slug: str) -> str:
+    return f"version-{project_slug}-{version_slug}"
+
+
+def build_key(build_id: int) -> str:
+    return f"build-{build_id}"
+
+
+def file_key(page_id: int) -> str:
+    return f"file-{page_id}"
+
+
+def user_key(user_id: int) -> str:
+    return f"user-{user_id}"
+
+
+# The keys of a reply that shows an object: its own, and those of what it shows a part of.
+
+
 def project_keys(project: Project) -> tuple[str, ...]:
-    return (f"project-{project.slug}",)
+    return (project_key(project.slug),)
 
 
 def version_keys(store: Store, version: Version) -> tuple[str, ...]:
@@ -50,19 +77,19 @@ def version_keys(store: Store, version: Version) -> tuple[str, ...]:
 
 def version_slug_keys(project: Project, version_slug: str) -> tuple[str, ...]:
     """The keys of a project's version, by its slug (doc search names versions by slug)."""
-    return (f"project-{project.slug}", f"version-{project.slug}-{version_slug}")
+    return (project_key(project.slug), version_key(project.slug, version_slug))
 
 
 def build_keys(store: Store, build: Build) -> tuple[str, ...]:
-    return (*version_keys(store, store.versions[build.version]), f"build-{build.id}")
+    return (*version_keys(store, store.versions[build.version]), build_key(build.id))
 
 
 def page_keys(store: Store, page: PageHead) -> tuple[str, ...]:
-    return (*version_keys(store, store.versions[page.version]), f"file-{page.id}")
+    return (*version_keys(store, store.versions[page.version]), file_key(page.id))
 
 
 def user_keys(user: User) -> tuple[str, ...]:
-    return (f"user-{user.id}",)
+    return (user_key(user.id),)
 
 
 def key_value(value: str | int | bool) -> str:

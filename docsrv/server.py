@@ -149,8 +149,8 @@ async def serve_worker(served: Served, settings: Settings, sock: socket.socket, 
     os.close(ready_fd)
     ticker = asyncio.create_task(every_second(runtime, master, stop))
     await stop.wait()
+    await listening.close()  # beating on while it drains: the master kills a worker that stops
     ticker.cancel()
-    await listening.close()
     runtime.metrics.flush()
     sys.stdout.flush()
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 from conftest import ROOT, free_port
-from helpers import children, fresh_get, poll, sealed
+from helpers import alive, children, fresh_get, poll, sealed
 
 
 def held_load(tmp_path) -> tuple[subprocess.Popen, int, int]:
@@ -62,3 +62,15 @@ def test_a_client_that_sends_nothing_does_not_hold_the_master(tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=60)
+
+
+def test_sigterm_during_the_first_load_stops_at_once(tmp_path):
+    """The process loading the snapshot serves no request: a stop does not wait for its load."""
+    process, _port, loader = held_load(tmp_path)
+    try:
+        process.terminate()
+        assert process.wait(timeout=10) == 0
+        poll(lambda: not alive(loader), what="the loading process gone")
+    finally:
+        if process.poll() is None:
+            process.kill()

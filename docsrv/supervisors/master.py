@@ -321,8 +321,9 @@ class Master:
         ) | self.draining
         for pid in pids:
             send(pid, signal.SIGTERM)
-        for generation in self.generations:
+        for generation in self.generations:  # a generation serves no request: it stops at once, loading or not
             generation.close()
+            send(generation.pid, signal.SIGKILL)  # it holds nothing to finish
             pids.add(generation.pid)
         deadline = time.monotonic() + DRAIN_SECONDS + 5
         while time.monotonic() < deadline:

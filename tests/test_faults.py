@@ -17,6 +17,9 @@ import pytest
 from conftest import DEMO
 from helpers import alive, children, docsrv, fresh_get, point, poll, refused, sealed, watched_under_load
 
+#: The demo snapshot's directory, as the master resolves and names it.
+DEMO_DIRECTORY = os.path.realpath(DEMO)
+
 
 def other_commands(directory: Path) -> None:
     """build_commands.jsonl with every build's lines in the reverse order of builds, and each output
@@ -267,3 +270,20 @@ def test_a_worker_whose_event_loop_stops_is_killed_and_replaced(start_server):
     assert replacement != stuck
     poll(lambda: fresh_get(server.port, "/readyz")[0] == 200, what="ready again")
     assert server.json("/api/v2/project/?slug=pip")["results"][0]["slug"] == "pip"
+
+
+def test_a_killed_snapshot_process_is_replaced_and_workers_still_come_back(start_server):
+    """The process holding the snapshot is killed (an OOM killer's choice): the workers go on
+    serving, the master loads the snapshot anew, and a worker that dies afterwards is replaced."""
+    server = start_server("--workers", "1")
+    master = server.process.pid
+    (holding,) = children(master, "docsrv-snapshot")
+    os.kill(holding, signal.SIGKILL)
+    server.wait_for(f"the process holding snapshot {DEMO_DIRECTORY} exited (status", timeout=30)
+    server.wait_for("reloaded: serving snapshot demo", timeout=60)
+    (renewed,) = poll(lambda: children(master, "docsrv-snapshot"), what="a new process holding the snapshot")
+    assert renewed != holding
+    (worker,) = poll(lambda: children(master), what="the worker")
+    os.kill(worker, signal.SIGKILL)
+    poll(lambda: children(master) and children(master) != [worker], what="a worker forked by the new process")
+    poll(lambda: fresh_get(server.port, "/readyz")[0] == 200, what="ready")

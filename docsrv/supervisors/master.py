@@ -92,7 +92,7 @@ class Master:
         self.pool: WorkerPool | None = None
         #: Workers of an earlier snapshot, told to stop and not yet exited.
         self.draining: set[int] = set()
-        #: Signals, and the end of a load, write to this pipe: the loop's select wakes on it.
+        #: Signals write to this pipe: the loop's select wakes on it.
         self.wake_read, self.wake_write = os.pipe()
         for fd in (self.wake_read, self.wake_write):
             os.set_blocking(fd, False)

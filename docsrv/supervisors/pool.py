@@ -64,7 +64,12 @@ class WorkerPool:
             log.warning("worker %d did not become ready in %.0f s; stopping it", pid, READY_SECONDS)
             send(pid, signal.SIGKILL)
         while self.short() and now >= self.next_start:
-            pid, ready_fd = self._fork(self.generation)
+            try:
+                pid, ready_fd = self._fork(self.generation)
+            except OSError as error:  # its generation is gone: the master loads the snapshot anew
+                log.warning("cannot fork a worker now (%s); trying again in %.1f s", error, BACKOFF_SECONDS[0])
+                self.next_start = now + BACKOFF_SECONDS[0]
+                return
             self.current.started(pid, ready_fd, now)
 
     def answered(self, pid: int) -> bool:

@@ -32,6 +32,7 @@ SCHEMAS: dict[str, dict] = {
     "FieldErrors": {"type": "object", "additionalProperties": {"type": "array", "items": STRING}, "minProperties": 1},
     "Redirect": obj({"detail": STRING, "location": STRING}),
     "Health": obj({"status": STRING}),
+    "Starting": obj({"status": {"type": "string", "enum": ["starting"]}, "problem": STRING}),
     "Ready": obj(
         {
             "status": {"type": "string", "enum": ["ready", "degraded"]},
@@ -309,7 +310,11 @@ READYZ = operation(
     [],
     json_response("A snapshot is loaded.", ref("Ready")),
     tag="operations",
-    errors={"503": json_response("The snapshot's files changed on disk under the server; it is being reloaded.", ref("Ready"))},
+    errors={"503": json_response(
+        "The snapshot's files changed on disk under the server, and it is being reloaded (Ready); or no worker serves yet, "
+        "while the first snapshot loads or every worker is being replaced, and the master answers (Starting).",
+        {"oneOf": [ref("Ready"), ref("Starting")]},
+    )},
 )
 METRICS = {
     "summary": "Prometheus metrics of every worker: requests, latency, snapshot, reloads.",
@@ -362,7 +367,9 @@ def build_document(operations: dict[str, dict]) -> bytes:
             "Every response carries Vary: Origin (and Accept-Encoding for a 200). "
             "Unknown query parameters are ignored (and left out of links). On every API path: a Host header the server "
             "may not name (when it has no public URL) gets 400 {\"detail\": \"Invalid Host header.\"}; an HTTP version "
-            "other than 1.0 and 1.1 gets 505; a record whose file changed on disk under the server gets 503.",
+            "other than 1.0 and 1.1 gets 505; a record whose file changed on disk under the server gets 503. While no worker "
+            "serves (the first snapshot loading), /healthz answers 200 and every other path 503 "
+            "{\"detail\": \"Not ready: ...\"} with Retry-After.",
         },
         "paths": paths,
         "components": {"schemas": SCHEMAS},

@@ -37,7 +37,7 @@ def main() -> None:
     out = RESULTS / f"{dt.date.today().isoformat()}-{args.scale}-profile-{args.endpoint}"
     system = start("docsrv", snapshot, snapshot, WORK)
     try:
-        worker = tree(system.process.pid)[-1]
+        worker = next(pid for pid in tree(system.process.pid) if Path(f"/proc/{pid}/comm").read_text().strip() == "docsrv-worker")
         wrk(system, paths, 2, 50)
         load = threading.Thread(target=wrk, args=(system, paths, args.seconds + 2, 50))
         load.start()

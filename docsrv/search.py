@@ -127,7 +127,7 @@ def open_index(directory: Path) -> tantivy.Index:
     once the reader has mapped every segment: the lock file is made there, never in the snapshot."""
     links = Path(tempfile.mkdtemp(prefix="docsrv-open-"))
     try:
-        for entry in os.scandir(directory):
+        for entry in os.scandir(directory.absolute()):  # links to absolute paths: a relative one would point nowhere
             if entry.is_file() and entry.name != META_LOCK:
                 os.symlink(entry.path, links / entry.name)
         return quiet(tantivy.Index.open(str(links)))

@@ -80,3 +80,16 @@ def test_synth_into_a_read_only_directory_names_the_directory_asked_for(tmp_path
     result = docsrv("snapshot", "synth", "--scale", "demo", "--out", str(volume / "new"))
     assert result.returncode == 1
     assert result.stderr == f"docsrv: {volume / 'new'}: Read-only file system\n"
+
+
+def test_an_index_named_by_a_relative_path_opens(tmp_path, monkeypatch):
+    """The index is opened through links made elsewhere: they point at absolute paths, so a
+    relative name of the index works too."""
+    from pathlib import Path
+
+    from docsrv.search import index_problem
+
+    snapshot = sealed(tmp_path / "snap", "snap-relative")
+    assert docsrv("index", str(snapshot)).returncode == 0
+    monkeypatch.chdir(tmp_path)
+    assert index_problem(Path("snap") / "index") is None

@@ -1,6 +1,6 @@
 """A profile of docsrv's hot path under load: py-spy records the worker while wrk drives it.
 
-    python bench/profile_hot_path.py [--scale small] [--endpoint project_detail] [--seconds 15]
+    python bench/profile_hot_path.py [--scale small] [--endpoint project_detail] [--seconds 15] [--cache-mb 0]
 
 Writes results/<date>-<scale>-profile-<endpoint>.svg (a flame graph) and .txt (the functions
 that take the most time, by their own time and with what they call).
@@ -26,6 +26,7 @@ def main() -> None:
     parser.add_argument("--scale", default="small")
     parser.add_argument("--endpoint", default="project_detail")
     parser.add_argument("--seconds", type=int, default=15)
+    parser.add_argument("--cache-mb", type=int, default=1024, help="the reply cache; 0 profiles misses (every reply made anew)")
     args = parser.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
@@ -34,8 +35,9 @@ def main() -> None:
     workload = Workload.sample(snapshot, 1)
     paths = WORK / "paths-profile.txt"
     paths.write_text("\n".join(docsrv_url(args.endpoint, item) for item in workload.items[args.endpoint]) + "\n")
-    out = RESULTS / f"{dt.date.today().isoformat()}-{args.scale}-profile-{args.endpoint}"
-    system = start("docsrv", snapshot, snapshot, WORK)
+    miss = "-misses" if args.cache_mb == 0 else ""
+    out = RESULTS / f"{dt.date.today().isoformat()}-{args.scale}-profile-{args.endpoint}{miss}"
+    system = start("docsrv", snapshot, snapshot, WORK, args.cache_mb)
     try:
         worker = next(pid for pid in tree(system.process.pid) if Path(f"/proc/{pid}/comm").read_text().strip() == "docsrv-worker")
         wrk(system, paths, 2, 50)

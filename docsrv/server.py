@@ -7,7 +7,6 @@ the same server inside the calling process, for tools and tests.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import os
 import resource
@@ -30,6 +29,7 @@ from .http.limits import SERVER_LIMITS
 from .http.offload import GIL_SWITCH_SECONDS
 from .runtime import Runtime
 from .serving import Served, load_served
+from .utils import processes
 
 log = logging.getLogger("docsrv")
 
@@ -45,8 +45,6 @@ DRAIN_SECONDS = 20.0
 #: a client's next request on one is answered (with ``Connection: close``), so reloads drop no
 #: request of a busy client; a connection idle that long is closed.
 IDLE_GRACE_SECONDS = 2.0
-#: prctl(2): the signal a process gets when its parent dies.
-PR_SET_PDEATHSIG = 1
 
 
 class Listening:
@@ -112,11 +110,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
 def die_with_parent(parent: int) -> None:
     """Ask the kernel to send SIGTERM when the parent (the master) dies: a worker never outlives it.
     If the master is already gone, stop now."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the worker also watches its parent, below
-        pass
+    processes.die_with_parent(signal.SIGTERM)
     if os.getppid() != parent:
         os.kill(os.getpid(), signal.SIGTERM)
 

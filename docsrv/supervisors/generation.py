@@ -19,7 +19,6 @@ What that buys:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -33,17 +32,15 @@ import msgspec
 
 from ..serving import Served, Signature, load_served
 from ..snapshot.errors import SnapshotError
+from ..utils.processes import die_with_parent, name_process
 
 log = logging.getLogger("docsrv")
 
-#: prctl(2) options.
-PR_SET_PDEATHSIG = 1
-PR_SET_NAME = 15
-PR_SET_CHILD_SUBREAPER = 36
 #: What ``ps -o comm`` (and /proc/PID/comm) shows of each docsrv process.
 MASTER_NAME, GENERATION_NAME, WORKER_NAME = "docsrv-master", "docsrv-snapshot", "docsrv-worker"
 #: The longest a forked worker waits to be left to the master before it gives up.
 ADOPTION_SECONDS = 5.0
+#: A pid, or the length of a report, as sent over the control socket.
 _PID = struct.Struct("=i")
 
 
@@ -76,21 +73,6 @@ class Report(msgspec.Struct, frozen=True):
     public: str | None = None
 
 
-def prctl(option: int, value: int | bytes) -> None:
-    with contextlib.suppress(OSError, AttributeError):  # not Linux: other means apply (the workers watch their parent)
-        ctypes.CDLL(None, use_errno=True).prctl(option, ctypes.c_char_p(value) if isinstance(value, bytes) else value, 0, 0, 0)
-
-
-def name_process(name: str) -> None:
-    """Name the calling process as ``ps`` and ``top`` show it (at most 15 bytes)."""
-    prctl(PR_SET_NAME, name.encode()[:15])
-
-
-def become_subreaper() -> None:
-    """Make the calling process (the master) the one that workers left by their parents go to."""
-    prctl(PR_SET_CHILD_SUBREAPER, 1)
-
-
 class Generation:
     """The master's handle on a generation process."""
 
@@ -100,7 +82,6 @@ class Generation:
         self.control = control
         self.loaded: Loaded | None = None
         self.error: LoadFailed | None = None
-        self.exited = False
 
     @classmethod
     def start(cls, directory: Path, before_load: Callable[[], None], worker: Callable[[Served, int], None]) -> Generation:
@@ -182,7 +163,7 @@ def run_generation(directory: Path, control: socket.socket, worker: Callable[[Se
     """The generation process: load, report, then fork workers on request until told to go."""
     master = os.getppid()
     name_process(GENERATION_NAME)
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # never outlive the master
+    die_with_parent(signal.SIGKILL)  # never outlive the master
     if os.getppid() != master:
         return 1
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

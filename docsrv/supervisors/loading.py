@@ -36,28 +36,27 @@ class LoadingResponder:
         """What the loop's select waits on for it: the listening socket, and each connection."""
         return [self.sock.fileno(), *self.connections]
 
-    def handle(self, fd: int) -> bool:
-        """Act on ``fd`` found readable; False when it is not the responder's."""
+    def handle(self, fd: int) -> None:
+        """Act on ``fd`` (the listening socket or a held connection) found readable."""
         if fd == self.sock.fileno():
             self.accept()
-            return True
+            return
         held = self.connections.get(fd)
         if held is None:
-            return False
+            return
         connection, head, _deadline = held
         try:
             data = connection.recv(MAX_HEAD_BYTES)
         except (BlockingIOError, InterruptedError):
-            return True
+            return
         except OSError:
             data = b""
         if not data:
             self.drop(fd)
-            return True
+            return
         head += data
         if b"\r\n\r\n" in head or b"\n\n" in head or len(head) >= MAX_HEAD_BYTES:
             self.answer(fd, bytes(head))
-        return True
 
     def accept(self) -> None:
         self.sock.setblocking(False)

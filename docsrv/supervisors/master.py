@@ -40,7 +40,8 @@ from ..runtime import Runtime, heartbeat_path
 from ..search import META_LOCK
 from ..server import DRAIN_SECONDS, listening_socket, raise_fd_limit, run, serve_worker
 from ..serving import Served, resolve
-from .generation import MASTER_NAME, Generation, become_subreaper, name_process
+from ..utils.processes import become_subreaper, name_process
+from .generation import MASTER_NAME, Generation
 from .loading import LoadingResponder
 from .pool import NoWorkers, WorkerPool
 from .reloads import Reload, ReloadPolicy
@@ -142,7 +143,7 @@ class Master:
             raise StartError(str(first.error))
         assert first.loaded is not None
         self.first = None
-        self.pool = WorkerPool(first, self.wanted, self.fork, self.no_workers_timeout)
+        self.pool = WorkerPool(first, self.wanted, Generation.spawn, self.no_workers_timeout)
         self.policy = ReloadPolicy(self.snapshot, first.loaded, watch=self.watch)
         self.board.serving(first.loaded)
         self.responder.waiting_for = "workers are starting"
@@ -229,10 +230,6 @@ class Master:
             loaded.name, address[0], address[1], len(self.pool.live), counts, loaded.load_seconds,
             "" if loaded.trusted else ", checked whole: not prepared",
         )
-
-    def fork(self, generation: Generation) -> tuple[int, int]:
-        """Have ``generation`` fork a worker: its pid (the master's child), and the pipe it will say it is ready on."""
-        return generation.spawn()
 
     def in_generation(self) -> None:
         """In a generation process just forked: let go of what only the master may hold."""
@@ -375,7 +372,7 @@ class Master:
         if not new.pids():
             try:
                 for _ in range(self.wanted):
-                    pid, ready_fd = self.fork(new.generation)
+                    pid, ready_fd = new.generation.spawn()
                     new.started(pid, ready_fd, now)
             except OSError as error:
                 self.fail_reload(RuntimeError(f"the new snapshot's process could not fork a worker: {error}"))

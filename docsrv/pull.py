@@ -25,8 +25,10 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiofiles
 import aiohttp
@@ -154,7 +156,7 @@ async def pull_into(
                 async with limit:
                     await fetch_file(session, f"{base}/{name}", partial / name, entry, bar, deadlines)
 
-            await asyncio.gather(*(one(name, entry) for name, entry in wanted_files.items()))
+            await fetch_all(one(name, entry) for name, entry in wanted_files.items())
     async with aiofiles.open(partial / "manifest.json", "wb") as out:  # last: it seals the snapshot
         await out.write(raw)
     await asyncio.to_thread(check_and_index, partial, manifest.name, build_index)
@@ -241,6 +243,18 @@ async def fetch_file(
     if digest.hexdigest() != entry.sha256:
         path.unlink()
         raise PullError(f"{url}: its SHA-256 differs from the one manifest.json records (corrupt); the file was removed")
+
+
+async def fetch_all(fetches: Iterable[Coroutine[Any, Any, None]]) -> None:
+    """Run every fetch; on the first failure, cancel the others and wait for them, then raise
+    that failure alone. (``gather`` leaves the others running: one that failed after it, on a
+    full disk say, was reported as a traceback when the event loop closed.)"""
+    try:
+        async with asyncio.TaskGroup() as group:
+            for fetch in fetches:
+                group.create_task(fetch)
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None
 
 
 def check_and_index(directory: Path, name: str, build_index: bool) -> None:

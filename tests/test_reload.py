@@ -164,10 +164,18 @@ def test_readyz_counts_old_workers_draining_and_fleet_wait_waits_for_none(tmp_pa
     ready = poll(lambda: (body := json.loads(fresh_get(server.port, "/readyz")[2]))["snapshot"] == "snap-b" and body,
                  what="the new snapshot served")
     assert ready["draining_workers"] == 1  # the old worker keeps the connection above open a while
-    kept.request("GET", "/api/v2/project/1/")
-    answer = kept.getresponse()
+
+    def on_the_kept_connection():
+        kept.request("GET", "/api/v2/project/1/")
+        answer = kept.getresponse()
+        answer.read()
+        assert answer.getheader("X-Snapshot") == "snap-a"  # the old worker, still: one snapshot a connection
+        return answer
+
+    # The old worker answers on with its snapshot, and once its SIGTERM is handled, says it closes.
+    answer = poll(lambda: (found := on_the_kept_connection()).getheader("Connection") == "close" and found,
+                  what="the draining worker closing the kept connection")
     assert answer.getheader("X-Snapshot") == "snap-a" and answer.getheader("Connection") == "close"
-    answer.read()
     kept.close()
     waited = docsrv("fleet", "wait", "--snapshot", "snap-b", "--timeout", "30", server.base)
     assert waited.returncode == 0 and waited.stdout == "all 1 replica(s) serve snapshot snap-b, none draining an earlier one\n"

@@ -282,8 +282,8 @@ def keep_check(raw: RawSnapshot, records: dict[str, list], derived: dict[str, De
     record_check(raw.path, raw.manifest_bytes, raw.identities, written, raw.commands.ranges, raw.commands.total)
 
 
-def prepare(path: str | Path, *, progress: bool | None = None, digests_checked: bool = False) -> Store:
+def prepare(path: str | Path, *, progress: bool | None = None) -> Store:
     """Make a snapshot quick to serve: check it (unless a record of a check of the same files
     stands), and keep the record and the records in MessagePack beside it. Run by ``docsrv
     snapshot prepare``, ``docsrv index`` and a pull, where the snapshot can be written."""
-    return load_store(path, progress=progress, page_text=False, digests_checked=digests_checked, keep=True)
+    return load_store(path, progress=progress, page_text=False, keep=True)

@@ -2,9 +2,11 @@
 read-only (``readOnlyRootFilesystem``), with volumes bind-mounted, each writable or read-only as
 its manifest says. Needs root (as CI runs); ``available()`` says whether this machine allows it.
 
-A volume's mount path that exists here (``/tmp``) is mounted over; one that does not
-(``/snapshots``) cannot be made on a read-only root, so it is mounted at the same path under a
-directory of the test's, and the command's arguments and environment are given that path."""
+A volume's mount path (``/snapshots``) cannot be made on a read-only root, and one that exists
+here (``/tmp``) cannot be mounted over without hiding what the process runs (a checkout, its
+virtual environment, may be under /tmp): so each is mounted at the same path under a directory of
+the test's, and the command's arguments and environment are given that path; a volume at /tmp is
+the process's TMPDIR (``environment``), and the real /tmp is as read-only as the rest."""
 
 from __future__ import annotations
 
@@ -41,7 +43,11 @@ class Confined:
 
     def path(self, mount_path: str) -> str:
         """Where the container's ``mount_path`` is for its process."""
-        return mount_path if Path(mount_path).is_dir() else str(self.outside / mount_path.lstrip("/"))
+        return str(self.outside / mount_path.lstrip("/"))
+
+    def environment(self) -> dict[str, str]:
+        """What the process's environment needs for its volumes: TMPDIR, for a volume at /tmp."""
+        return {"TMPDIR": self.path("/tmp")} if any(v.mount_path == "/tmp" for v in self.volumes) else {}
 
     def translate(self, text: str) -> str:
         """``text`` (an argument or an environment value) with each volume's path as its process sees it."""
@@ -65,4 +71,6 @@ class Confined:
         return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "confined"]
 
     def run(self, argv: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([*self.prefix(), *argv], capture_output=True, text=True, timeout=timeout, env={**os.environ, **env})
+        """Run ``argv`` confined, in ``outside`` (not in the checkout, whose modules would come first)."""
+        return subprocess.run([*self.prefix(), *argv], capture_output=True, text=True, timeout=timeout, cwd=self.outside,
+                              env={**os.environ, **env, **self.environment()})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from pathlib import Path
 
 from confined import Confined, Volume
@@ -40,7 +41,15 @@ def container(installed: Path, outside: Path, snapshot: Path | None) -> tuple[Co
         volumes.append(Volume(snapshot, volume_path, read_only=True))
     confined = Confined(outside / "mounts", volumes)
     env = {name: confined.translate(value) for name, value in spec["env"].items()}
-    return confined, {**env, "PYTHONPATH": str(installed)}
+    return confined, {**env, **confined.environment(), "PYTHONPATH": str(installed)}
+
+
+def test_the_confined_process_runs_the_installed_docsrv(installed, outside):
+    """What the tests below run is the copy installed as the image installs it, not the checkout."""
+    confined, env = container(installed, outside, None)
+    ran = confined.run([sys.executable, "-c", "import docsrv.server; print(docsrv.server.DEMO_SNAPSHOT)"], env)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == str(installed / "docsrv" / "demo")
 
 
 def test_the_readme_container_line_serves_a_read_only_snapshot_trusted(installed, outside, start_server):

@@ -87,7 +87,7 @@ class Pod:
     def env(self, name: str, **values: str) -> dict[str, str]:
         confined = self.confined[name]
         env = {e["name"]: confined.translate(values.get(e["name"], e["value"])) for e in self.containers[name].get("env", [])}
-        return {**env, "PYTHONPATH": str(self.installed)}
+        return {**env, **confined.environment(), "PYTHONPATH": str(self.installed)}
 
     def argv(self, name: str, env: dict[str, str], **replace: str) -> list[str]:
         command = self.containers[name]["command"]

@@ -183,6 +183,18 @@ def demo():
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def demo_state():
+    """The demo snapshot's serving state, loaded in this process (no server)."""
+    from docsrv.api.state import ApiState
+    from docsrv.config import Settings
+    from docsrv.runtime import Runtime
+    from docsrv.serving import load_served
+
+    served = load_served(DEMO, progress=False)
+    return ApiState(served.store, served.search, Settings(), Runtime())
+
+
 @pytest.fixture
 def start_server():
     """Start servers with any arguments; every one is stopped after the test."""

@@ -8,6 +8,7 @@ import socket
 import time
 from pathlib import Path
 
+from docsrv.http.fast_lane import MAX_ASKED, MAX_ASKED_BYTES, FastLane, HeadReader
 from helpers import raw_request
 
 
@@ -101,3 +102,20 @@ def test_out_of_file_descriptors_a_worker_pauses_logs_little_and_serves_again(st
     finally:
         for sock in held:
             sock.close()
+
+
+def test_the_fast_lane_keeps_a_bounded_number_of_short_reads(demo_state):
+    """Every whole read the lane answers is kept by its bytes (``FastLane.asked``): a flood of
+    distinct reads, each a hit, keeps at most ``MAX_ASKED`` of them, and none longer than
+    ``MAX_ASKED_BYTES``."""
+    lane = FastLane(demo_state)
+    head = HeadReader().read(b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert head is not None
+    asked = lane.asked_of(head)
+    assert asked is not None
+    for n in range(3 * MAX_ASKED):
+        lane.remember(b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\nUser-Agent: %d\r\n\r\n" % n, asked)
+        assert len(lane.asked) <= MAX_ASKED
+    long_read = b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: localhost\r\nUser-Agent: " + b"a" * MAX_ASKED_BYTES + b"\r\n\r\n"
+    lane.remember(long_read, asked)
+    assert long_read not in lane.asked

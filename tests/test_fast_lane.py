@@ -128,6 +128,29 @@ def test_every_route_twice_on_one_connection(pair, variant):
         same(pair, [request + request], 2)
 
 
+#: Routes of each kind of reply (detail, list, search, v1, not found, redirect) for the tests that
+#: send every variant in reads of their own.
+KINDS = ["/api/v2/project/1/", "/api/v2/version/?project__slug=pip&active=true", "/api/v2/docsearch/?project=pip&version=stable&q=install",
+         "/api/v1/project/pip/", "/api/v2/project/999/", "/api/v2/project"]
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_a_read_answered_before_is_answered_alike(pair, variant):
+    """A whole read of one request, sent again on the same connection and on another: the lane
+    answers the repeats from what it kept of the read (``FastLane.asked``), aiohttp the rest."""
+    for path in KINDS:
+        request = VARIANTS[variant](path)
+        same(pair, [request, request, request], 3)
+        same(pair, [request], 1)
+
+
+def test_a_kept_read_closes_as_it_asked(pair):
+    for request in (get("/api/v2/project/1/", "Connection: close"), get("/api/v2/project/1/", version="1.0"),
+                    get("/api/v2/project/1/", method="HEAD")):
+        for _ in range(3):
+            same(pair, [request], 1, heads=1 if request.startswith(b"HEAD") else 0)
+
+
 @pytest.mark.parametrize("path", ["/api/v2/project/1/", "/api/v2/version/?project__slug=pip&active=true", "/api/v2/project/"])
 def test_head_http10_and_closing(pair, path):
     same(pair, [get(path, method="HEAD") * 2], 2, heads=2)

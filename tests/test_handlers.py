@@ -5,21 +5,15 @@ its client has gone."""
 import orjson
 import pytest
 
-from conftest import DEMO
 from docsrv.api import docsearch, v1, v2
 from docsrv.api.admission import CLIENT_GONE
 from docsrv.api.errors import ApiError
 from docsrv.api.request import ApiRequest
-from docsrv.api.state import ApiState
-from docsrv.config import Settings
-from docsrv.runtime import Runtime
-from docsrv.serving import load_served
 
 
 @pytest.fixture(scope="module")
-def state():
-    served = load_served(DEMO, progress=False)
-    return ApiState(served.store, served.search, Settings(), Runtime())
+def state(demo_state):
+    return demo_state
 
 
 async def test_list_links_start_with_the_base_and_keep_the_canonical_query(state, public):

@@ -20,10 +20,11 @@ from aiohttp.http import HttpVersion10, HttpVersion11
 from multidict import MultiDict, MultiDictProxy
 from yarl import URL
 
+from ..http import hits
 from ..http.aiohttp_seam import as_http11
-from ..http.caching import not_modified
 from ..http.compression import choose
 from ..http.fast_lane import FastLane, FastLaneServer
+from ..http.hits import Ask, cache_key, find, representation
 from ..http.protocol import VERSION_NOT_SUPPORTED, JsonErrorServer
 from ..http.reply import Reply
 from ..http.reply_cache import Key
@@ -59,42 +60,26 @@ class Dispatcher:
         started = perf_counter()
         state = self.state
         method = request.method
-        status = None
         hit = False
         if request.version not in HTTP_VERSIONS:
             return await self.unsupported_version(request, state)
         origin = request.headers.get(hdrs.ORIGIN)
         cors = state.cors.headers(origin)
         if method == "GET" or method == "HEAD":
-            raw = request.raw_path
-            if raw[:1] != "/":
+            if request.raw_path[:1] != "/":
                 request = origin_form(request)
-                raw = request.raw_path
-            key = raw if state.fixed_base else (request.scheme, request.host, raw)
-            reply = state.cache.get(key)
-            if reply is None:
-                reply, hit = await self.miss(request, state, key)
-            else:
-                hit = True
-            headers = request.headers
-            if reply.compressible:
-                coding = choose(headers.get(hdrs.ACCEPT_ENCODING, ""))
-                if coding is not None:
-                    reply = reply.variants.get(coding) or await state.compressed(reply, coding)
-            conditional = hdrs.IF_NONE_MATCH in headers or hdrs.IF_MODIFIED_SINCE in headers
-            if conditional and reply.etag is not None and not_modified(
-                headers.getall(hdrs.IF_NONE_MATCH, None), headers.get(hdrs.IF_MODIFIED_SINCE), reply.etag, state.last_modified
-            ):
-                status = 304
-                response = web.Response(status=304, headers={**reply.headers_304, **cors})
-        elif method == "OPTIONS":
-            reply = state.preflight
-            cors = state.cors.preflight(origin)
+            status, reply, hit = await self.get(request, state)
         else:
-            reply = state.uncached(405, {"detail": f'Method "{excerpt(method)}" not allowed.'}, {"Allow": ALLOW})
-            reply.route = "method not allowed"
-        if status is None:
+            if method == "OPTIONS":
+                reply = state.preflight
+                cors = state.cors.preflight(origin)
+            else:
+                reply = state.uncached(405, {"detail": f'Method "{excerpt(method)}" not allowed.'}, {"Allow": ALLOW})
+                reply.route = "method not allowed"
             status = reply.status
+        if status == 304:
+            response = web.Response(status=304, headers={**reply.headers_304, **cors})
+        else:
             response = web.Response(body=reply.body, status=status, headers={**reply.headers, **cors})
         if state.draining:
             response.force_close()  # this worker is stopping: the client reconnects to another
@@ -105,6 +90,24 @@ class Dispatcher:
             runtime.log_access(request.remote, method, request.raw_path, request.headers.get("User-Agent"), status,
                                len(reply.body) if status != 304 else 0, elapsed, reply.route, state.snapshot_name)
         return response
+
+    async def get(self, request: web.BaseRequest, state: ApiState) -> tuple[int, Reply, bool]:
+        """The status and representation that answer a GET or HEAD, and whether it came from
+        the cache: found as the fast lane finds it (``hits.py``), or else by its canonical key,
+        or made anew."""
+        ask = ask_of(request, state.fixed_base)
+        found = find(state.cache, ask, state.last_modified)
+        if found is not None:
+            return *found, True
+        reply = state.cache.get(ask.key)  # cached, but not yet in the coding asked for
+        hit = reply is not None
+        if reply is None:
+            reply, hit = await self.miss(request, state, ask.key)
+        sent = representation(reply, ask.coding)
+        if sent is None:
+            assert ask.coding is not None
+            sent = await state.compressed(reply, ask.coding)
+        return hits.status(sent, ask, state.last_modified), sent, hit
 
     @staticmethod
     async def unsupported_version(request: web.BaseRequest, state: ApiState) -> web.StreamResponse:
@@ -133,13 +136,13 @@ class Dispatcher:
         query = sorted(((k, v) for k, v in request.query.items() if route.accepts(k)), key=itemgetter(0))
         url = URL.build(path=request.path, query=query)
         target = str(url)
-        canonical: Key = target if state.fixed_base else (request.scheme, request.host.lower(), target)
+        canonical = cache_key(state.fixed_base, request.host.lower(), target)
         cached = state.cache.get(canonical)
         hit = cached is not None
         if cached is not None:
             reply = cached
         else:
-            base = state.fixed_base or f"{request.scheme}://{request.host.lower()}"
+            base = state.fixed_base or f"http://{request.host.lower()}"
             asked = ApiRequest(params, MultiDictProxy(MultiDict(query)), url.raw_path, base, gone_check(request))
             reply = await self.answer(asked, state, route)
             if reply.etag is not None:
@@ -174,6 +177,14 @@ class Dispatcher:
                 location += "?" + request.rel_url.raw_query_string
             return state.uncached(301, {"detail": "Moved permanently.", "location": location}, {"Location": location})
         return state.uncached(404, v2.NOT_FOUND)
+
+
+def ask_of(request: web.BaseRequest, fixed_base: str | None) -> Ask:
+    """What a GET or HEAD asks of the reply cache (``hits.py``), as aiohttp read it."""
+    headers = request.headers
+    return Ask(cache_key(fixed_base, request.host, request.raw_path), request.method == "GET",
+               choose(headers.get(hdrs.ACCEPT_ENCODING, "")), headers.getall(hdrs.IF_NONE_MATCH, None),
+               headers.get(hdrs.IF_MODIFIED_SINCE))
 
 
 def gone_check(request: web.BaseRequest) -> Callable[[], bool]:

@@ -7,8 +7,10 @@ request handler underneath) first reads what arrives with httptools (llhttp, as 
 and answers a GET or HEAD whose reply is in the reply cache by writing that reply's head (its
 status line and headers, made once per reply and content coding, ``reply.py``), the ``Date`` of
 this second, and its body. A read that holds one whole request, as nearly every read of a client
-does, is answered in ``data_received`` itself. Everything else is handed to aiohttp on the same
-connection, in order:
+does, is answered in ``data_received`` itself; what such a read asked is kept by its bytes, so
+the same read again (a client asks for the same reply with the same head) is not parsed again.
+The reply itself is found as the dispatcher finds it (``hits.py``). Everything else is handed to
+aiohttp on the same connection, in order:
 
 - a request the lane reads but does not answer (a miss, another method, a conditional request
   it cannot decide, a coding not made yet) is handed to aiohttp alone, as its exact bytes; what
@@ -38,16 +40,15 @@ from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 
 from .aiohttp_seam import handler_kwargs, keepalive_seconds, loop_of, resume_keepalive, server_loop, stop_keepalive
-from .caching import not_modified
 from .compression import choose
-from .cors import ANYONE_WIRE, Cors
+from .cors import Cors
+from .hits import Ask, cache_key, find
 from .limits import MAX_HEADERS, MAX_LINE_BYTES
 from .protocol import JsonErrorRequestHandler, JsonErrorServer
 from .reply import WIRE_END_304
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
-    from .reply import Reply
     from .reply_cache import ReplyCache
 
 #: The longest header block the lane reads (aiohttp's limit on one line): a longer one is
@@ -62,6 +63,10 @@ WRITE_BATCH = 256 << 10
 #: cache, a crawler) does not pay for a read of each head that finds nothing.
 MISS_STREAK = 8
 MISS_PROBE = 8
+#: Whole request reads the lane answered, kept by their bytes with what they ask (``FastLane.asked``):
+#: at most this many, each at most ``MAX_ASKED_BYTES`` long (about 2.5 MB at worst, in all).
+MAX_ASKED = 1024
+MAX_ASKED_BYTES = 2048
 _END = b"\r\n\r\n"
 _PARSER_ERRORS = (httptools.HttpParserError, httptools.HttpParserUpgrade)
 #: Headers that mean a body or a protocol switch, or that aiohttp refuses outright: aiohttp's to handle.
@@ -72,9 +77,8 @@ _AIOHTTP_ONLY = frozenset(
 _OWS = b" \t"
 _SERVER_LINE = f"\r\nServer: {SERVER_SOFTWARE}\r\n".encode()
 #: After ``Date``: the Server header, and the Connection header aiohttp adds, by (HTTP/1.1, keep-alive).
-_KEPT_ALIVE = _SERVER_LINE + b"\r\n"
 _ENDINGS = {
-    (True, True): _KEPT_ALIVE,
+    (True, True): _SERVER_LINE + b"\r\n",
     (True, False): _SERVER_LINE + b"Connection: close\r\n\r\n",
     (False, True): _SERVER_LINE + b"Connection: keep-alive\r\n\r\n",
     (False, False): _SERVER_LINE + b"\r\n",
@@ -90,6 +94,21 @@ class Head(NamedTuple):
     keep_alive: bool
     #: By lower-case name; each value as llhttp gives it (leading white space dropped).
     headers: dict[bytes, bytes]
+
+
+class Asked(NamedTuple):
+    """A request the lane may answer from the cache, as the lane reads it once (see ``FastLane.asked``)."""
+
+    ask: Ask
+    http11: bool
+    keep_alive: bool
+    #: The CORS headers of its Origin, and the end of the head for its version and keep-alive.
+    cors: bytes
+    ending: bytes
+    #: For the access log.
+    method: str
+    target: str
+    user_agent: str | None
 
 
 #: Made without the named tuple's ``__new__`` (a Python function): the head of every request.
@@ -242,64 +261,75 @@ class FastLane:
         self.cache = state.cache
         self.cors = state.cors
         self.fixed_base = state.fixed_base
+        self.last_modified = state.last_modified
         self.access_log = state.runtime.access_log
         self.date = Date()
         self.metrics = metrics = state.runtime.metrics
         #: Lane replies by route, of each status (the metrics empty them when they read them).
         self.sent = metrics.lane[200]
         self.revalidated = metrics.lane[304]
+        #: What each whole read of one request that the lane answered asked, by its bytes: a
+        #: client sends the same head for the same reply again and again (wrk, a CDN, a
+        #: browser's polling), and such a read is then answered without being parsed again. Its
+        #: bytes decide all of it, and the reply is still looked up each time. Emptied when full.
+        self.asked: dict[bytes, Asked] = {}
 
-    def respond(self, head: Head, handler: FastLaneRequestHandler, now: float) -> bytes | None:
-        """The response to a request the lane has read, as aiohttp would write it, counted; or
-        None when aiohttp is to answer it (a miss, another method, a coding not made yet, a
-        stopping worker)."""
+    def asked_of(self, head: Head) -> Asked | None:
+        """What a request the lane has read asks; None when aiohttp is to answer it (another
+        method; HTTP/1.0 without Host, whose host aiohttp takes from the machine)."""
         method, url, http11, keep_alive, headers = head
-        if (method != b"GET" and method != b"HEAD") or self.state.draining:
+        if method != b"GET" and method != b"HEAD":
             return None
         target = url.decode()
         if self.fixed_base:
-            reply = self.cache.get(target)
+            key = cache_key(self.fixed_base, "", target)
         else:
             host = headers.get(b"host")
             if host is None:
-                return None  # HTTP/1.0 without Host: aiohttp names the machine as the host
-            reply = self.cache.get(("http", host.rstrip(_OWS).decode(), target))
-        if reply is None:
+                return None
+            key = cache_key(None, value(host), target)
+        accept = headers.get(b"accept-encoding")
+        if_none_match = headers.get(b"if-none-match")
+        if_modified_since = headers.get(b"if-modified-since")
+        user_agent = headers.get(b"user-agent")
+        ask = Ask(key, method == b"GET", choose(value(accept)) if accept is not None else None,
+                  [value(if_none_match)] if if_none_match is not None else None,
+                  value(if_modified_since) if if_modified_since is not None else None)
+        return Asked(ask, http11, keep_alive, self.cors.wire(headers.get(b"origin")), _ENDINGS[(http11, keep_alive)],
+                     method.decode(), target, value(user_agent) if user_agent is not None else None)
+
+    def remember(self, data: bytes, asked: Asked) -> None:
+        """Keep what the whole read ``data`` asked (it was answered)."""
+        if len(data) <= MAX_ASKED_BYTES:
+            memo = self.asked
+            if len(memo) >= MAX_ASKED:
+                memo.clear()
+            memo[data] = asked
+
+    def respond(self, asked: Asked, handler: FastLaneRequestHandler, now: float) -> bytes | None:
+        """The response to a request the lane has read, as aiohttp would write it, counted; or
+        None when aiohttp is to answer it (a miss, a coding not made yet, a stopping worker)."""
+        if self.state.draining:
             return None
-        if reply.compressible:
-            accept = headers.get(b"accept-encoding")
-            coding = choose(value(accept)) if accept is not None else None
-            if coding is not None:
-                reply = reply.variants.get(coding)
-                if reply is None:
-                    return None  # compressed when aiohttp answers (off the loop when large)
-        if (b"if-none-match" in headers or b"if-modified-since" in headers) and self.unchanged(headers, reply):
-            status, wire, end, body, counts = 304, reply.wire_304, WIRE_END_304, b"", self.revalidated
+        found = find(self.cache, asked.ask, self.last_modified)
+        if found is None:
+            return None
+        status, reply = found
+        if status == 304:
+            wire, end, body, counts = reply.wire_304, WIRE_END_304, b"", self.revalidated
         else:  # only 200s are cached
-            status, wire, end, body, counts = 200, reply.wire, reply.wire_end, reply.body if method == b"GET" else b"", self.sent
-        if not http11:
+            wire, end, body, counts = reply.wire, reply.wire_end, reply.body if asked.ask.body else b"", self.sent
+        if not asked.http11:
             wire = b"HTTP/1.0" + wire[8:]
-        origin = headers.get(b"origin")
-        cors = ANYONE_WIRE if origin is None else self.cors.wire(origin)
         date = self.date
-        ending = _KEPT_ALIVE if keep_alive and http11 else _ENDINGS[(http11, keep_alive)]
-        payload = b"".join((wire, cors, end, date.value if now < date.until else date.at(now), ending, body))
+        payload = b"".join((wire, asked.cors, end, date.value if now < date.until else date.at(now), asked.ending, body))
         route = reply.route
         counts[route] = counts.get(route, 0) + 1
         if self.access_log:
-            user_agent = headers.get(b"user-agent")
             state = self.state
-            state.runtime.log_access(handler.remote, method.decode(), target, value(user_agent) if user_agent is not None else None,
-                                     status, len(body), perf_counter() - handler.batch_started, route, state.snapshot_name)
+            state.runtime.log_access(handler.remote, asked.method, asked.target, asked.user_agent, status, len(body),
+                                     perf_counter() - handler.batch_started, route, state.snapshot_name)
         return payload
-
-    def unchanged(self, headers: dict[bytes, bytes], reply: Reply) -> bool:
-        """Whether a conditional request is answered 304 (as the dispatcher decides it)."""
-        if_none_match = headers.get(b"if-none-match")
-        if_modified_since = headers.get(b"if-modified-since")
-        return not_modified([value(if_none_match)] if if_none_match is not None else None,
-                            value(if_modified_since) if if_modified_since is not None else None, reply.etag or "",
-                            self.state.last_modified)
 
 
 class FastLaneRequestHandler(JsonErrorRequestHandler):
@@ -375,38 +405,49 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
             return
         # Whole requests, most often one, what nearly every read of a client holds: answered here,
         # at the least cost.
-        misses = self._misses
-        if misses >= MISS_STREAK and misses % MISS_PROBE and one_plain_get(data):
-            self._misses = misses + 1
-            self._in_aiohttp += 1
-            super().data_received(data)
-            return
-        reader = self._reader
-        head = reader.read(data)
-        if head is None:
-            if len(reader.targets) > 1:  # several: each is read apart
-                reader.restart()
-                self._run(data)
-            else:
-                self._demote(data)
-            return
+        lane = self._lane
+        asked = lane.asked.get(data)
+        new = asked is None
+        if asked is None:
+            misses = self._misses
+            if misses >= MISS_STREAK and misses % MISS_PROBE and one_plain_get(data):
+                self._to_aiohttp(data)
+                return
+            reader = self._reader
+            head = reader.read(data)
+            if head is None:
+                if len(reader.targets) > 1:  # several: each is read apart
+                    reader.restart()
+                    self._run(data)
+                else:
+                    self._demote(data)
+                return
+            asked = lane.asked_of(head)
+            if asked is None:
+                self._to_aiohttp(data)
+                return
         self.batch_started = started = perf_counter()
         now = self._loop_time()
-        payload = self._lane.respond(head, self, now)
+        payload = lane.respond(asked, self, now)
         if payload is None:
-            self._misses = misses + 1
-            self._in_aiohttp += 1
-            super().data_received(data)
+            self._to_aiohttp(data)
             return
-        if misses:
-            self._misses = 0
+        if new:
+            lane.remember(data, asked)
+        self._misses = 0
         self.transport.write(payload)  # type: ignore[union-attr]
         # _answered, written out: this is every cached request's path.
         self._lane_answered = True
         self._deadline = now + self._keepalive_seconds
-        self._lane.metrics.lane_seconds += perf_counter() - started
-        if not head.keep_alive:
+        lane.metrics.lane_seconds += perf_counter() - started
+        if not asked.keep_alive:
             self._close_after_lane()
+
+    def _to_aiohttp(self, data: bytes) -> None:
+        """aiohttp answers the one request ``data`` holds, which the lane does not (a miss)."""
+        self._misses += 1
+        self._in_aiohttp += 1
+        super().data_received(data)
 
     def close(self) -> None:
         self._lane_off()  # aiohttp answers nothing more on a closing connection: nor does the lane
@@ -469,8 +510,10 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         out: list[bytes] = []
         size = answered = 0
         start = 0
+        asked_of = self._lane.asked_of
         for end, head in heads:
-            payload = respond(head, self, now)
+            asked = asked_of(head)
+            payload = respond(asked, self, now) if asked is not None else None
             if payload is None:
                 self._flush(out)
                 out = []

@@ -28,9 +28,9 @@ from sys import getsizeof
 
 from .reply import Reply
 
-#: A cache key: the request's path and query, or (scheme, host, path and query) when links
-#: are built from the request's own host.
-Key = str | tuple[str, str, str]
+#: A cache key: the request's path and query, or (host, path and query) when links are built
+#: from the request's own host (``hits.cache_key``).
+Key = str | tuple[str, str]
 
 #: What one dictionary slot and one queue slot cost beyond the objects they point to: a
 #: dict keeps 8 bytes of index and 24 of entry per slot at a load of at most 2/3, and grows

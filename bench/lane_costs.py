@@ -44,6 +44,9 @@ class Sink:
     def write(self, data: bytes) -> None:
         self.written += len(data)
 
+    def writelines(self, parts: Any) -> None:
+        self.written += sum(len(part) for part in parts)
+
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("127.0.0.1", 1) if name == "peername" else default
 

@@ -22,6 +22,7 @@ from yarl import URL
 
 from ..http import hits
 from ..http.aiohttp_seam import as_http11
+from ..http.caching import validators
 from ..http.compression import choose
 from ..http.fast_lane import FastLane, FastLaneServer
 from ..http.hits import Ask, cache_key, find, representation
@@ -183,8 +184,8 @@ def ask_of(request: web.BaseRequest, fixed_base: str | None) -> Ask:
     """What a GET or HEAD asks of the reply cache (``hits.py``), as aiohttp read it."""
     headers = request.headers
     return Ask(cache_key(fixed_base, request.host, request.raw_path), request.method == "GET",
-               choose(headers.get(hdrs.ACCEPT_ENCODING, "")), headers.getall(hdrs.IF_NONE_MATCH, None),
-               headers.get(hdrs.IF_MODIFIED_SINCE))
+               choose(headers.get(hdrs.ACCEPT_ENCODING, "")),
+               validators(headers.getall(hdrs.IF_NONE_MATCH, None), headers.get(hdrs.IF_MODIFIED_SINCE)))
 
 
 def gone_check(request: web.BaseRequest) -> Callable[[], bool]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
+from typing import NamedTuple
 
 
 def strong_etag(body: bytes) -> str:
@@ -16,26 +17,39 @@ def http_date(moment: datetime) -> str:
     return format_datetime(moment.astimezone(UTC).replace(microsecond=0), usegmt=True)
 
 
-def not_modified(if_none_match: list[str] | None, if_modified_since: str | None, etag: str, last_modified: datetime) -> bool:
-    """Whether a GET or HEAD with these request headers (every If-None-Match field, and the
-    If-Modified-Since one) is answered 304.
+class Validators(NamedTuple):
+    """A conditional request's validators, read once (a kept read of the fast lane is not read
+    again: ``hits.Ask``)."""
+
+    #: The entity tags of every If-None-Match field, weakness dropped (``*`` for any), or None.
+    tags: frozenset[str] | None
+    #: If-Modified-Since, when it is a date.
+    since: datetime | None
+
+
+def validators(if_none_match: list[str] | None, if_modified_since: str | None) -> Validators | None:
+    """The validators of a GET or HEAD with these request headers (every If-None-Match field,
+    and the If-Modified-Since one); None when it has none that count.
 
     If-None-Match takes precedence: when present, If-Modified-Since is not looked at
-    (RFC 9110 section 13.2.2). If-None-Match compares weakly; ``*`` matches any reply.
+    (RFC 9110 section 13.2.2). If-None-Match compares weakly.
     """
     if if_none_match is not None:
-        for field in if_none_match:
-            for tag in field.split(","):
-                tag = tag.strip()
-                if tag == "*" or tag.removeprefix("W/") == etag:
-                    return True
-        return False
+        tags = frozenset(tag.strip().removeprefix("W/") for field in if_none_match for tag in field.split(","))
+        return Validators(tags, None)
     if if_modified_since is None:
-        return False
+        return None
     try:
         since = parsedate_to_datetime(if_modified_since)
     except (TypeError, ValueError, IndexError):
-        return False
-    if since.tzinfo is None:
-        since = since.replace(tzinfo=UTC)
-    return last_modified.replace(microsecond=0) <= since
+        return None
+    return Validators(None, since if since.tzinfo is not None else since.replace(tzinfo=UTC))
+
+
+def not_modified(validators: Validators, etag: str, last_modified: datetime) -> bool:
+    """Whether a reply with this entity tag and date is answered 304 to a request with these
+    validators."""
+    tags = validators.tags
+    if tags is not None:
+        return etag in tags or "*" in tags
+    return validators.since is not None and last_modified.replace(microsecond=0) <= validators.since

@@ -40,6 +40,7 @@ from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 
 from .aiohttp_seam import handler_kwargs, keepalive_seconds, loop_of, resume_keepalive, server_loop, stop_keepalive
+from .caching import validators
 from .compression import choose
 from .cors import Cors
 from .hits import Ask, cache_key, find
@@ -58,6 +59,9 @@ MAX_HEAD = MAX_LINE_BYTES
 MAX_HELD = 64 << 10
 #: Bytes of replies written in one go before the lane looks whether the client keeps up.
 WRITE_BATCH = 256 << 10
+#: A body longer than this is written apart from its head (one ``writev``, no copy): copying
+#: it costs more than the second buffer does.
+APART_BYTES = 8 << 10
 #: After this many misses in a row on a connection, the lane reads only one request in
 #: ``MISS_PROBE`` of it, until a hit: a connection whose requests are all made anew (a cold
 #: cache, a crawler) does not pay for a read of each head that finds nothing.
@@ -293,8 +297,8 @@ class FastLane:
         if_modified_since = headers.get(b"if-modified-since")
         user_agent = headers.get(b"user-agent")
         ask = Ask(key, method == b"GET", choose(value(accept)) if accept is not None else None,
-                  [value(if_none_match)] if if_none_match is not None else None,
-                  value(if_modified_since) if if_modified_since is not None else None)
+                  validators([value(if_none_match)] if if_none_match is not None else None,
+                             value(if_modified_since) if if_modified_since is not None else None))
         return Asked(ask, http11, keep_alive, self.cors.wire(headers.get(b"origin")), _ENDINGS[(http11, keep_alive)],
                      method.decode(), target, value(user_agent) if user_agent is not None else None)
 
@@ -306,9 +310,13 @@ class FastLane:
                 memo.clear()
             memo[data] = asked
 
-    def respond(self, asked: Asked, handler: FastLaneRequestHandler, now: float) -> bytes | None:
+    def respond(self, asked: Asked, handler: FastLaneRequestHandler, now: float) -> tuple[bytes, bytes] | None:
         """The response to a request the lane has read, as aiohttp would write it, counted; or
-        None when aiohttp is to answer it (a miss, a coding not made yet, a stopping worker)."""
+        None when aiohttp is to answer it (a miss, a coding not made yet, a stopping worker).
+
+        The response comes in two parts: all of it, and ``b""``; or, for a body over
+        ``APART_BYTES``, the head and the body, which the transport writes in one ``writev``
+        rather than copying the body behind the head."""
         if self.state.draining:
             return None
         found = find(self.cache, asked.ask, self.last_modified)
@@ -322,7 +330,11 @@ class FastLane:
         if not asked.http11:
             wire = b"HTTP/1.0" + wire[8:]
         date = self.date
-        payload = b"".join((wire, asked.cors, end, date.value if now < date.until else date.at(now), asked.ending, body))
+        today = date.value if now < date.until else date.at(now)
+        if len(body) > APART_BYTES:
+            payload = b"".join((wire, asked.cors, end, today, asked.ending)), body
+        else:
+            payload = b"".join((wire, asked.cors, end, today, asked.ending, body)), b""
         route = reply.route
         counts[route] = counts.get(route, 0) + 1
         if self.access_log:
@@ -435,7 +447,10 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         if new:
             lane.remember(data, asked)
         self._misses = 0
-        self.transport.write(payload)  # type: ignore[union-attr]
+        if payload[1]:
+            self.transport.writelines(payload)  # type: ignore[union-attr]
+        else:
+            self.transport.write(payload[0])  # type: ignore[union-attr]
         # _answered, written out: this is every cached request's path.
         self._lane_answered = True
         self._deadline = now + self._keepalive_seconds
@@ -521,8 +536,8 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
                 super().data_received(data[start:end])
                 self._hold(data[end:])
                 break
-            out.append(payload)
-            size += len(payload)
+            out += payload
+            size += len(payload[0]) + len(payload[1])
             answered += 1
             start = end
             if not head.keep_alive:  # aiohttp closes after such a response: nothing follows it (see above)
@@ -552,7 +567,7 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
 
     def _flush(self, out: list[bytes]) -> None:
         if out and self.transport is not None:
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self.transport.writelines(out)
 
     def _answered(self, started: float, now: float) -> None:
         """What aiohttp does after answering: restart the keep-alive clock. (aiohttp's

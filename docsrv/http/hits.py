@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import NamedTuple
 
-from .caching import not_modified
+from .caching import Validators, not_modified
 from .reply import Reply
 from .reply_cache import Key, ReplyCache
 
@@ -28,9 +28,8 @@ class Ask(NamedTuple):
     body: bool
     #: The coding chosen from Accept-Encoding (None: identity).
     coding: str | None
-    #: Every If-None-Match field, and the If-Modified-Since one.
-    if_none_match: list[str] | None
-    if_modified_since: str | None
+    #: Its validators (None: not a conditional request).
+    validators: Validators | None
 
 
 def cache_key(fixed_base: str | None, host: str, target: str) -> Key:
@@ -49,9 +48,7 @@ def representation(reply: Reply, coding: str | None) -> Reply | None:
 def status(reply: Reply, ask: Ask, last_modified: datetime) -> int:
     """The reply's own status, or 304 when the request's validators match ``reply`` (a
     representation; only 200s carry validators)."""
-    if (ask.if_none_match is not None or ask.if_modified_since is not None) and reply.etag is not None and not_modified(
-        ask.if_none_match, ask.if_modified_since, reply.etag, last_modified
-    ):
+    if ask.validators is not None and reply.etag is not None and not_modified(ask.validators, reply.etag, last_modified):
         return 304
     return reply.status
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from test_hostile import PATHS, header_values, query
 
 from conftest import DEMO, Server
-from docsrv.http.fast_lane import MISS_PROBE, MISS_STREAK
+from docsrv.http.fast_lane import APART_BYTES, MISS_PROBE, MISS_STREAK
 from docsrv.http.limits import KEEPALIVE_SECONDS
 
 #: Routes whose bodies name the worker and its timings: they differ between any two servers.
@@ -128,10 +128,10 @@ def test_every_route_twice_on_one_connection(pair, variant):
         same(pair, [request + request], 2)
 
 
-#: Routes of each kind of reply (detail, list, search, v1, not found, redirect) for the tests that
-#: send every variant in reads of their own.
+#: Routes of each kind of reply (detail, list, search, v1, not found, redirect, a body the lane
+#: writes apart from its head) for the tests that send every variant in reads of their own.
 KINDS = ["/api/v2/project/1/", "/api/v2/version/?project__slug=pip&active=true", "/api/v2/docsearch/?project=pip&version=stable&q=install",
-         "/api/v1/project/pip/", "/api/v2/project/999/", "/api/v2/project"]
+         "/api/v1/project/pip/", "/api/v2/project/999/", "/api/v2/project", "/api/v2/build/?limit=100"]
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -144,6 +144,12 @@ def test_a_read_answered_before_is_answered_alike(pair, variant):
         same(pair, [request], 1)
 
 
+def test_the_long_body_of_kinds_is_written_apart(pair):
+    """``KINDS`` holds a reply whose body the lane writes apart from its head: keep it so."""
+    lane, _plain = pair
+    assert len(lane.get("/api/v2/build/?limit=100").body) > APART_BYTES
+
+
 def test_a_kept_read_closes_as_it_asked(pair):
     for request in (get("/api/v2/project/1/", "Connection: close"), get("/api/v2/project/1/", version="1.0"),
                     get("/api/v2/project/1/", method="HEAD")):
@@ -151,7 +157,8 @@ def test_a_kept_read_closes_as_it_asked(pair):
             same(pair, [request], 1, heads=1 if request.startswith(b"HEAD") else 0)
 
 
-@pytest.mark.parametrize("path", ["/api/v2/project/1/", "/api/v2/version/?project__slug=pip&active=true", "/api/v2/project/"])
+@pytest.mark.parametrize("path", ["/api/v2/project/1/", "/api/v2/version/?project__slug=pip&active=true", "/api/v2/project/",
+                                  "/api/v2/build/?limit=100"])
 def test_head_http10_and_closing(pair, path):
     same(pair, [get(path, method="HEAD") * 2], 2, heads=2)
     same(pair, [get(path, version="1.0")], 1)  # HTTP/1.0: closed after the response

@@ -68,11 +68,11 @@ def test_import_reports_layout_pages_skipped_files_and_named_entries(built):
     # The general index, the module index and the search page are reported, by kind, as generated
     # (not documents); the named entries by kind (a document's title is in the inventory too).
     assert ("imported 9 pages (html layout) into attrs/latest, replacing 0; skipped 4 (1 general index, 1 module index, "
-            "1 search page, 1 unreadable); named entries: 9 documents, 3 glossary terms, 2 index entries, 8 objects "
+            "1 search page, 1 unreadable); named entries: 9 documents, 3 glossary terms, 8 index entries, 8 objects "
             "(4 on pages not imported)") in imports["html"].stdout
     assert "skipped broken.html:" in imports["html"].stderr
     assert ("imported 9 pages (dirhtml layout) into attrs/stable, replacing 0; skipped 3 (1 general index, 1 module index, "
-            "1 search page, 0 unreadable); named entries: 9 documents, 3 glossary terms, 2 index entries, 8 objects "
+            "1 search page, 0 unreadable); named entries: 9 documents, 3 glossary terms, 8 index entries, 8 objects "
             "(4 on pages not imported)") in imports["dirhtml"].stdout
 
 
@@ -548,6 +548,14 @@ def test_a_task_phrase_finds_the_section_whose_heading_holds_its_words(server):
 def test_a_symbol_query_finds_where_the_syntax_is(server, q, page):
     assert paths(search(server, q))[0] == page
     assert paths(search(server, "options"))[0] == "guide/caching"
+
+
+def test_a_concept_ranks_first_where_the_general_index_marks_its_definition(server):
+    """Issue 34: "frobnicate statement" is a sub-entry of "statement" in the general index, its
+    main target (``.. index:: !``) the API page's "Colour adjustment" section, whose heading holds
+    neither word; the frobnication guide uses the concept in passing, three times, and is indexed
+    too, not as the main target."""
+    assert paths(search(server, "frobnicate statement"))[:2] == ["api", "guide/frobnication"]
 
 
 def test_a_called_name_prefers_the_callable_to_a_glossary_term(server):

@@ -100,7 +100,8 @@ def content_files(root: Path) -> tuple[list[Path], dict[Path, str]]:
 
 def named_entries(root: Path, generated: dict[Path, str], layout: str, skipped: list[tuple[str, str]]) -> list[Located]:
     """The objects of the build's inventory, then the entries of its general index that name a
-    place no object of the inventory is at (most index entries are the objects themselves).
+    place no object of the inventory is at (most index entries are the objects themselves), each
+    name of a place once.
     An inventory or index page too large to read is added to ``skipped``, with why."""
     inventory: list[Located] = []
     if (root / INVENTORY).is_file():
@@ -108,9 +109,10 @@ def named_entries(root: Path, generated: dict[Path, str], layout: str, skipped: 
             inventory = read_inventory(root / INVENTORY)
         except UnreadablePage as error:
             skipped.append((INVENTORY, str(error)))
-    taken = {(located.page, located.entry.anchor) for located in inventory}
+    objects = {(located.page, located.entry.anchor) for located in inventory}
     urls = {page_path(PurePosixPath(path.relative_to(root).as_posix()), layout): path for path in generated}
     found = list(inventory)
+    named: set[tuple[str, str, str]] = set()
     for url, path in index_pages(urls):
         try:
             index = list(read_general_index(path.read_bytes(), url))
@@ -118,9 +120,10 @@ def named_entries(root: Path, generated: dict[Path, str], layout: str, skipped: 
             skipped.append((url, str(error)))
             continue
         for located in index:
-            place = (located.page, located.entry.anchor)
-            if place not in taken:
-                taken.add(place)
+            # A place may have several names ("statement" and "with statement"), each once.
+            name = (located.page, located.entry.anchor, located.entry.name)
+            if (located.page, located.entry.anchor) not in objects and name not in named:
+                named.add(name)
                 found.append(located)
     return found
 

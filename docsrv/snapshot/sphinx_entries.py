@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urljoin
 
+from selectolax.lexbor import LexborNode as Node
+
 from ..errors import CommandError
 from .html_input import UnreadablePage, parse_html
 from .records import INDEX_ROLE, Entry
@@ -88,24 +90,39 @@ def index_pages(generated: dict[str, Path]) -> list[tuple[str, Path]]:
 
 def read_general_index(html: bytes, url: str) -> Iterator[Located]:
     """The entries of one page of the general index (served at ``url``, which its links are
-    relative to): each top-level entry, at each of its targets. An entry of more than
-    ``CATEGORY_TARGETS`` targets ("module", "built-in function", "configuration value") names a
-    kind of thing, not a thing: it is left out."""
+    relative to): each entry at each of its targets and its sub-entries' targets, and each
+    sub-entry by its words and its entry's too ("statement" > "with": "with statement"; a
+    sub-entry that holds its entry's words already, "import statement", by its own). A target in bold is the entry's main one (Sphinx's
+    ``main`` flag, ``.. index:: ! ...``): the place that defines it, priority 0 (else 1). An
+    entry of more than ``CATEGORY_TARGETS`` targets ("module", "built-in function",
+    "configuration value") names a kind of thing, not a thing: it is left out."""
     tree = parse_html(html, errors="replace")
     base = "http://build/" + url
     for item in tree.css("table.indextable td > ul > li"):  # genindextable is an indextable too
-        links = item.css("a[href]")
-        if len(links) > CATEGORY_TARGETS:
+        top = _entry_name(item)
+        yield from _located(top, item.css("a[href]"), base)  # its targets and its sub-entries'
+        for sub in item.css("li > ul > li"):
+            words = _entry_name(sub)
+            if top and words:
+                name = words if top.lower() in words.lower() else f"{words} {top}"
+                yield from _located(name, sub.css("a[href]"), base)
+
+
+def _entry_name(item: Node) -> str:
+    """The words an item of the general index names (not its targets' "[1]", nor its qualifier)."""
+    own = _SPACE.sub(" ", item.text(deep=False) or "").strip(" ,")  # ", " between targets is no name
+    if not own:
+        first = next((link for link in item.css("a[href]") if link.parent == item), None)
+        own = _SPACE.sub(" ", first.text()).strip() if first is not None else ""
+    return _QUALIFIER.sub("", own)
+
+
+def _located(name: str, links: list[Node], base: str) -> Iterator[Located]:
+    if not name or not links or len(links) > CATEGORY_TARGETS:
+        return
+    for link in links:
+        target = urljoin(base, link.attributes.get("href") or "")
+        if not target.startswith("http://build/"):
             continue
-        own = _SPACE.sub(" ", item.text(deep=False) or "").strip(" ,")  # ", " between targets is no name
-        if not own and links:
-            own = _SPACE.sub(" ", links[0].text()).strip()
-        name = _QUALIFIER.sub("", own)
-        if not name:
-            continue
-        for link in links:
-            target = urljoin(base, link.attributes.get("href") or "")
-            if not target.startswith("http://build/"):
-                continue
-            page, _, anchor = target.removeprefix("http://build/").partition("#")
-            yield Located(page, Entry(INDEX_ROLE, name, anchor))
+        page, _, anchor = target.removeprefix("http://build/").partition("#")
+        yield Located(page, Entry(INDEX_ROLE, name, anchor, 0 if link.css_first("strong") is not None else 1))

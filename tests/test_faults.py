@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DEMO
+from docsrv.supervisors.generation import SPAWN_SECONDS
 from helpers import alive, children, docsrv, fresh_get, point, poll, refused, sealed, watched_under_load
 
 #: The demo snapshot's directory, as the master resolves and names it.
@@ -289,3 +290,27 @@ def test_a_killed_snapshot_process_is_replaced_and_workers_still_come_back(start
     os.kill(worker, signal.SIGKILL)
     poll(lambda: children(master) and children(master) != [worker], what="a worker forked by the new process")
     poll(lambda: fresh_get(server.port, "/readyz")[0] == 200, what="ready")
+
+
+def test_a_snapshot_process_that_does_not_answer_never_holds_the_master(start_server):
+    """The process holding the snapshot stops answering (here SIGSTOP; a hung fork would do the
+    same) when the master asks it for a worker: after SPAWN_SECONDS the master lets go of it,
+    answers /healthz itself meanwhile, stops at once on SIGTERM, and, once that process runs and
+    exits, loads the snapshot anew and serves again."""
+    server = start_server("--workers", "1")
+    master = server.process.pid
+    (holding,) = children(master, "docsrv-snapshot")
+    (worker,) = children(master)
+    os.kill(holding, signal.SIGSTOP)
+    try:
+        os.kill(worker, signal.SIGKILL)  # the master asks the stopped process for another
+        line = server.wait_for(f"generation {holding} did not fork a worker within {SPAWN_SECONDS:g} s", timeout=30)
+        assert "cannot fork a worker now" in line
+        assert fresh_get(server.port, "/healthz")[0] == 200  # the master answers: no worker serves
+    finally:
+        os.kill(holding, signal.SIGCONT)  # it finds its socket closed and exits
+    poll(lambda: not alive(holding), what="the stopped process gone once it ran")
+    poll(lambda: fresh_get(server.port, "/readyz")[0] == 200, timeout=60, what="ready again on a new snapshot process")
+    assert server.json("/api/v2/project/?slug=pip")["results"][0]["slug"] == "pip"
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(timeout=30) == 0

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+from functools import partial
 
 from conftest import ROOT, free_port
 from helpers import alive, children, fresh_get, poll, sealed
@@ -18,14 +19,27 @@ from helpers import alive, children, fresh_get, poll, sealed
 def held_load(tmp_path) -> tuple[subprocess.Popen, int, int]:
     """A server started on a snapshot whose load is held with SIGSTOP: (its process, its port, the
     process loading the snapshot). Not prepared and without an index, the load takes long enough
-    for the loader to be stopped before it ends."""
+    for the loader to be stopped before it ends, most times; on a busy machine it may end first,
+    and then the server is stopped and started anew until a load is held."""
     snapshot = sealed(tmp_path / "snap", "snap-slow")
-    port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "docsrv", "serve", "--snapshot", str(snapshot), "--port", str(port),
-                                "--workers", "1"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    loader = poll(lambda: children(process.pid, "docsrv-snapshot"), timeout=30, what="the process loading the snapshot")[0]
-    os.kill(loader, signal.SIGSTOP)
-    return process, port, loader
+    for _attempt in range(5):
+        port = free_port()
+        process = subprocess.Popen([sys.executable, "-m", "docsrv", "serve", "--snapshot", str(snapshot), "--port", str(port),
+                                    "--workers", "1"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        loader = poll(partial(children, process.pid, "docsrv-snapshot"), timeout=30, what="the process loading the snapshot")[0]
+        os.kill(loader, signal.SIGSTOP)
+        if still_loading(port):
+            return process, port, loader
+        os.kill(loader, signal.SIGCONT)
+        process.terminate()
+        process.wait(timeout=60)
+    raise AssertionError("every load ended before it could be held")
+
+
+def still_loading(port: int) -> bool:
+    """Whether the server on ``port`` says it waits for its snapshot's load."""
+    status, _headers, body = fresh_get(port, "/readyz")
+    return status == 503 and json.loads(body).get("problem") == "the snapshot is loading"
 
 
 def test_healthz_answers_while_the_first_snapshot_loads_and_readyz_says_503(tmp_path):

@@ -73,6 +73,11 @@ class Report(msgspec.Struct, frozen=True):
     public: str | None = None
 
 
+#: How long a generation has to fork a worker and send back its pid and ready pipe (it takes
+#: milliseconds). The master waits on nothing else while it does.
+SPAWN_SECONDS = 5.0
+
+
 class Generation:
     """The master's handle on a generation process."""
 
@@ -128,10 +133,16 @@ class Generation:
 
     def spawn(self) -> tuple[int, int]:
         """Ask for a worker: its pid (a child of the master's from now on) and its ready pipe.
-        OSError when the generation is gone."""
-        self.control.setblocking(True)
-        self.control.sendall(b"F")
-        data, fds, _flags, _address = socket.recv_fds(self.control, _PID.size, 1)
+        OSError when the generation is gone, or does not answer within SPAWN_SECONDS (stopped or
+        hung): then it is let go of, so that the master never waits on it again (it exits when
+        it runs and finds its socket closed, and the master loads the snapshot anew)."""
+        self.control.settimeout(SPAWN_SECONDS)
+        try:
+            self.control.sendall(b"F")
+            data, fds, _flags, _address = socket.recv_fds(self.control, _PID.size, 1)
+        except TimeoutError:
+            self.close()
+            raise ConnectionError(f"generation {self.pid} did not fork a worker within {SPAWN_SECONDS:g} s") from None
         if len(data) != _PID.size or len(fds) != 1:
             for fd in fds:
                 os.close(fd)

@@ -31,7 +31,7 @@ from bare import Bare  # noqa: E402
 from docsrv.api.state import ApiState  # noqa: E402
 from docsrv.config import Settings  # noqa: E402
 from docsrv.http.fast_lane import FastLaneServer  # noqa: E402
-from docsrv.http.hits import find  # noqa: E402
+from docsrv.http.hits import decide  # noqa: E402
 from docsrv.runtime import Runtime  # noqa: E402
 from docsrv.server import listening_socket, start  # noqa: E402
 from docsrv.serving import load_served  # noqa: E402
@@ -106,11 +106,13 @@ async def measure(snapshot: str, target: str, rounds: int, headers: str) -> None
     asked = lane.asked_of(head)
     assert asked is not None
     now = handler._loop_time()
-    found = find(lane.cache, asked.ask, lane.last_modified)
+    cached = lane.cache.get(asked.ask.key)
+    assert cached is not None
+    found = decide(cached, asked.ask, lane.last_modified)
     assert found is not None
     reply = found[1]
     counts: dict[str, int] = {}
-    cache, last_modified = lane.cache, lane.last_modified
+    last_modified = lane.last_modified
     parts = (reply.wire, asked.cors, reply.wire_end, b"-" * 29, asked.ending, reply.body)
     figures = {
         "lane: a whole request (data_received)": per_call(lambda: handler.data_received(block), rounds),
@@ -118,7 +120,7 @@ async def measure(snapshot: str, target: str, rounds: int, headers: str) -> None
         "lane: reading the head (HeadReader.read)": per_call(lambda: handler._reader.read(block), rounds),
         "lane: the reply's bytes (FastLane.respond)": per_call(lambda: lane.respond(asked, handler, now), rounds),
         "lane: the cache lookup (ReplyCache.get)": per_call(lambda: lane.cache.get(asked.ask.key), rounds),
-        "lane: the reply found (hits.find: lookup, coding, status)": per_call(lambda: find(cache, asked.ask, last_modified), rounds),
+        "lane: the reply decided (hits.decide: coding, status)": per_call(lambda: decide(cached, asked.ask, last_modified), rounds),
         "lane: CORS for a docs Origin (Cors.wire)": per_call(lambda: lane.cors.wire(b"https://docs.example.org"), rounds),
         "lane: the bytes joined (head parts and body)": per_call(lambda: b"".join(parts), rounds),
         "lane: the metrics (one count by route)": per_call(lambda: counts.__setitem__(reply.route, counts.get(reply.route, 0) + 1), rounds),

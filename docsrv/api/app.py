@@ -25,7 +25,6 @@ from ..http.aiohttp_seam import as_http11
 from ..http.caching import validators
 from ..http.compression import choose
 from ..http.fast_lane import FastLane, FastLaneServer
-from ..http.hits import Ask, cache_key, find, representation
 from ..http.protocol import VERSION_NOT_SUPPORTED, JsonErrorServer
 from ..http.reply import Reply
 from ..http.reply_cache import Key
@@ -94,21 +93,19 @@ class Dispatcher:
 
     async def get(self, request: web.BaseRequest, state: ApiState) -> tuple[int, Reply, bool]:
         """The status and representation that answer a GET or HEAD, and whether it came from
-        the cache: found as the fast lane finds it (``hits.py``), or else by its canonical key,
-        or made anew."""
+        the cache: under the request's own key as the fast lane finds it, else by its canonical
+        key, or made anew; decided as the lane decides (``hits.py``)."""
         ask = ask_of(request, state.fixed_base)
-        found = find(state.cache, ask, state.last_modified)
-        if found is not None:
-            return *found, True
-        reply = state.cache.get(ask.key)  # cached, but not yet in the coding asked for
+        reply = state.cache.get(ask.key)
         hit = reply is not None
         if reply is None:
             reply, hit = await self.miss(request, state, ask.key)
-        sent = representation(reply, ask.coding)
-        if sent is None:
+        found = hits.decide(reply, ask, state.last_modified)
+        if found is None:  # compressed on first demand (a large body off the event loop)
             assert ask.coding is not None
             sent = await state.compressed(reply, ask.coding)
-        return hits.status(sent, ask, state.last_modified), sent, hit
+            found = hits.status(sent, ask, state.last_modified), sent
+        return *found, hit
 
     @staticmethod
     async def unsupported_version(request: web.BaseRequest, state: ApiState) -> web.StreamResponse:
@@ -137,7 +134,7 @@ class Dispatcher:
         query = sorted(((k, v) for k, v in request.query.items() if route.accepts(k)), key=itemgetter(0))
         url = URL.build(path=request.path, query=query)
         target = str(url)
-        canonical = cache_key(state.fixed_base, request.host.lower(), target)
+        canonical = hits.cache_key(state.fixed_base, request.host.lower(), target)
         cached = state.cache.get(canonical)
         hit = cached is not None
         if cached is not None:
@@ -180,10 +177,10 @@ class Dispatcher:
         return state.uncached(404, v2.NOT_FOUND)
 
 
-def ask_of(request: web.BaseRequest, fixed_base: str | None) -> Ask:
+def ask_of(request: web.BaseRequest, fixed_base: str | None) -> hits.Ask:
     """What a GET or HEAD asks of the reply cache (``hits.py``), as aiohttp read it."""
     headers = request.headers
-    return Ask(cache_key(fixed_base, request.host, request.raw_path), request.method == "GET",
+    return hits.Ask(hits.cache_key(fixed_base, request.host, request.raw_path), request.method == "GET",
                choose(headers.get(hdrs.ACCEPT_ENCODING, "")),
                validators(headers.getall(hdrs.IF_NONE_MATCH, None), headers.get(hdrs.IF_MODIFIED_SINCE)))
 

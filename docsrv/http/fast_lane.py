@@ -43,7 +43,7 @@ from .aiohttp_seam import handler_kwargs, keepalive_seconds, loop_of, resume_kee
 from .caching import validators
 from .compression import choose
 from .cors import Cors
-from .hits import Ask, cache_key, find
+from .hits import Ask, cache_key, decide
 from .limits import MAX_HEADERS, MAX_LINE_BYTES
 from .protocol import JsonErrorRequestHandler, JsonErrorServer
 from .reply import WIRE_END_304
@@ -319,14 +319,18 @@ class FastLane:
         rather than copying the body behind the head."""
         if self.state.draining:
             return None
-        found = find(self.cache, asked.ask, self.last_modified)
-        if found is None:
+        ask = asked.ask
+        reply = self.cache.get(ask.key)
+        if reply is None:
             return None
+        found = decide(reply, ask, self.last_modified)
+        if found is None:
+            return None  # compressed when aiohttp answers (off the loop when large)
         status, reply = found
         if status == 304:
             wire, end, body, counts = reply.wire_304, WIRE_END_304, b"", self.revalidated
         else:  # only 200s are cached
-            wire, end, body, counts = reply.wire, reply.wire_end, reply.body if asked.ask.body else b"", self.sent
+            wire, end, body, counts = reply.wire, reply.wire_end, reply.body if ask.body else b"", self.sent
         if not asked.http11:
             wire = b"HTTP/1.0" + wire[8:]
         date = self.date

@@ -3,8 +3,10 @@
 Both doors of a worker answer cached replies: the fast lane (``fast_lane.py``), which reads the
 request's head itself and writes bytes, and the dispatcher (``api/app.py``), which aiohttp hands
 every other request. What a request asks is read once into an ``Ask`` (the cache key, and the
-few header values that choose a representation: the coding, the validators), and ``find``
-decides the reply from it, for both: which reply, which coding, 200 or 304.
+few header values that choose a representation: the coding, the validators), and ``decide``
+answers it from a reply, for both: which representation, 200 or 304. Both look the reply up
+under the ask's key; on a miss, or a coding not made yet, the lane hands the request to aiohttp,
+and the dispatcher makes the reply, or that coding.
 
 The key is the request target when links are built from a fixed base URL, else the Host header
 and the target (docsrv speaks plain HTTP; TLS ends before it, so the scheme is always ``http``).
@@ -17,7 +19,7 @@ from typing import NamedTuple
 
 from .caching import Validators, not_modified
 from .reply import Reply
-from .reply_cache import Key, ReplyCache
+from .reply_cache import Key
 
 
 class Ask(NamedTuple):
@@ -53,13 +55,11 @@ def status(reply: Reply, ask: Ask, last_modified: datetime) -> int:
     return reply.status
 
 
-def find(cache: ReplyCache, ask: Ask, last_modified: datetime) -> tuple[int, Reply] | None:
-    """The status and representation that answer ``ask`` from the cache; None when the cache
-    holds no reply under its key, or not yet in its coding."""
-    reply = cache.get(ask.key)
-    if reply is None:
-        return None
+def decide(reply: Reply, ask: Ask, last_modified: datetime) -> tuple[int, Reply] | None:
+    """The status and representation of ``reply`` that answer ``ask``; None when the reply is not
+    made yet in the coding asked for."""
     sent = representation(reply, ask.coding)
     if sent is None:
         return None
     return status(sent, ask, last_modified), sent
+

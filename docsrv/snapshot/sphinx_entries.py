@@ -92,10 +92,12 @@ def read_general_index(html: bytes, url: str) -> Iterator[Located]:
     """The entries of one page of the general index (served at ``url``, which its links are
     relative to): each entry at each of its targets and its sub-entries' targets, and each
     sub-entry by its words and its entry's too ("statement" > "with": "with statement"; a
-    sub-entry that holds its entry's words already, "import statement", by its own). A target in bold is the entry's main one (Sphinx's
-    ``main`` flag, ``.. index:: ! ...``): the place that defines it, priority 0 (else 1). An
-    entry of more than ``CATEGORY_TARGETS`` targets ("module", "built-in function",
-    "configuration value") names a kind of thing, not a thing: it is left out."""
+    sub-entry that holds its entry's words already, "import statement", by its own).
+
+    A target in bold is the entry's main one (Sphinx's ``main`` flag, ``.. index:: ! ...``): the
+    place that defines it, priority 0 (else 1). An entry of more than ``CATEGORY_TARGETS``
+    targets ("module", "built-in function", "configuration value") names a kind of thing, not a
+    thing: it is left out."""
     tree = parse_html(html, errors="replace")
     base = "http://build/" + url
     for item in tree.css("table.indextable td > ul > li"):  # genindextable is an indextable too

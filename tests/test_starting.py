@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from functools import partial
 
 from conftest import ROOT, free_port
@@ -59,6 +60,40 @@ def test_healthz_answers_while_the_first_snapshot_loads_and_readyz_says_503(tmp_
     finally:
         process.terminate()
         process.wait(timeout=60)
+
+
+def test_no_request_is_dropped_when_the_workers_take_over_from_the_master(tmp_path):
+    """Clients ask /readyz on new connections, four at a time, while the held load ends and the
+    first worker starts: each gets an answer (503, then 200), none a closed connection. The
+    master answers what it accepted before the worker served, rather than dropping it."""
+    process, port, loader = held_load(tmp_path)
+    statuses: list[int] = []
+    failures: list[str] = []
+    ready = threading.Event()
+
+    def ask() -> None:
+        while not ready.is_set():
+            try:
+                statuses.append(fresh_get(port, "/readyz")[0])
+            except OSError as error:
+                failures.append(repr(error))
+            if statuses and statuses[-1] == 200:
+                ready.set()
+
+    clients = [threading.Thread(target=ask) for _ in range(4)]
+    try:
+        for client in clients:
+            client.start()
+        os.kill(loader, signal.SIGCONT)
+        poll(ready.is_set, timeout=60, what="a worker serving /readyz")
+    finally:
+        ready.set()
+        for client in clients:
+            client.join()
+        process.terminate()
+        process.wait(timeout=60)
+    assert failures == []
+    assert set(statuses) == {503, 200}
 
 
 def test_a_client_that_sends_nothing_does_not_hold_the_master(tmp_path):

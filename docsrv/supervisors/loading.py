@@ -6,7 +6,8 @@ worker is ready, the master accepts on the listening socket itself, from its sel
 answers each request in one reply with ``Connection: close``: ``/healthz`` 200 (the process
 lives), ``/readyz`` 503 naming what it waits for, any other path 503 with a Retry-After. Sockets
 are non-blocking, a request head is read up to 8 KiB and 2 s at most, and at most 64
-connections are held: no client can stall the master's loop.
+connections are held: no client can stall the master's loop. Once a worker serves, the master
+accepts no more, but still answers the connections it holds: none is dropped at the handover.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ class LoadingResponder:
         #: What /readyz says the process waits for.
         self.waiting_for = "the snapshot is loading"
 
-    def readable(self) -> list[int]:
-        """What the loop's select waits on for it: the listening socket, and each connection."""
-        return [self.sock.fileno(), *self.connections]
+    def readable(self, accepting: bool) -> list[int]:
+        """What the loop's select waits on for it: each connection held, and the listening socket
+        while it is ``accepting`` (no worker serves)."""
+        return [self.sock.fileno(), *self.connections] if accepting else [*self.connections]
 
     def handle(self, fd: int) -> None:
         """Act on ``fd`` (the listening socket or a held connection) found readable."""
@@ -104,6 +106,7 @@ class LoadingResponder:
             connection.close()
 
     def close(self) -> None:
-        """Workers serve now: let go of every connection held (the listening socket stays open)."""
+        """Let go of every connection held (the listening socket stays open): the master stops,
+        or this is a process forked from it."""
         for fd in list(self.connections):
             self.drop(fd)

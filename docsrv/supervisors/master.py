@@ -189,14 +189,12 @@ class Master:
         if renewing is not None:
             pipes.update({fd: (renewing, pid) for fd, pid in renewing.ready_pipes().items()})
         loading = {g.fileno(): g for g in (self.first, self.reloading.generation if self.reloading else None) if g and g.loading}
-        answering = self.pool is None or not self.pool.live
-        if answering:
-            self.responder.expire()
-        else:
-            self.responder.close()
+        # Once a worker serves, the master accepts no more, but still answers what it accepted:
+        # dropping a connection whose head had not yet arrived would reset a client for nothing.
+        self.responder.expire()
+        answering = self.responder.readable(accepting=self.pool is None or not self.pool.live)
         try:
-            readable, _, _ = select.select([self.wake_read, *pipes, *loading, *(self.responder.readable() if answering else ())],
-                                           [], [], timeout)
+            readable, _, _ = select.select([self.wake_read, *pipes, *loading, *answering], [], [], timeout)
         except InterruptedError:
             return
         for fd in readable:
@@ -213,7 +211,7 @@ class Master:
                     self.board.workers(len(self.pool.live))
                     self.announce()
                 # else: let go of since the select (a swap or a failed reload closed its pipe)
-            elif answering:
+            elif fd in answering:
                 self.responder.handle(fd)
 
     def announce(self) -> None:

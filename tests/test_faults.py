@@ -310,7 +310,10 @@ def test_a_snapshot_process_that_does_not_answer_never_holds_the_master(start_se
     finally:
         os.kill(holding, signal.SIGCONT)  # it finds its socket closed and exits
     poll(lambda: not alive(holding), what="the stopped process gone once it ran")
+    # Every /readyz is answered: the stopped process, run again, forks no worker for the request
+    # the master gave up on (one would serve unsupervised, and its connections be dropped).
     poll(lambda: fresh_get(server.port, "/readyz")[0] == 200, timeout=60, what="ready again on a new snapshot process")
     assert server.json("/api/v2/project/?slug=pip")["results"][0]["slug"] == "pip"
+    assert len(children(master, "docsrv-worker")) == 1
     server.process.send_signal(signal.SIGTERM)
     assert server.process.wait(timeout=30) == 0

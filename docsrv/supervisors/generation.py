@@ -194,13 +194,27 @@ def run_generation(directory: Path, control: socket.socket, worker: Callable[[Se
             asked = control.recv(1)
         except InterruptedError:
             continue
-        if asked != b"F":
+        if asked != b"F" or let_go(control):
             return 0
         pid, ready_fd = fork_worker(served, master, worker, control)
         try:
             socket.send_fds(control, [_PID.pack(pid)], [ready_fd])
+        except OSError:  # the master let go meanwhile: the worker would serve unsupervised
+            os.kill(pid, signal.SIGKILL)
+            return 0
         finally:
             os.close(ready_fd)
+
+
+def let_go(control: socket.socket) -> bool:
+    """Whether the master has closed its end of ``control``. A request read after that was sent
+    before the master gave up waiting (this process was stopped, or slow): a worker forked for it
+    would serve beside the master's own, unsupervised, and be killed unknown to it, its
+    connections dropped."""
+    try:
+        return control.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
 
 
 def fork_worker(served: Served, master: int, worker: Callable[[Served, int], None], control: socket.socket) -> tuple[int, int]:

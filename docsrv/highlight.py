@@ -35,7 +35,7 @@ import struct
 import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from itertools import repeat
 from pathlib import Path
@@ -70,6 +70,10 @@ _RECORDS = ("slots", "entries")
 #: A word (as the query reader and tantivy see them) or an entity that escaping made: the
 #: words inside ``&amp;`` and ``&#x27;`` are not the page's.
 _TOKEN = re.compile(r"&(?:amp|lt|gt|quot|#x27);|\w+")
+#: A passage's words are told apart by the low bits of their positions: at most this many.
+GROUP_BITS = 3
+MAX_GROUPS = 1 << GROUP_BITS
+GROUP_MASK = MAX_GROUPS - 1
 #: Pages written between two flushes of the arrays to disk.
 _FLUSH_EVERY = 4096
 
@@ -284,9 +288,11 @@ class Highlights:
         return None
 
     def fragments(
-        self, slot: int, words: Words, *, count: int, width: int, open_tag: bytes, close_tag: bytes, ellipsis: bool
+        self, slot: int, words: Words, *, count: int, width: int, open_tag: bytes, close_tag: bytes, ellipsis: bool,
+        passage: int = -1,
     ) -> list[str]:
-        """Up to ``count`` windows of about ``width`` characters around the first matches of ``words``.
+        """Up to ``count`` windows of about ``width`` characters around the first matches of ``words``,
+        or with ``passage`` (a byte offset: see ``passage``), the first matches from there on.
 
         A window starts a third of its width before its first match (at a space when there is one
         near, and never before the end of the window before it) and ends at the first space after
@@ -301,7 +307,7 @@ class Highlights:
         text = self.text
         keys = words.keys
         recorded_page = entries > 0  # the index build recorded this page's words: not a short page
-        single = len(keys) == 1 and recorded_page
+        single = len(keys) == 1 and recorded_page and passage < 0
         marks: list = []  # one word: its positions; several, or a short page: (position, length), in order
         length = 0
         known = size
@@ -315,7 +321,7 @@ class Highlights:
                 if entry < last and all_keys[entry] == key:
                     start, recorded, length = _ENTRY_UNPACK(self.entries, entry * ENTRY.size)
                     cut = recorded == MAX_POSITIONS
-                    if not single and recorded > MERGE_POSITIONS:
+                    if not single and passage < 0 and recorded > MERGE_POSITIONS:
                         recorded, cut = MERGE_POSITIONS, True
                     positions = self.positions[start : start + recorded].tolist()
                     if cut and positions[-1] + length < known:
@@ -335,6 +341,12 @@ class Highlights:
         out: list[str] = []
         index, total = 0, len(marks)
         floor = low  # windows do not overlap: each starts where the one before ended, or later
+        if passage > 0:  # start at the passage, after the last match before it (no match goes unmarked)
+            index = bisect_left(marks, (passage, 0))
+            if index:
+                floor = low + marks[index - 1][0] + marks[index - 1][1]
+            if index == total:  # the passage holds only other forms of the words: from the start
+                index, floor = 0, low
         while index < total and len(out) < count:
             position = low + (marks[index] if single else marks[index][0])
             if position >= known:
@@ -373,6 +385,54 @@ class Highlights:
                 fragment = ("..." if start > low else "") + fragment + ("..." if end < high else "")
             out.append(fragment)
         return out
+
+    def passage(self, slot: int, groups: Sequence[Words], span: int) -> tuple[int, int]:
+        """The window of at most ``span`` bytes of a page's text that holds the most of
+        ``groups`` (each the forms of one query word: any form counts), the earliest such window:
+        (how many groups it holds, where it starts in bytes from the page's start), or (0, -1).
+
+        A recorded page's words are looked up (up to MAX_POSITIONS occurrences of each), a short
+        page's are found in its text."""
+        low, size, _chars, first, entries = _SLOT_UNPACK(self.slots, slot * SLOT.size)
+        found: list[int] = []  # position << GROUP_BITS | group: ints sort faster than pairs
+        if entries:
+            last = first + entries
+            all_keys, positions = self.keys, self.positions
+            for group, words in enumerate(groups[:MAX_GROUPS]):
+                for key in words.keys:
+                    entry = bisect_left(all_keys, key, first, last)
+                    if entry < last and all_keys[entry] == key:
+                        start, recorded, _length = _ENTRY_UNPACK(self.entries, entry * ENTRY.size)
+                        found += [at << GROUP_BITS | group for at in positions[start : start + recorded].tolist()]
+        else:
+            group_of = {term: group for group, words in enumerate(groups[:MAX_GROUPS]) for term in words.terms}
+            data = self.text[low : low + size]
+            for at, length in scan(data, tuple(group_of)):
+                spelled = group_of.get(bytes(data[at : at + length]).decode().lower())
+                if spelled is not None:  # None: lower-casing spelled it otherwise (a rare Unicode case)
+                    found.append(at << GROUP_BITS | spelled)
+        found.sort()
+        wanted = min(len(groups), MAX_GROUPS)
+        held = [0] * wanted
+        best = (0, -1)
+        kinds = left = 0
+        spread = span << GROUP_BITS  # an event is past a window starting at ``start`` if > (start | MASK) + spread
+        for event in found:
+            group = event & GROUP_MASK
+            if not held[group]:
+                kinds += 1
+            held[group] += 1
+            while event > (found[left] | GROUP_MASK) + spread:
+                dropped = found[left] & GROUP_MASK
+                held[dropped] -= 1
+                if not held[dropped]:
+                    kinds -= 1
+                left += 1
+            if kinds > best[0]:
+                best = (kinds, found[left] >> GROUP_BITS)
+                if kinds == wanted:
+                    break
+        return best
 
     def opening(self, slot: int, width: int) -> str:
         """The first ``width`` characters of a page or so, escaped: the highlight of a title-only match."""

@@ -11,8 +11,9 @@ A query matches a name when both are equal once lower-cased, spaces collapsed, c
 parentheses and surrounding punctuation dropped (``entry_key``); an object's name also matches
 by any dotted tail (``QuerySet.filter`` and ``filter`` both find
 ``django.db.models.query.QuerySet.filter``). Of the pages a query names, a page title comes
-first, then objects and glossary terms, then sections and labels, then index entries; within a
-kind a whole name before a tail, then the inventory's priority.
+first, then a page that defines it (a section headed with the name that another of its names
+points to: ``DEFINED_PLACE``), then objects and glossary terms, then sections and labels, then
+index entries; within a kind a whole name before a tail, then the inventory's priority.
 
 Objects and glossary terms are also found by their names as people type them (``loose_key``):
 dots, underscores, hyphens, spaces and none alike (``render all`` finds ``render_all``,
@@ -228,6 +229,18 @@ class Named(NamedTuple):
     slot: int
 
 
+#: The place of a name a query equals, by (kind, tail), lower first: a page's title; an object's
+#: whole name or a glossary term; an object's tail; a section or label; a general index entry.
+NAME_PLACES = {(Kind.TITLE, 0): 0, (Kind.OBJECT, 0): 4, (Kind.TERM, 0): 4, (Kind.OBJECT, 1): 6, (Kind.SECTION, 0): 8, (Kind.INDEX, 0): 10}
+#: A called query ("relationship()") wants a callable: a glossary term comes after every object.
+CALLED_PLACES = {**NAME_PLACES, (Kind.TERM, 0): 7}
+#: The place of a page that defines what the query names: a section or label headed with it and
+#: another name of it besides (an object, a glossary term, an index entry), such as the reference
+#: section "__slots__" documenting ``object.__slots__``. It comes before a glossary's line of
+#: definition and before an object's page.
+DEFINED_PLACE = 2
+
+
 class Reading(NamedTuple):
     """What a query says of the names it wants."""
 
@@ -236,12 +249,17 @@ class Reading(NamedTuple):
     #: Called ("relationship()"): a callable, not a glossary term of its name.
     called: bool
 
-    def rank(self, stored: int) -> int:
-        """The rank a name's stored rank (``pack_rank``, + CHANGELOG_RANK) has for this query."""
-        rank = stored if self.changelogs_last else stored % CHANGELOG_RANK
-        if not self.called and (stored % CHANGELOG_RANK) // 8 == Kind.TERM:
-            rank -= (Kind.TERM - Kind.OBJECT) * 8  # a term ranks as an object does
-        return rank
+    def rank(self, stored: int, defined: bool = False) -> int:
+        """The rank a name's stored rank (``pack_rank``, + CHANGELOG_RANK) has for this query:
+        its place (``NAME_PLACES``, ``CALLED_PLACES``, or ``DEFINED_PLACE`` on a page that
+        ``defined`` it), then its priority."""
+        changelog, packed = divmod(stored, CHANGELOG_RANK)
+        kind, rest = divmod(packed, 8)
+        tail, priority = divmod(rest, 4)
+        place = (CALLED_PLACES if self.called else NAME_PLACES)[Kind(kind), tail]
+        if defined and place > DEFINED_PLACE:
+            place, priority = DEFINED_PLACE, 0
+        return place * 4 + priority + (changelog * CHANGELOG_RANK if self.changelogs_last else 0)
 
 
 class NamedEntries:
@@ -253,6 +271,10 @@ class NamedEntries:
 
     def _term(self, field: str, value: str) -> tantivy.Query:
         return tantivy.Query.term_query(self.schema, field, value)
+
+    def holds_name(self, key: str) -> bool:
+        """Whether some page has a name whose key (``entry_key``) is ``key``."""
+        return self.searcher.doc_freq("name", key) > 0
 
     def pages_named(self, q: str, scopes: list[str] | None) -> dict[int, Named]:
         """The pages holding a name equal to ``q`` (of the versions ``scopes`` names, if any), each
@@ -306,15 +328,20 @@ class NamedEntries:
         if not addresses:
             return {}
         named: dict[int, Named] = {}
-        pages = searcher.fast_field_values("page", addresses)
+        pages = [int(page or 0) for page in searcher.fast_field_values("page", addresses)]
         slots = searcher.fast_field_values("slot", addresses)
-        ranks = searcher.fast_field_values("rank", addresses)
+        ranks = [int(stored or 0) for stored in searcher.fast_field_values("rank", addresses)]
         depths = searcher.fast_field_values("depth", addresses)
+        kinds: dict[int, set[int]] = {}
+        for page, stored in zip(pages, ranks, strict=True):
+            kinds.setdefault(page, set()).add(stored % CHANGELOG_RANK // 8)
         for page, slot, stored, depth in zip(pages, slots, ranks, depths, strict=True):
-            candidate = Named(reading.rank(int(stored or 0)) + offset, int(depth or 1), int(slot or 0))
-            found = named.get(int(page or 0))
+            held = kinds[page]
+            defined = Kind.SECTION in held and len(held - {Kind.TITLE}) > 1
+            candidate = Named(reading.rank(stored, defined) + offset, int(depth or 1), int(slot or 0))
+            found = named.get(page)
             if found is None or candidate[:2] < found[:2]:
-                named[int(page or 0)] = candidate
+                named[page] = candidate
         return named
 
     def anchors(self, q: str) -> list[tuple[int, str]]:

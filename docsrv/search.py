@@ -8,10 +8,19 @@ Each page is one document. What pages name (titles, sections, objects, glossary 
 entries) is in an index of its own, ``entries/`` (``named_entries.py``): a query equal to a
 name ranks the pages that define it first; then pages holding every word, then the rest.
 Among those, a page with a heading that holds every word of the query weighs more, the more so
-the fewer other words the heading has (``HEADING_BOOST``), and a changelog (``changelogs.py``) comes after the pages that are not,
-unless the query asks what changed. Code syntax in a query (``__init__``, ``@property``,
-``**kwargs``, ``->``) is also looked up as it is written, in the syntax each page's text holds
-(the ``symbols`` field), where the words alone would match any page.
+the fewer other words the heading has (``HEADING_BOOST``); so does a page whose text holds the
+query's words close together, in any of their common forms (a passage: ``PASSAGE_BOOST``),
+and its fragments start there; a changelog (``changelogs.py``) comes after the pages that are
+not, unless the query asks what changed. Code syntax in a query (``__init__``, ``@property``,
+``**kwargs``, the operators the documentation names: ``code_syntax.py``) is also looked up as it
+is written, in the syntax each page's text holds (the ``symbols`` field), where the words alone
+would match any page.
+
+Passages are found in the highlight files (``Highlights.passage``), in the pages a search ranks:
+no index of sections, so the index stays the size it was. Of the ways to find them measured on
+the tuning sets (issue 34), a window of PASSAGE_BYTES holding the words, in proportion to how
+many it holds, is what moved them; a wider window, a larger boost, more candidates, and leaving
+stop words out of the page score moved none or cost some.
 """
 
 from __future__ import annotations
@@ -27,27 +36,36 @@ from typing import NamedTuple
 
 import tantivy
 
-from . import named_entries
+from . import code_syntax, named_entries
 from .changelogs import asks_for_changes, is_changelog
+from .code_syntax import MAX_TOKEN_BYTES
 from .highlight import Highlights, HighlightWriter, Words, query_words
-from .named_entries import filter_clause
+from .named_entries import STOP_WORDS, filter_clause
 from .snapshot.records import Page
 from .store import Store
 from .utils.progress import progress_bar, wanted
 
 #: Changes whenever what the index holds changes: an index of another schema is rebuilt.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 #: Weights of DECISIONS.md section 3: a word in the title counts ten times one in the body.
 BOOSTS = {"title": 10.0, "headings": 5.0, "body": 1.0}
 #: What a symbol of the query found as it is written in a page's text adds to its score (its
 #: presence: the number of symbols a page holds says nothing of what it is about).
 SYMBOL_SCORE = 5.0
-#: Code syntax kept as it is written: special names, decorators, argument unpacking, operators.
-_SYMBOLS = re.compile(
-    r"(?=[_@*/:=!<>+%&|^-])"  # a charset first: the pattern is tried only where a symbol may start
-    r"(?:__\w+__|@[A-Za-z_][\w.]*|\*\*?[A-Za-z_]\w*|\*\*=?|//=?|->|:=|[=!<>]=|<<=?|>>=?|[-+*/%&|^@]=)"
-)
 MAX_HITS = 50
+#: Passages: a page whose text holds the query's words (two or more, but stop words) within
+#: PASSAGE_BYTES of each other weighs 1 + PASSAGE_BOOST times more (in proportion for some of
+#: them); a page-level score does not see words standing together.
+PASSAGE_BYTES = 40
+PASSAGE_BOOST = 2.0
+#: The pages of each ranking (those holding every word, then the rest) looked at for a passage,
+#: best first: a passage lifts a page a few places, not from the bottom of fifty. On the tuning
+#: sets 3, 5, 10, 20 and 50 ranked alike; each page looked at costs about 10 µs.
+PASSAGE_PAGES = 5
+#: What a page without a passage has.
+NO_PASSAGE = (0, -1)
+#: Suffixes a query word may have that ``word_forms`` takes off, and what replaces them.
+_INFLECTIONS = (("ies", ("y",)), ("es", ("", "e")), ("s", ("",)), ("ing", ("", "e")), ("ed", ("", "e")))
 #: A page's score is multiplied by 1 + HEADING_BOOST x the share of a heading's words the query's
 #: are, when the heading holds them all (``NamedEntries.pages_with_heading``).
 HEADING_BOOST = 3.0
@@ -57,7 +75,6 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 #: What tantivy's default tokenizer makes of a word: runs of letters and digits (so
 #: "snake_case" is two tokens), lower-cased, and none of MAX_TOKEN_BYTES bytes or more.
 _ALNUM = re.compile(r"[^\W_]+")
-MAX_TOKEN_BYTES = 40
 #: The entries index, in the pages' index directory.
 ENTRIES = "entries"
 #: The file tantivy locks while it reads or writes an index's meta.json.
@@ -88,12 +105,14 @@ def build_index(store: Store, directory: Path, print_progress: bool | None = Non
     entries = quiet(tantivy.Index(named_entries.build_schema(), path=str(directory / ENTRIES))).writer(heap_size=64 << 20, num_threads=1)
     if print_progress is None:
         print_progress = wanted()
+    pages_with_text = [page for page in store.pages_ordered if isinstance(page, Page)]
+    if len(pages_with_text) != len(store.pages_ordered):
+        raise TypeError("the index is built from a store loaded with the pages' text")
+    operators = code_syntax.operator_names(pages_with_text)
     with progress_bar(len(store.pages), "index pages", print_progress, unit="page") as bar, HighlightWriter(
         directory / "highlight"
     ) as highlights:
-        for page in store.pages_ordered:
-            if not isinstance(page, Page):
-                raise TypeError("the index is built from a store loaded with the pages' text")
+        for page in pages_with_text:
             scope = version_scope(store.projects[page.project].slug, store.versions[page.version].slug)
             slot = highlights.add(page.id, page.text)
             changelog = is_changelog(page.title, [section.title for section in page.sections])
@@ -105,7 +124,7 @@ def build_index(store: Store, directory: Path, print_progress: bool | None = Non
                     title=page.title,
                     headings=" ".join(section.title for section in page.sections),
                     body=page.text,
-                    symbols=" ".join(symbols(page.text)),
+                    symbols=" ".join(code_syntax.tokens(page.text, operators.__contains__)),
                 )
             )
             for document in named_entries.documents(page, scope, slot, changelog):
@@ -173,6 +192,8 @@ class Hit(NamedTuple):
     #: The page's place in the highlight files.
     slot: int
     score: float
+    #: Where its best passage starts (bytes into its text), -1 for none: its fragments start there.
+    passage: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,10 +224,24 @@ def read_query(text: str) -> tuple[list[str], list[list[str]]]:
     return words, phrases
 
 
-def symbols(text: str) -> list[str]:
-    """The code syntax in ``text``, lower-cased, each once (``__init__``, ``@property``,
-    ``**kwargs``, ``->``), as the ``symbols`` field holds it and a query looks it up."""
-    return [token for token in dict.fromkeys(map(str.lower, _SYMBOLS.findall(text))) if len(token.encode()) < MAX_TOKEN_BYTES]
+def word_forms(word: str) -> tuple[str, ...]:
+    """``word`` and the English inflections a passage counts as it ("line": "lines"; "read":
+    "reads", "reading"; "dictionary": "dictionaries"). A few suffixes, not a stemmer: the words
+    are looked up by their exact spelling in the highlight files."""
+    bases = {word}
+    for suffix, replacements in _INFLECTIONS:
+        if word.endswith(suffix) and len(word) > len(suffix) + 2 and not word.endswith("ss"):
+            bases.update(word[: -len(suffix)] + replacement for replacement in replacements)
+    forms = dict.fromkeys([word])
+    for base in sorted(bases):
+        forms.update(dict.fromkeys((base, base + "s", base + "ed", base + "ing")))
+        if base.endswith("e"):
+            forms.update(dict.fromkeys((base + "d", base[:-1] + "ing")))
+        elif base.endswith("y"):
+            forms[base[:-1] + "ies"] = None
+        elif base.endswith(("s", "x", "ch", "sh")):
+            forms[base + "es"] = None
+    return tuple(forms)
 
 
 def index_tokens(text: str) -> list[str]:
@@ -250,6 +285,16 @@ class SearchIndex:
             clauses.append((tantivy.Occur.Should, query))
         return clauses
 
+    def is_operator(self, key: str) -> bool:
+        """Whether ``key`` is an operator of this build (``code_syntax.py``): a name it holds."""
+        return code_syntax.is_operator(key) and self.named.holds_name(key)
+
+    def _passage_words(self, words: list[str]) -> list[Words]:
+        """Each of ``words`` in the forms some page's text holds (``word_forms``): a form no page
+        holds costs a lookup in every page looked at, and finds nothing."""
+        searcher = self.searcher
+        return [query_words([form for form in word_forms(word) if form == word or searcher.doc_freq("body", form)]) for word in words]
+
     def _symbol(self, symbol: str) -> tantivy.Query:
         return tantivy.Query.const_score_query(tantivy.Query.term_query(self.schema, "symbols", symbol), SYMBOL_SCORE)
 
@@ -262,7 +307,7 @@ class SearchIndex:
         """
         words, phrases = read_query(q)
         words = list(dict.fromkeys(words))
-        written = symbols(q)
+        written = code_syntax.tokens(q, self.is_operator)
         if not words and not phrases and not written:
             return Found([], 0, query_words(()))
         scope = filter_clause(self.schema, "scope", scopes) if scopes else None
@@ -291,6 +336,10 @@ class SearchIndex:
         page_ids = self.highlights.page_ids
         changelogs_last = not asks_for_changes(q)
         headed = self.named.pages_with_heading(words, scopes) if len(words) > 1 else {}
+        content = [word for word in words if word not in STOP_WORDS]
+        groups = self._passage_words(content) if len(content) > 1 else []
+        #: Of each page looked at: how many of the words its passage holds, and where it starts.
+        passages: dict[int, tuple[int, int]] = {}
         scored: list[Hit] = []
         seen: set[int] = set()
         for found in results:
@@ -298,21 +347,28 @@ class SearchIndex:
             slots = searcher.fast_field_values("slot", addresses)
             changelogs = searcher.fast_field_values("changelog", addresses) if changelogs_last else [0] * len(found)
             ranked = []
-            for (score, _address), slot, changelog in zip(found, slots, changelogs, strict=True):
+            for place, ((score, _address), slot, changelog) in enumerate(zip(found, slots, changelogs, strict=True)):
                 page_id = page_ids[int(slot or 0)]
                 weighed = score * (1 + HEADING_BOOST * headed.get(page_id, 0.0))
+                if groups and place < PASSAGE_PAGES:
+                    passage = passages.get(page_id)
+                    if passage is None:
+                        passage = passages[page_id] = self.highlights.passage(int(slot or 0), groups, PASSAGE_BYTES)
+                    if passage[0] > 1:
+                        weighed *= 1 + PASSAGE_BOOST * (passage[0] - 1) / (len(groups) - 1)
                 # Equal scores come back in no set order across index segments: the page id decides.
                 ranked.append((bool(changelog), -weighed, page_id, int(slot or 0)))
             ranked.sort()
             for _changelog, negated, page_id, slot in ranked:
                 if page_id not in seen:
                     seen.add(page_id)
-                    scored.append(Hit(page_id, slot, -negated))
+                    scored.append(Hit(page_id, slot, -negated, passages.get(page_id, NO_PASSAGE)[1]))
         named = self.named.pages_named(q, scopes)
         if named:
             scores = {hit.page_id: hit.score for hit in scored}
             first = sorted(named.items(), key=lambda item: (item[1].rank, item[1].depth, -scores.get(item[0], 0.0), item[0]))
-            hits = [Hit(page_id, name.slot, scores.get(page_id, 0.0)) for page_id, name in first[:MAX_HITS]]
+            hits = [Hit(page_id, name.slot, scores.get(page_id, 0.0), passages.get(page_id, NO_PASSAGE)[1])
+                    for page_id, name in first[:MAX_HITS]]
             hits += [hit for hit in scored if hit.page_id not in named][: MAX_HITS - len(hits)]
         else:
             hits = scored[:MAX_HITS]

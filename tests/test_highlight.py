@@ -168,3 +168,25 @@ def test_every_fragment_is_an_exact_window_of_its_page(tmp_path_factory, data, t
         for fragment in highlights.fragments(slot, query, **V2):
             assert unmarked(fragment) in text, (typed, fragment)
         assert html.unescape(highlights.opening(slot, 100)) in text
+
+
+def test_a_passage_is_the_earliest_window_holding_the_most_words_in_any_form(pages):
+    """Issue 34: each group is the forms of one query word; the window counts groups, not
+    occurrences, and ends within ``span`` bytes of where it starts."""
+    text = "Files are read here. " + "filler " * 20 + "It reads a single line from the file. And lines again, read from files."
+    highlights, [slot] = pages(text)
+    groups = [words("read", "reads"), words("file", "files"), words("line", "lines")]
+    start = text.index("reads a single")
+    assert highlights.passage(slot, groups, 40) == (3, start)
+    assert highlights.passage(slot, groups, 10) == (2, 0)  # "Files are read": two of them, first
+    assert highlights.passage(slot, [words("absent"), words("nowhere")], 40) == (0, -1)
+
+
+def test_fragments_start_at_the_passage_and_mark_every_match_in_them(pages):
+    text = "alpha first. " + "filler " * 30 + "then alpha beta together. " + "filler " * 30 + "alpha last."
+    highlights, [slot] = pages(text)
+    passage = highlights.passage(slot, [words("alpha"), words("beta")], 40)[1]
+    fragments = highlights.fragments(slot, words("alpha", "beta"), **V2, passage=passage)
+    assert fragments[0] == "filler filler filler filler then <em>alpha</em> <em>beta</em> together. " + " ".join(["filler"] * 7)
+    assert "first" not in " ".join(fragments)  # without the passage, the first fragment is "alpha first"
+    assert all(unmarked(fragment) in text for fragment in fragments)

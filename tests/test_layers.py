@@ -14,7 +14,7 @@ LAYERS = [
     ["docsrv.config"],
     ["docsrv.snapshot"],
     ["docsrv.store"],
-    ["docsrv.changelogs", "docsrv.highlight", "docsrv.named_entries", "docsrv.search"],
+    ["docsrv.changelogs", "docsrv.code_syntax", "docsrv.highlight", "docsrv.named_entries", "docsrv.search"],
     ["docsrv.serving"],
     ["docsrv.pull"],
     ["docsrv.http", "docsrv.metrics", "docsrv.process_metrics", "docsrv.runtime"],

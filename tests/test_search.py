@@ -68,11 +68,11 @@ def test_import_reports_layout_pages_skipped_files_and_named_entries(built):
     # The general index, the module index and the search page are reported, by kind, as generated
     # (not documents); the named entries by kind (a document's title is in the inventory too).
     assert ("imported 9 pages (html layout) into attrs/latest, replacing 0; skipped 4 (1 general index, 1 module index, "
-            "1 search page, 1 unreadable); named entries: 9 documents, 3 glossary terms, 8 index entries, 8 objects "
+            "1 search page, 1 unreadable); named entries: 9 documents, 4 glossary terms, 10 index entries, 8 objects "
             "(4 on pages not imported)") in imports["html"].stdout
     assert "skipped broken.html:" in imports["html"].stderr
     assert ("imported 9 pages (dirhtml layout) into attrs/stable, replacing 0; skipped 3 (1 general index, 1 module index, "
-            "1 search page, 0 unreadable); named entries: 9 documents, 3 glossary terms, 8 index entries, 8 objects "
+            "1 search page, 0 unreadable); named entries: 9 documents, 4 glossary terms, 10 index entries, 8 objects "
             "(4 on pages not imported)") in imports["dirhtml"].stdout
 
 
@@ -563,3 +563,33 @@ def test_a_called_name_prefers_the_callable_to_a_glossary_term(server):
     tail: the term first, unless the query calls the name."""
     assert paths(search(server, "widget"))[0] == "glossary"
     assert paths(search(server, "Widget()"))[0] == "api"
+
+
+def test_a_task_phrase_finds_the_passage_that_holds_its_words_together(server):
+    """Issue 34: "export colour palette" is one sentence of the installation page, under a heading
+    that holds none of the words; the frobnication guide repeats "colour" and "palette" and says
+    "export" once, far from them, and ranks first on word counts alone. The hit's first fragment
+    is that passage, not the page's first "colour"."""
+    found = search(server, "export colour palette")
+    assert paths(found)[:2] == ["install", "guide/frobnication"]
+    assert hits(found)[0]["highlight"]["content"][0] == (
+        "other machine, then run widgetry <em>export</em> on this one: it writes the <em>colour</em> <em>palette</em> beside the "
+        "widgets, and"
+    )
+
+
+def test_a_concept_ranks_first_at_the_section_that_defines_it_before_the_glossary(server):
+    """Issue 34: "dirty region" is a glossary term and the heading of an API section that the
+    general index also names: that section defines it, the glossary's line comes second. "stale
+    widget" heads a section of the caching guide that nothing else names: the glossary's
+    definition stays first there."""
+    assert paths(search(server, "dirty region"))[:2] == ["api", "glossary"]
+    assert paths(search(server, "stale widget"))[:2] == ["glossary", "guide/caching"]
+
+
+def test_an_operator_the_general_index_names_is_searched_as_written(server):
+    """Issue 34: the general index names "|>", so the build's text is searched for it as written:
+    "chart |> table" finds the API page, where the glossary, holding "chart" and "table" in a
+    shorter text, would rank first on the words alone."""
+    assert paths(search(server, "chart table"))[0] == "glossary"
+    assert paths(search(server, "chart |> table"))[0] == "api"

@@ -126,3 +126,29 @@ async def test_the_dispatcher_in_process(aiohttp_raw_server, aiohttp_client, sta
     assert moved.status == 301 and moved.headers["Location"] == "/api/v2/project/"
     compressed = await client.get("/api/v2/build/?limit=5", headers={"Accept-Encoding": "br"})
     assert compressed.headers["Content-Encoding"] == "br" and compressed.headers["Vary"] == "Accept-Encoding, Origin"
+
+
+def test_word_forms_are_the_inflections_a_passage_counts():
+    from docsrv.search import word_forms
+
+    assert {"read", "reads", "reading"} <= set(word_forms("read")) and "read" in word_forms("reading")
+    assert {"line", "lines", "lined", "lining"} <= set(word_forms("line"))
+    assert {"dictionary", "dictionaries"} <= set(word_forms("dictionaries")) and "dictionaries" in word_forms("dictionary")
+    assert {"class", "classes"} <= set(word_forms("class")) and "clas" not in word_forms("class")
+    assert word_forms("sort")[0] == "sort"  # the word as typed first
+
+
+def test_operators_are_the_punctuation_a_build_names_read_longest_first():
+    from docsrv.code_syntax import is_operator, operator_names, tokens
+    from docsrv.snapshot.records import Entry, Page, Section
+
+    named = {"//", "//=", "->", "|>"}
+    assert tokens("x //= y; f(**kwargs) -> int", named.__contains__) == ["**kwargs", "//=", "->"]
+    assert tokens("a |> b %% c", named.__contains__) == ["|>"]  # "%%" is no operator of this build
+    assert not is_operator('"') and not is_operator("''") and is_operator("//")  # quotes mark phrases
+    assert tokens("obj.__init__ and @property", set().__contains__) == ["__init__", "@property"]
+    page = Page(id=1, project=1, version=1, path="ops.html", title="Operators", sections=(Section("s", "->"),),
+                entries=(Entry(name="//", title="", role="index", anchor="", priority=1),
+                         Entry(name="-> (arrow)", title="", role="index", anchor="", priority=1),
+                         Entry(name="......", title="", role="index", anchor="", priority=1)))
+    assert operator_names([page]) == {"//", "->"}

@@ -59,7 +59,8 @@ def docsearch_body(state: ApiState, searched: list[Project], version: str, q: st
         owner = store.projects[page.project]
         document = page.document_name
         marked = highlights.fragments(
-            hit.slot, found.words, count=HIGHLIGHT_FRAGMENTS, width=HIGHLIGHT_WIDTH, open_tag=b"<em>", close_tag=b"</em>", ellipsis=False
+            hit.slot, found.words, count=HIGHLIGHT_FRAGMENTS, width=HIGHLIGHT_WIDTH, open_tag=b"<em>", close_tag=b"</em>", ellipsis=False,
+            passage=hit.passage,
         )
         hits.append(
             {
@@ -101,7 +102,7 @@ def file_search_body(state: ApiState, q: str) -> tuple[list[dict], list[str]]:
         page = store.pages[hit.page_id]
         snippet = highlights.fragments(
             hit.slot, found.words, count=1, width=V1_SNIPPET_WIDTH, open_tag=b'<span class="highlighted">', close_tag=b"</span>",
-            ellipsis=True,
+            ellipsis=True, passage=hit.passage,
         )
         objects.append({**FILE.render(serializer, page), "text": snippet[0] if snippet else highlights.opening(hit.slot, V1_SNIPPET_WIDTH)})
         keys.extend(page_keys(store, page))

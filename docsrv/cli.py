@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     dump.set_defaults(run=run_import_dump)
 
     pull = snapshot.add_parser("pull", help="pull a published snapshot from an origin and point DIR/current at it")
-    pull.add_argument("url", help="the base URL of a published snapshot (its manifest.json is URL/manifest.json)")
+    pull.add_argument("url", help="the base URL of an origin (``snapshot publish``: URL/head.json), or of a snapshot "
+                                  "published by hand (URL/manifest.json)")
     pull.add_argument("--into", type=Path, required=True, help="the directory of pulled snapshots and of the current link")
     pull.add_argument("--every", type=float, default=None, metavar="SECONDS",
                       help="pull again every SECONDS, for ever (a sidecar); failures are logged and retried with backoff")
@@ -112,6 +113,18 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--rate-window", type=float, default=Deadlines.window, metavar="SECONDS",
                       help="the window of --min-kib, also the longest wait for a file's first bytes (default: %(default)s)")
     pull.set_defaults(run=run_pull)
+
+    publish = snapshot.add_parser(
+        "publish", help="lay a snapshot out on an origin directory that replicas pull from: whole, or as the changeset "
+                        "from the snapshot the origin publishes (--since)"
+    )
+    publish.add_argument("snapshot", type=Path, help="the snapshot to publish")
+    publish.add_argument("origin", type=Path, help="the origin directory (made if need be), served as it is by any static HTTP "
+                                                   "server, CDN or object store")
+    publish.add_argument("--since", type=Path, default=None, metavar="OLD",
+                         help="the snapshot the origin publishes now: only the changeset from it is written (unless the "
+                              "changesets since the base grow past a quarter of it: then SNAPSHOT is published whole)")
+    publish.set_defaults(run=run_publish)
 
     diff = snapshot.add_parser(
         "diff", help="print the purge keys of every reply that may differ between two snapshots, one a line, sorted"
@@ -240,10 +253,25 @@ def run_pull(args: argparse.Namespace) -> int:
         print(f"docsrv: pull failed: {describe(error)}", file=sys.stderr)
         return 1
     if pulled.changed:
-        print(f"pulled snapshot {pulled.name} ({pulled.files} files, {pulled.bytes / 1e6:.1f} MB in {pulled.seconds:.1f} s); "
+        what = f"{pulled.files} files"
+        if pulled.changesets:
+            what = f"{pulled.changesets} changeset(s) and {pulled.files - pulled.changesets} files"
+        print(f"pulled snapshot {pulled.name} ({what}, {pulled.bytes / 1e6:.1f} MB in {pulled.seconds:.1f} s); "
               f"{args.into / 'current'} -> {pulled.name}")
     else:
         print(f"snapshot {pulled.name} is current; nothing to pull")
+    return 0
+
+
+def run_publish(args: argparse.Namespace) -> int:
+    from .publish import publish
+    from .serving import resolve
+
+    published = publish(resolve(args.snapshot), args.origin, resolve(args.since) if args.since is not None else None)
+    if published.compacted:
+        print(f"published snapshot {published.name} whole as sequence {published.sequence}: {published.compacted}")
+    print(f"published {published.kind} {published.sequence} of {args.origin}: snapshot {published.name}, "
+          f"{published.bytes} bytes in {published.seconds:.1f} s")
     return 0
 
 

@@ -37,7 +37,9 @@ from tqdm import tqdm
 
 from .config import Deadlines
 from .serving import INDEX, build_index_aside, current_index, fingerprint, index_directories
+from .snapshot.changeset import apply, read_changeset
 from .snapshot.errors import SnapshotError
+from .snapshot.origin import HEAD, SNAPSHOTS, Head, PublishedChangeset, changeset_path
 from .snapshot.records import FileDigest, Manifest
 from .snapshot.write import put_in_place
 from .store import load_store, prepare
@@ -73,6 +75,8 @@ class Pulled:
     files: int = 0
     bytes: int = 0
     seconds: float = 0.0
+    #: How many changesets were applied (``follow``).
+    changesets: int = 0
 
 
 class PullState(msgspec.Struct):
@@ -118,53 +122,186 @@ async def pull_into(
                 headers["If-None-Match"] = state.etag
             if state.last_modified:
                 headers["If-Modified-Since"] = state.last_modified
-        where = f"{base}/manifest.json"
-        try:
-            async with asyncio.timeout(deadlines.manifest_seconds):
-                async with session.get(where, headers=headers, max_redirects=MAX_REDIRECTS) as response:
-                    if response.status == 304:
-                        return Pulled(current or "", changed=False, seconds=time.perf_counter() - started)
-                    if response.status != 200:
-                        raise PullError(f"{where}: HTTP {response.status} {response.reason}")
-                    raw = await read_bounded(response, MAX_MANIFEST_BYTES, where)
-                    validators = PullState(response.headers.get("ETag"), response.headers.get("Last-Modified"))
-        except TimeoutError:
-            raise PullError(f"{where}: not received within {deadlines.manifest_seconds:g} s (--manifest-timeout)") from None
-        except NETWORK_ERRORS as error:
-            raise PullError(f"{where}: {network_failure(error)}") from None
+        # An origin that ``docsrv snapshot publish`` wrote has a head; a snapshot published by
+        # hand (its files at URL) has none, and is pulled whole as before.
+        status, raw, validators = await get_small(session, f"{base}/{HEAD}", headers, deadlines, absent_ok=True)
+        if status == 304:
+            return Pulled(current or "", changed=False, seconds=time.perf_counter() - started)
+        if status == 200:
+            return await follow(session, base, decode_head(raw, base), into, validators, current=current, keep=keep,
+                                progress=progress, build_index=build_index, deadlines=deadlines, started=started)
+        status, raw, validators = await get_small(session, f"{base}/manifest.json", headers, deadlines)
+        if status == 304:
+            return Pulled(current or "", changed=False, seconds=time.perf_counter() - started)
         manifest = decode_manifest(raw, base)
-        if manifest.name == CURRENT:
-            raise PullError(f"{where}: the snapshot is named {CURRENT!r}, the name of the link a pull points at the snapshot it serves; "
-                            "publish it under another name")
         validators.name = manifest.name
         target = into / manifest.name
         if current == manifest.name and (target / "manifest.json").is_file() and (target / "manifest.json").read_bytes() == raw:
             write_state(into, validators)
             return Pulled(manifest.name, changed=False, seconds=time.perf_counter() - started)
-        partial = into / f".pull-{manifest.name}-{hashlib.sha256(raw).hexdigest()[:12]}"
-        partial.mkdir(exist_ok=True)
-        # The records, and the search index when the publisher built and sealed one (``docsrv index``).
-        wanted_files = {**manifest.files, **{f"{INDEX}/{name}": entry for name, entry in manifest.index.items()}}
-        for name in manifest.index:
-            (partial / INDEX / name).parent.mkdir(parents=True, exist_ok=True)
-        total = sum(entry.size for entry in wanted_files.values())
-        show = wanted() if progress is None else progress
-        with progress_bar(total, f"pull {manifest.name}", show) as bar:
-            limit = asyncio.Semaphore(PARALLEL)
-
-            async def one(name: str, entry: FileDigest) -> None:
-                async with limit:
-                    await fetch_file(session, f"{base}/{name}", partial / name, entry, bar, deadlines)
-
-            await fetch_all(one(name, entry) for name, entry in wanted_files.items())
-    async with aiofiles.open(partial / "manifest.json", "wb") as out:  # last: it seals the snapshot
-        await out.write(raw)
-    await asyncio.to_thread(check_and_index, partial, manifest.name, build_index)
-    put_in_place(partial, target)
+        files, total = await fetch_snapshot(session, base, manifest, raw, into, progress=progress, build_index=build_index,
+                                            deadlines=deadlines)
     point_current(into, manifest.name)
     write_state(into, validators)
     prune(into, keep)
-    return Pulled(manifest.name, changed=True, files=len(wanted_files), bytes=total, seconds=time.perf_counter() - started)
+    return Pulled(manifest.name, changed=True, files=files, bytes=total, seconds=time.perf_counter() - started)
+
+
+async def get_small(
+    session: aiohttp.ClientSession, where: str, headers: dict[str, str], deadlines: Deadlines, *, absent_ok: bool = False
+) -> tuple[int, bytes, PullState]:
+    """A manifest or a head: (its status, 200 or 304 (or 404 when ``absent_ok``), its bytes, its validators)."""
+    try:
+        async with asyncio.timeout(deadlines.manifest_seconds):
+            async with session.get(where, headers=headers, max_redirects=MAX_REDIRECTS) as response:
+                if response.status == 304 or (response.status == 404 and absent_ok):
+                    return response.status, b"", PullState()
+                if response.status != 200:
+                    raise PullError(f"{where}: HTTP {response.status} {response.reason}")
+                raw = await read_bounded(response, MAX_MANIFEST_BYTES, where)
+                return 200, raw, PullState(response.headers.get("ETag"), response.headers.get("Last-Modified"))
+    except TimeoutError:
+        raise PullError(f"{where}: not received within {deadlines.manifest_seconds:g} s (--manifest-timeout)") from None
+    except NETWORK_ERRORS as error:
+        raise PullError(f"{where}: {network_failure(error)}") from None
+
+
+async def fetch_snapshot(
+    session: aiohttp.ClientSession, base: str, manifest: Manifest, raw: bytes, into: Path, *, progress: bool | None,
+    build_index: bool, deadlines: Deadlines,
+) -> tuple[int, int]:
+    """Fetch every file of the snapshot at ``base`` into ``into/<name>``, checked and indexed as a
+    server would load it (``current`` is not moved): (files, bytes)."""
+    if manifest.name == CURRENT:
+        raise PullError(f"{base}/manifest.json: the snapshot is named {CURRENT!r}, the name of the link a pull points at the "
+                        "snapshot it serves; publish it under another name")
+    partial = into / f".pull-{manifest.name}-{hashlib.sha256(raw).hexdigest()[:12]}"
+    partial.mkdir(exist_ok=True)
+    # The records, and the search index when the publisher built and sealed one (``docsrv index``).
+    wanted_files = {**manifest.files, **{f"{INDEX}/{name}": entry for name, entry in manifest.index.items()}}
+    for name in manifest.index:
+        (partial / INDEX / name).parent.mkdir(parents=True, exist_ok=True)
+    total = sum(entry.size for entry in wanted_files.values())
+    show = wanted() if progress is None else progress
+    with progress_bar(total, f"pull {manifest.name}", show) as bar:
+        limit = asyncio.Semaphore(PARALLEL)
+
+        async def one(name: str, entry: FileDigest) -> None:
+            async with limit:
+                await fetch_file(session, f"{base}/{name}", partial / name, entry, bar, deadlines)
+
+        await fetch_all(one(name, entry) for name, entry in wanted_files.items())
+    async with aiofiles.open(partial / "manifest.json", "wb") as out:  # last: it seals the snapshot
+        await out.write(raw)
+    await asyncio.to_thread(check_and_index, partial, manifest.name, build_index)
+    put_in_place(partial, into / manifest.name)
+    return len(wanted_files), total
+
+
+async def follow(
+    session: aiohttp.ClientSession, base: str, head: Head, into: Path, validators: PullState, *, current: str | None,
+    keep: int, progress: bool | None, build_index: bool, deadlines: Deadlines, started: float,
+) -> Pulled:
+    """Follow an origin's chain: from the snapshot ``current`` names when it is on the chain, else
+    from the base (pulled whole), fetch the changesets it lacks, check each, apply them, and
+    point ``current`` at the product once it is checked and indexed."""
+    validators.name = head.name
+    if current == head.name:
+        write_state(into, validators)
+        return Pulled(head.name, changed=False, seconds=time.perf_counter() - started)
+    position = None
+    if current is not None:
+        held = read_held(into / current)
+        position = head.position(held.name, held.sequence) if held is not None else None
+    files = total = 0
+    if position is None:  # too far behind, on another base, or new: from the base, whole
+        where = f"{base}/{SNAPSHOTS}/{head.base}"
+        _status, raw, _unused = await get_small(session, f"{where}/manifest.json", {}, deadlines)
+        manifest = decode_manifest(raw, where)
+        if manifest.name != head.base:
+            raise PullError(f"{where}/manifest.json: names snapshot {manifest.name}, not the base {head.base} that {HEAD} names")
+        files, total = await fetch_snapshot(session, where, manifest, raw, into, progress=progress,
+                                            build_index=build_index and not head.changesets, deadlines=deadlines)
+        position, current = 0, head.base
+    assert current is not None
+    wanted_changesets = head.changesets[position:]
+    if wanted_changesets:
+        fetched = await fetch_changesets(session, base, wanted_changesets, into, deadlines)
+        await asyncio.to_thread(apply_changesets, fetched, into, current, build_index)
+        files += len(fetched)
+        total += sum(entry.size for entry in wanted_changesets)
+    point_current(into, head.name)
+    write_state(into, validators)
+    prune(into, keep)
+    return Pulled(head.name, changed=True, files=files, bytes=total, seconds=time.perf_counter() - started,
+                  changesets=len(wanted_changesets))
+
+
+async def fetch_changesets(
+    session: aiohttp.ClientSession, base: str, wanted_changesets: list[PublishedChangeset], into: Path, deadlines: Deadlines
+) -> list[tuple[PublishedChangeset, Path]]:
+    """Fetch each changeset into ``into/.pull-changesets/``, its size and digest checked as it arrives."""
+    directory = into / ".pull-changesets"
+    directory.mkdir(exist_ok=True)
+    fetched = []
+    for entry in wanted_changesets:
+        path = directory / f"{entry.sequence}.jsonl"
+        await fetch_file(session, f"{base}/{changeset_path(entry.sequence)}", path, FileDigest(size=entry.size, sha256=entry.sha256),
+                         None, deadlines, sealed_by=HEAD)
+        fetched.append((entry, path))
+    return fetched
+
+
+def apply_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, current: str, build_index: bool) -> None:
+    """Apply the changesets in turn to the snapshot ``into/current`` names, each product built
+    aside; the last one is checked and indexed as a server would load it, and put in place."""
+    follows = into / current
+    made: list[Path] = []
+    try:
+        for entry, path in fetched:
+            try:
+                changeset = read_changeset(path.read_bytes(), f"changesets/{entry.sequence}.jsonl")
+            except SnapshotError as error:
+                raise PullError(error.summary()) from None
+            header = changeset.header
+            if (header.sequence, header.follows, header.product.name) != (entry.sequence, entry.follows, entry.product):
+                raise PullError(f"changesets/{entry.sequence}.jsonl: changeset {header.sequence} from {header.follows} to "
+                                f"{header.product.name}, where {HEAD} lists {entry.sequence} from {entry.follows} to {entry.product}")
+            product = into / f".apply-{entry.product}-{entry.sequence}"
+            shutil.rmtree(product, ignore_errors=True)
+            product.mkdir()
+            made.append(product)
+            try:
+                apply(changeset, follows, product)
+            except SnapshotError as error:
+                raise PullError(error.summary()) from None
+            follows = product
+        check_and_index(follows, fetched[-1][0].product, build_index)
+        put_in_place(follows, into / fetched[-1][0].product)
+        made.remove(follows)
+    finally:
+        for directory in made:
+            shutil.rmtree(directory, ignore_errors=True)
+    shutil.rmtree(into / ".pull-changesets", ignore_errors=True)
+
+
+def read_held(snapshot: Path) -> Manifest | None:
+    """The manifest of a snapshot this replica holds, if it reads as one."""
+    try:
+        return msgspec.json.decode((snapshot / "manifest.json").read_bytes(), type=Manifest)
+    except (OSError, msgspec.DecodeError):
+        return None
+
+
+def decode_head(raw: bytes, base: str) -> Head:
+    try:
+        head = msgspec.json.decode(raw, type=Head)
+    except msgspec.DecodeError as error:
+        raise PullError(f"{base}/{HEAD}: not an origin's head: {error}") from None
+    problem = head.problem()
+    if problem is not None:
+        raise PullError(f"{base}/{HEAD}: {problem}")
+    return head
 
 
 def decode_manifest(raw: bytes, base: str) -> Manifest:
@@ -189,9 +326,11 @@ async def read_bounded(response: aiohttp.ClientResponse, most: int, where: str) 
 
 
 async def fetch_file(
-    session: aiohttp.ClientSession, url: str, path: Path, entry: FileDigest, bar: tqdm | None, deadlines: Deadlines
+    session: aiohttp.ClientSession, url: str, path: Path, entry: FileDigest, bar: tqdm | None, deadlines: Deadlines,
+    sealed_by: str = "manifest.json",
 ) -> None:
-    """Download ``url`` to ``path``, resuming what is there, and check its size and digest."""
+    """Download ``url`` to ``path``, resuming what is there, and check its size and digest (which
+    ``sealed_by`` records)."""
     digest = hashlib.sha256()
     have = path.stat().st_size if path.exists() else 0
     if have > entry.size:
@@ -222,7 +361,7 @@ async def fetch_file(
                     while chunk := await response.content.read(CHUNK):
                         have += len(chunk)
                         if have > entry.size:
-                            raise PullError(f"{url}: more than the {entry.size} bytes manifest.json records")
+                            raise PullError(f"{url}: more than the {entry.size} bytes {sealed_by} records")
                         digest.update(chunk)
                         await out.write(chunk)
                         if bar is not None:
@@ -239,10 +378,10 @@ async def fetch_file(
         failed = f"{url}: transfer failed after {have} of {entry.size} bytes ({network_failure(error)}); a new pull resumes it"
         raise PullError(failed) from None
     if have != entry.size:
-        raise PullError(f"{url}: {have} bytes, but manifest.json records {entry.size} (truncated); a new pull resumes it")
+        raise PullError(f"{url}: {have} bytes, but {sealed_by} records {entry.size} (truncated); a new pull resumes it")
     if digest.hexdigest() != entry.sha256:
         path.unlink()
-        raise PullError(f"{url}: its SHA-256 differs from the one manifest.json records (corrupt); the file was removed")
+        raise PullError(f"{url}: its SHA-256 differs from the one {sealed_by} records (corrupt); the file was removed")
 
 
 async def fetch_all(fetches: Iterable[Coroutine[Any, Any, None]]) -> None:

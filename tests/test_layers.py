@@ -16,7 +16,7 @@ LAYERS = [
     ["docsrv.store"],
     ["docsrv.changelogs", "docsrv.code_syntax", "docsrv.highlight", "docsrv.named_entries", "docsrv.search"],
     ["docsrv.serving"],
-    ["docsrv.pull"],
+    ["docsrv.publish", "docsrv.pull"],
     ["docsrv.http", "docsrv.metrics", "docsrv.process_metrics", "docsrv.runtime"],
     ["docsrv.api", "docsrv.edge"],
     ["docsrv.server"],

@@ -47,11 +47,12 @@ def test_pull_serve_publish_again_and_the_server_follows_with_no_failed_request(
     hammer.join(timeout=30)
     assert hammer.failures == [] and all(status == 200 for _, status, _, _ in hammer.results)
     assert {(s, n) for _, _, s, n in hammer.results} == {("snap-a", "pip (a)"), ("snap-b", "pip (b)")}
-    # An unchanged snapshot costs one small, conditional request.
+    # An unchanged snapshot costs two small requests: no head.json (a snapshot published by hand),
+    # then its manifest, conditionally.
     before = len(origin.requests)
     third = docsrv("snapshot", "pull", origin.url, "--into", str(into))
     assert third.returncode == 0 and third.stdout.strip() == "snapshot snap-b is current; nothing to pull"
-    assert [name for name, _ in origin.requests[before:]] == ["manifest.json"]
+    assert [name for name, _ in origin.requests[before:]] == ["head.json", "manifest.json"]
     assert "If-None-Match" in origin.requests[-1][1]
 
 

@@ -38,6 +38,8 @@ SCHEMAS: dict[str, dict] = {
             "status": {"type": "string", "enum": ["ready", "degraded"]},
             "problem": {"type": ["string", "null"]},
             "snapshot": STRING,
+            "sequence": {**INTEGER, "description": "Where the snapshot stands in its origin's sequence (docsrv snapshot publish): "
+                         "a base, or the product of a changeset; 0 for a snapshot never published."},
             "created_at": DATETIME,
             "age_seconds": INTEGER,
             "load_seconds": {"type": "number"},

@@ -29,6 +29,7 @@ async def readyz(request: ApiRequest, state: ApiState) -> Reply:
             "status": "degraded" if problem else "ready",
             "problem": problem,
             "snapshot": store.name,
+            "sequence": store.manifest.sequence,
             "created_at": store.created_at,
             "age_seconds": int(age),
             "load_seconds": round(store.load_seconds, 3),
@@ -55,6 +56,8 @@ async def metrics(request: ApiRequest, state: ApiState) -> Reply:
         "docsrv_snapshot_age_seconds": (
             "gauge", "Seconds since the snapshot was taken.", [(snapshot, round((datetime.now(UTC) - store.created_at).total_seconds()))],
         ),
+        "docsrv_snapshot_sequence": ("gauge", "Where the snapshot stands in its origin's sequence (0: never published).",
+                                     [(snapshot, store.manifest.sequence)]),
         "docsrv_snapshot_load_seconds": ("gauge", "Seconds the last successful load took.", [(snapshot, round(store.load_seconds, 3))]),
         "docsrv_reloads_total": ("counter", "Snapshots swapped in since start.", [({}, status.reloads)]),
         "docsrv_reload_failures_total": ("counter", "Snapshots that failed to load on reload.", [({}, status.reload_failures)]),

@@ -232,6 +232,9 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     #: The search index ``docsrv index`` built in ``index/``, file by file: published and pulled
     #: with the records, so that a replica that pulls the snapshot builds none. Optional.
     index: dict[IndexFileName, FileDigest] = msgspec.field(default_factory=dict)
+    #: Where the snapshot stands in its origin's sequence (``docsrv snapshot publish``): a base
+    #: published whole, or the product of changeset N. 0 for a snapshot never published.
+    sequence: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 #: Every kind of record, by the stem of its file in the snapshot directory, in load order.

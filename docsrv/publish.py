@@ -1,0 +1,144 @@
+"""``docsrv snapshot publish``: lay a snapshot out on an origin (``snapshot/origin.py``), whole or
+as the changeset from the one the origin publishes now, so that ``docsrv snapshot pull`` follows.
+
+Whole, the snapshot's files (records, and its search index when ``docsrv index`` sealed one)
+are copied to ``snapshots/<name>/`` beside the others, its manifest naming its sequence. With
+``--since OLD``, when the origin publishes OLD, only the changeset from OLD is written. Either
+way ``head.json`` is written last, in one rename: a replica never sees a partial state.
+
+Compaction: when the changesets since the base would hold more than COMPACT_SHARE of the base's
+bytes, the snapshot is published whole instead, and becomes the new base. The origin keeps the
+base before it and its changesets (a replica in the middle of a pull finds them), and removes
+what is older: its history is bounded by about two bases.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+
+from .errors import CommandError
+from .snapshot.changeset import compute
+from .snapshot.origin import CHANGESETS, FORMAT, FORMAT_VERSION, HEAD, SNAPSHOTS, Head, PublishedChangeset, changeset_path
+from .snapshot.records import INDEX, Manifest
+from .snapshot.write import built_aside
+from .store import prepare
+from .utils.files import replace_file
+
+#: The changesets since a base may hold this share of its bytes; past it, a snapshot is
+#: published whole (a replica that follows from the base fetches at most that much more).
+COMPACT_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class Published:
+    name: str
+    sequence: int
+    #: "snapshot" (published whole) or "changeset".
+    kind: str
+    bytes: int
+    seconds: float
+    #: Why a snapshot was published whole though --since was given, if it was.
+    compacted: str = ""
+
+
+def publish(snapshot: Path, origin: Path, since: Path | None = None, *, compact_share: float = COMPACT_SHARE) -> Published:
+    """Publish ``snapshot`` on ``origin`` (a directory, made if need be): whole, or with ``since``
+    as the changeset from that snapshot, which the origin must publish now."""
+    started = time.perf_counter()
+    prepare(snapshot, progress=False)  # checked whole (or a record of its check stands)
+    manifest = read_manifest(snapshot)
+    head = read_head(origin)
+    sequence = head.sequence + 1 if head is not None else 1
+    if head is not None and manifest.name == head.name:
+        raise CommandError(f"{origin} already publishes snapshot {manifest.name} (sequence {head.sequence})")
+    if since is None or head is None:
+        if since is not None:
+            raise CommandError(f"{origin} publishes nothing yet: publish {snapshot} whole first (without --since)")
+        return publish_whole(snapshot, manifest, origin, head, sequence, started)
+    old = read_manifest(since)
+    if old.name != head.name:
+        raise CommandError(f"{origin} publishes snapshot {head.name}, not {old.name} ({since}): publish {snapshot} whole "
+                           "(without --since), or --since the snapshot it publishes")
+    prepare(since, progress=False)
+    data = compute(since, snapshot, sequence, manifest, old.name)
+    base_bytes = snapshot_bytes(origin / SNAPSHOTS / head.base)
+    since_base = sum(changeset.size for changeset in head.changesets) + len(data)
+    if since_base > compact_share * base_bytes:
+        why = (f"the changesets since base {head.base} would hold {since_base} bytes, more than {compact_share:.0%} "
+               f"of its {base_bytes}")
+        return publish_whole(snapshot, manifest, origin, head, sequence, started, compacted=why)
+    (origin / CHANGESETS).mkdir(parents=True, exist_ok=True)
+    replace_file(origin / changeset_path(sequence), data)
+    entry = PublishedChangeset(sequence=sequence, follows=old.name, product=manifest.name, size=len(data),
+                               sha256=hashlib.sha256(data).hexdigest())
+    write_head(origin, msgspec.structs.replace(head, changesets=[*head.changesets, entry], published_at=datetime.now(UTC)))
+    return Published(manifest.name, sequence, "changeset", len(data), time.perf_counter() - started)
+
+
+def publish_whole(snapshot: Path, manifest: Manifest, origin: Path, head: Head | None, sequence: int, started: float,
+                  compacted: str = "") -> Published:
+    target = origin / SNAPSHOTS / manifest.name
+    if target.exists():
+        raise CommandError(f"{target} exists: a snapshot is published whole once, under a name of its own")
+    names = [*manifest.files, *(f"{INDEX}/{name}" for name in manifest.index)]
+    with built_aside(target) as partial:
+        for name in names:
+            (partial / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(snapshot / name, partial / name)
+        stamped = msgspec.structs.replace(manifest, sequence=sequence)
+        replace_file(partial / "manifest.json", msgspec.json.format(msgspec.json.encode(stamped), indent=2) + b"\n")
+    write_head(origin, Head(format=FORMAT, format_version=FORMAT_VERSION, base=manifest.name, base_sequence=sequence,
+                            changesets=[], published_at=datetime.now(UTC)))
+    if head is not None:
+        prune(origin, keep_base=head)
+    return Published(manifest.name, sequence, "snapshot", snapshot_bytes(target), time.perf_counter() - started, compacted)
+
+
+def prune(origin: Path, keep_base: Head) -> None:
+    """Remove what is older than the base ``keep_base`` names (the one before the new base) and its
+    changesets: snapshots published whole before it, and changesets that follow those."""
+    head = read_head(origin)
+    assert head is not None
+    keep = {head.base, keep_base.base}
+    for published in (origin / SNAPSHOTS).iterdir():
+        if published.name not in keep and not published.name.startswith("."):
+            shutil.rmtree(published, ignore_errors=True)
+    for changeset in (origin / CHANGESETS).glob("*.jsonl") if (origin / CHANGESETS).is_dir() else ():
+        if changeset.stem.isdigit() and int(changeset.stem) <= keep_base.base_sequence:
+            changeset.unlink(missing_ok=True)
+
+
+def read_manifest(snapshot: Path) -> Manifest:
+    return msgspec.json.decode((snapshot / "manifest.json").read_bytes(), type=Manifest)
+
+
+def read_head(origin: Path) -> Head | None:
+    try:
+        data = (origin / HEAD).read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        head = msgspec.json.decode(data, type=Head)
+    except msgspec.DecodeError as error:
+        raise CommandError(f"{origin / HEAD}: not an origin's head: {error}") from None
+    problem = head.problem()
+    if problem is not None:
+        raise CommandError(f"{origin / HEAD}: {problem}")
+    return head
+
+
+def write_head(origin: Path, head: Head) -> None:
+    origin.mkdir(parents=True, exist_ok=True)
+    replace_file(origin / HEAD, msgspec.json.format(msgspec.json.encode(head), indent=2) + b"\n")
+
+
+def snapshot_bytes(directory: Path) -> int:
+    manifest = read_manifest(directory)
+    return sum(entry.size for entry in (*manifest.files.values(), *manifest.index.values()))

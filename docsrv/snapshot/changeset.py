@@ -1,0 +1,258 @@
+"""Changesets: the records that changed from one snapshot to the next, in sequence.
+
+A changeset is one JSON Lines file (docs/snapshot-format.md, "Changesets"). Its first line is a
+header: the format, its sequence number, the snapshot it follows (by name) and the manifest of
+the snapshot it produces, without its ``files``. Each other line is one change of one record:
+
+    {"op": "upsert", "kind": "builds", "record": {...the whole record, as its file holds it...}}
+    {"op": "delete", "kind": "builds", "id": 17}
+
+Its size is that of the change: the records that differ, whole, and the ids of those removed.
+It is sealed by its size and SHA-256, which the origin's ``head.json`` lists (``origin.py``),
+as a manifest lists a snapshot's files.
+
+``compute`` makes one from two snapshot directories; ``apply`` writes the snapshot it produces
+from the one it follows: the kinds it changes are written anew (a record changed in its place,
+a new one at the end, a build's new commands after the build's others), the others are linked
+(or copied) as they are, and the manifest is written last. The product holds the same records
+as the snapshot the changeset was made from: served, they give the same replies, since every
+order a reply shows is sorted from the records, never taken from a file's order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+
+from .errors import Problem, ProblemList, SnapshotError
+from .lines import line_blocks, open_records
+from .load import record_file
+from .records import KINDS, OPTIONAL_KINDS, AwareDatetime, Manifest
+from .write import write_manifest
+
+FORMAT = "docsrv-changeset"
+FORMAT_VERSION = 1
+SnapshotName = Annotated[str, msgspec.Meta(max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+Kind = Literal["users", "projects", "relationships", "versions", "builds", "build_commands", "pages"]
+
+
+class Product(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """The manifest of the snapshot a changeset produces, but its files (written when it is applied)."""
+
+    name: SnapshotName
+    created_at: AwareDatetime
+    public_url: Annotated[str, msgspec.Meta(pattern=r"^https?://[^/\s]+$")]
+    counts: dict[str, Annotated[int, msgspec.Meta(ge=0)]]
+    description: str = ""
+
+
+class Header(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    format: str
+    format_version: int
+    sequence: Annotated[int, msgspec.Meta(ge=1)]
+    #: The name of the snapshot this changeset applies to (a base, or the product of the one before).
+    follows: SnapshotName
+    product: Product
+    #: How many change lines follow: a file cut short between lines is found out.
+    changes: Annotated[int, msgspec.Meta(ge=0)]
+
+
+class Upsert(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="op", tag="upsert"):
+    kind: Kind
+    record: msgspec.Raw
+
+
+class Delete(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="op", tag="delete"):
+    kind: Kind
+    id: Annotated[int, msgspec.Meta(ge=1)]
+
+
+Change = Upsert | Delete
+
+
+class Identified(msgspec.Struct):
+    """Any record, read for its id (and, for a build command, its build) alone."""
+
+    id: int
+    build: int = 0
+
+
+class Changeset(msgspec.Struct, frozen=True):
+    """A changeset read and checked: by kind, the records to write (by id, the bytes of a line)
+    and the ids to remove."""
+
+    header: Header
+    upserts: dict[str, dict[int, bytes]]
+    deletes: dict[str, set[int]]
+
+    @property
+    def kinds(self) -> set[str]:
+        return {kind for kind, found in self.upserts.items() if found} | {kind for kind, found in self.deletes.items() if found}
+
+
+def product_manifest(changeset: Changeset) -> Manifest:
+    product = changeset.header.product
+    return Manifest(format="docsrv-snapshot", format_version=1, name=product.name, created_at=product.created_at,
+                    public_url=product.public_url, counts=product.counts, description=product.description,
+                    sequence=changeset.header.sequence)
+
+
+def invalid(name: str, line: int | None, message: str) -> SnapshotError:
+    """A changeset that cannot be applied: one problem, named by its file (and line)."""
+    return SnapshotError(name, [Problem(name, line, message)], what="changeset")
+
+
+# Reading.
+
+_header = msgspec.json.Decoder(Header)
+_change = msgspec.json.Decoder(Change)
+_identified = msgspec.json.Decoder(Identified)
+_DECODERS = {kind: msgspec.json.Decoder(cls) for kind, cls in KINDS.items()}
+
+
+def read_changeset(data: bytes, name: str) -> Changeset:
+    """The changeset in ``data`` (the bytes of file ``name``), every line checked: a record of its
+    kind's schema, an id given once. SnapshotError naming the line of the first problem."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    if not lines:
+        raise invalid(name, None, "empty: a changeset begins with its header line")
+    try:
+        header = _header.decode(lines[0])
+    except msgspec.DecodeError as error:
+        raise invalid(name, 1, f"not a changeset header: {error}") from None
+    if header.format != FORMAT or header.format_version != FORMAT_VERSION:
+        raise invalid(name, 1, f"format {header.format!r} version {header.format_version}: this docsrv reads {FORMAT!r} "
+                               f"version {FORMAT_VERSION}")
+    if len(lines) - 1 != header.changes:
+        raise invalid(name, None, f"holds {len(lines) - 1} change lines but its header says {header.changes} (cut short?)")
+    upserts: dict[str, dict[int, bytes]] = {kind: {} for kind in KINDS}
+    deletes: dict[str, set[int]] = {kind: set() for kind in KINDS}
+    for number, line in enumerate(lines[1:], start=2):
+        try:
+            change = _change.decode(line)
+            if isinstance(change, Upsert):
+                record = _DECODERS[change.kind].decode(change.record)
+                identity = record.id
+            else:
+                identity = change.id
+        except msgspec.DecodeError as error:
+            raise invalid(name, number, str(error)) from None
+        if identity in upserts[change.kind] or identity in deletes[change.kind]:
+            raise invalid(name, number, f"{change.kind} {identity} is changed twice")
+        if isinstance(change, Upsert):
+            upserts[change.kind][identity] = bytes(change.record)
+        else:
+            deletes[change.kind].add(identity)
+    return Changeset(header, upserts, deletes)
+
+
+# Making one.
+
+def _lines(directory: Path, kind: str) -> Iterator[tuple[int, int, bytes]]:
+    """(id, build or 0, line without its newline) of every record of ``kind`` in ``directory``."""
+    paths = record_file(directory, kind)
+    if not paths:
+        return
+    problems = ProblemList(str(directory))
+    with open_records(paths[0], False) as stream:
+        for block, _count in line_blocks(stream, paths[0].name, problems):
+            for line in block.split(b"\n"):
+                if line:
+                    found = _identified.decode(line)
+                    yield found.id, found.build, line
+    problems.raise_if_any()
+
+
+def compute(old: Path, new: Path, sequence: int, new_manifest: Manifest, old_name: str) -> bytes:
+    """The changeset that turns snapshot ``old`` into ``new`` (both checked whole before), as
+    the bytes of its file. A record that changed is sent whole, as ``new``'s file holds it."""
+    body: list[bytes] = []
+    for kind in KINDS:
+        before = {identity: hashlib.blake2b(line, digest_size=16).digest() for identity, _build, line in _lines(old, kind)}
+        for identity, _build, line in _lines(new, kind):
+            if before.pop(identity, None) != hashlib.blake2b(line, digest_size=16).digest():
+                body.append(b'{"op":"upsert","kind":"%s","record":%s}' % (kind.encode(), line))
+        body.extend(b'{"op":"delete","kind":"%s","id":%d}' % (kind.encode(), identity) for identity in sorted(before))
+    product = Product(name=new_manifest.name, created_at=new_manifest.created_at, public_url=new_manifest.public_url,
+                      counts=new_manifest.counts, description=new_manifest.description)
+    header = Header(format=FORMAT, format_version=FORMAT_VERSION, sequence=sequence, follows=old_name, product=product,
+                    changes=len(body))
+    return b"\n".join([msgspec.json.encode(header), *body]) + b"\n"
+
+
+# Applying one.
+
+def apply(changeset: Changeset, follows: Path, product: Path) -> None:
+    """Write into the empty directory ``product`` the snapshot ``changeset`` makes of the one in
+    ``follows`` (whose name it must follow). Checks nothing of the records' relations: the
+    product is loaded and checked whole as any snapshot before it serves."""
+    manifest = msgspec.json.decode((follows / "manifest.json").read_bytes(), type=Manifest)
+    if manifest.name != changeset.header.follows:
+        raise invalid(f"changeset {changeset.header.sequence}", None,
+                      f"follows snapshot {changeset.header.follows}, and {follows.name} is {manifest.name}")
+    changed = changeset.kinds
+    for kind in KINDS:
+        paths = record_file(follows, kind)
+        if kind not in changed:
+            if paths:
+                link_or_copy(paths[0], product / paths[0].name)
+            continue
+        if not paths and kind not in OPTIONAL_KINDS:
+            raise invalid(str(follows), None, f"{kind}: no record file to change")
+        with open(product / f"{kind}.jsonl", "wb") as out:
+            out.writelines(line + b"\n" for line in changed_lines(follows, kind, changeset))
+    write_manifest(product, product_manifest(changeset))
+
+
+def changed_lines(follows: Path, kind: str, changeset: Changeset) -> Iterator[bytes]:
+    """The lines of ``kind``'s file in the product: each record of ``follows`` as it was, changed,
+    or left out; then the new records. A build's new commands come right after its others (a
+    build's commands are next to each other in their file)."""
+    upserts, deletes = changeset.upserts[kind], changeset.deletes[kind]
+    written: set[int] = set()
+    if kind != "build_commands":
+        for identity, _build, line in _lines(follows, kind):
+            if identity not in deletes:
+                written.add(identity)
+                yield upserts.get(identity, line)
+        yield from (line for identity, line in upserts.items() if identity not in written)
+        return
+    pending: dict[int, list[tuple[int, bytes]]] = {}  # by build: its commands the changeset holds
+    for identity, line in upserts.items():
+        pending.setdefault(_identified.decode(line).build, []).append((identity, line))
+    current = 0
+    for identity, build, line in _lines(follows, kind):
+        if build != current:
+            yield from _unwritten(pending.pop(current, []), written)
+            current = build
+        if identity in deletes or identity in written:
+            continue
+        written.add(identity)
+        yield upserts.get(identity, line)
+    yield from _unwritten(pending.pop(current, []), written)
+    for commands in pending.values():
+        yield from _unwritten(commands, written)
+
+
+def _unwritten(commands: list[tuple[int, bytes]], written: set[int]) -> Iterator[bytes]:
+    for identity, line in commands:
+        if identity not in written:
+            written.add(identity)
+            yield line
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """``target`` as a hard link to ``source`` (a file never written again), or a copy across devices."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+

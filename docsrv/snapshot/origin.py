@@ -1,0 +1,84 @@
+"""An origin: a directory that any static HTTP server, CDN or object store serves, from which
+replicas pull a snapshot and the changesets after it (``docsrv snapshot publish`` writes it,
+``docsrv snapshot pull`` reads it; docs/snapshot-format.md, "Publishing to an origin").
+
+    head.json                   what replicas poll: the base and the changesets after it
+    snapshots/<name>/           a snapshot published whole (its manifest names its sequence)
+    changesets/<sequence>.jsonl a changeset (``changeset.py``)
+
+``head.json`` is written last, in one rename: a reader sees the old head or the new one, and
+every file the new one names is already whole.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from .changeset import SnapshotName
+from .records import AwareDatetime
+
+FORMAT = "docsrv-origin"
+FORMAT_VERSION = 1
+HEAD = "head.json"
+SNAPSHOTS = "snapshots"
+CHANGESETS = "changesets"
+Sequence = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class PublishedChangeset(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    sequence: Sequence
+    #: The snapshot it applies to, and the one it makes, by name.
+    follows: SnapshotName
+    product: SnapshotName
+    #: Its file's size and SHA-256: they seal it.
+    size: Annotated[int, msgspec.Meta(ge=0)]
+    sha256: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+
+
+class Head(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    format: str
+    format_version: int
+    #: The snapshot published whole that the changesets follow, and its sequence.
+    base: SnapshotName
+    base_sequence: Sequence
+    changesets: list[PublishedChangeset]
+    published_at: AwareDatetime
+
+    @property
+    def name(self) -> str:
+        """The snapshot the origin publishes now: the last changeset's product, or the base."""
+        return self.changesets[-1].product if self.changesets else self.base
+
+    @property
+    def sequence(self) -> int:
+        return self.changesets[-1].sequence if self.changesets else self.base_sequence
+
+    def problem(self) -> str | None:
+        """What makes the chain unusable, in one line: another format, or a changeset that does
+        not follow the one before (a gap, or another base)."""
+        if self.format != FORMAT or self.format_version != FORMAT_VERSION:
+            return f"format {self.format!r} version {self.format_version}: this docsrv reads {FORMAT!r} version {FORMAT_VERSION}"
+        name, sequence = self.base, self.base_sequence
+        for changeset in self.changesets:
+            if changeset.sequence != sequence + 1:
+                return f"changeset {changeset.sequence} comes after {sequence} (a gap)"
+            if changeset.follows != name:
+                return f"changeset {changeset.sequence} follows {changeset.follows}, not {name} (another base)"
+            name, sequence = changeset.product, changeset.sequence
+        return None
+
+    def position(self, name: str, sequence: int) -> int | None:
+        """Where a snapshot named ``name`` at ``sequence`` stands on this chain: how many of the
+        changesets it has; None when it is not on the chain."""
+        if name == self.base and sequence == self.base_sequence:
+            return 0
+        for place, changeset in enumerate(self.changesets, start=1):
+            if changeset.product == name and changeset.sequence == sequence:
+                return place
+        return None
+
+
+def changeset_path(sequence: int) -> str:
+    return f"{CHANGESETS}/{sequence}.jsonl"

@@ -1,0 +1,243 @@
+"""A replica that follows an origin's changesets (``snapshot publish --since``, ``snapshot pull``):
+what it serves equals what a server started fresh on the same snapshot serves, reply for reply,
+and a changeset it cannot trust is never applied (DECISIONS.md section 7)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import msgspec
+import pytest
+from crawl import crawl
+from snapshot_change import KINDS, read, realistic_change, stamp, write
+
+from conftest import InProcessServer
+from helpers import Origin, docsrv
+
+
+@pytest.fixture
+def origin(tmp_path):
+    running = Origin(tmp_path / "origin")
+    yield running
+    running.close()
+
+
+def synth(directory: Path) -> Path:
+    assert docsrv("snapshot", "synth", "--scale", "demo", "--out", str(directory)).returncode == 0
+    return directory
+
+
+def renamed(directory: Path, name: str) -> None:
+    from docsrv.snapshot.records import Manifest
+    from docsrv.snapshot.write import write_manifest
+
+    manifest = msgspec.json.decode((directory / "manifest.json").read_bytes(), type=Manifest)
+    counts = {kind: len(read(directory, kind)) for kind in KINDS if kind != "relationships" or read(directory, kind)}
+    write_manifest(directory, msgspec.structs.replace(manifest, name=name, counts={**manifest.counts, **counts}))
+
+
+def random_change(old: Path, new: Path, name: str, rng: random.Random) -> None:
+    """``new``: ``old`` with one change of every kind, chosen by ``rng``: a project edited and one
+    added, a version deleted and one made private, builds added (with commands) and one's state
+    changed, commands added to an existing build, pages edited, added and deleted."""
+    shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
+    records = {kind: read(new, kind) for kind in KINDS}
+    ids = {kind: max((r["id"] for r in records[kind]), default=0) for kind in KINDS}
+    public_projects = [p for p in records["projects"] if p.get("privacy_level", "public") == "public"]
+    project = rng.choice(public_projects)
+    project["description"] = f"{project.get('description', '')} Edited {rng.randrange(1000)}."
+    added = dict(project, id=ids["projects"] + 1, slug=f"added-{ids['projects'] + 1}", name=f"Added {ids['projects'] + 1}")
+    records["projects"].append(added)
+    versions = [v for v in records["versions"] if v.get("privacy_level", "public") == "public"]
+    doomed = rng.choice(versions)
+    records["versions"].remove(doomed)
+    gone_builds = {b["id"] for b in records["builds"] if b["version"] == doomed["id"]}
+    records["builds"] = [b for b in records["builds"] if b["id"] not in gone_builds]
+    records["build_commands"] = [c for c in records["build_commands"] if c["build"] not in gone_builds]
+    records["pages"] = [p for p in records["pages"] if p["version"] != doomed["id"]]
+    rng.choice([v for v in records["versions"] if v.get("privacy_level", "public") == "public"])["privacy_level"] = "private"
+    live = [v for v in records["versions"] if v.get("privacy_level", "public") == "public"]
+    latest = max(datetime.fromisoformat(b["date"].replace("Z", "+00:00")) for b in records["builds"])
+    for number in range(rng.randrange(1, 4)):
+        version = rng.choice(live)
+        when = latest + timedelta(minutes=number + 1)
+        build = {"id": ids["builds"] + 1 + number, "project": version["project"], "version": version["id"], "date": stamp(when),
+                 "state": rng.choice(["triggered", "building", "finished"]), "commit": f"{rng.getrandbits(160):040x}"}
+        records["builds"].append(build)
+        for step in range(2):
+            ids["build_commands"] += 1
+            records["build_commands"].append({"id": ids["build_commands"], "build": build["id"], "command": f"step {step}",
+                                              "start_time": stamp(when), "end_time": stamp(when + timedelta(seconds=1))})
+    existing = rng.choice([b for b in records["builds"] if b["id"] <= ids["builds"]])
+    existing["state"] = "finished" if existing.get("state") != "finished" else "building"
+    ids["build_commands"] += 1
+    started = datetime.fromisoformat(existing["date"].replace("Z", "+00:00")) + timedelta(hours=1)
+    late = {"id": ids["build_commands"], "build": existing["id"], "command": "late step", "start_time": stamp(started),
+            "end_time": stamp(started + timedelta(seconds=2))}
+    commands = records["build_commands"]
+    after = max((place for place, command in enumerate(commands) if command["build"] == existing["id"]), default=len(commands) - 1)
+    commands.insert(after + 1, late)  # a build's commands are next to each other in their file
+    if records["pages"]:
+        page = rng.choice(records["pages"])
+        page["title"] = f"{page.get('title', '')} (revised)"
+        page["text"] = f"{page.get('text', '')} Install it with pip, revised."
+        records["pages"].append(dict(page, id=ids["pages"] + 1, path=f"added-{ids['pages'] + 1}.html"))
+        records["pages"].remove(rng.choice(records["pages"][:-1]))
+    for kind in KINDS:
+        write(new, kind, records[kind])
+    renamed(new, name)
+
+
+def assert_serves_the_same(replica: Path, fresh: Path) -> int:
+    """Every reply of the crawl, from a server on ``replica`` and one started on ``fresh``: the same
+    status, headers (Date aside) and body. Returns how many were compared."""
+    from docsrv.config import Settings
+
+    urls = crawl(fresh)
+    settings = Settings(public_url="https://api.example.org")  # links name it, not each server's port
+    followed, started = InProcessServer(replica, settings), InProcessServer(fresh, settings)
+    try:
+        for url in urls:
+            ours, theirs = followed.get(url), started.get(url)
+            assert (ours.status, ours.body) == (theirs.status, theirs.body), url
+            assert {k: v for k, v in ours.headers.items() if k != "Date"} == {k: v for k, v in theirs.headers.items() if k != "Date"}, url
+    finally:
+        followed.stop()
+        started.stop()
+    return len(urls)
+
+
+def test_a_replica_that_follows_changesets_serves_what_a_fresh_server_on_each_snapshot_serves(tmp_path, origin):
+    base = synth(tmp_path / "s0")
+    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
+    into = tmp_path / "replica"
+    first = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert first.returncode == 0, first.stderr
+    rng = random.Random(34)
+    previous = base
+    for round_ in range(1, 4):
+        new = tmp_path / f"s{round_}"
+        random_change(previous, new, f"snap-{round_}", rng)
+        published = docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(previous))
+        assert published.returncode == 0, published.stderr
+        assert published.stdout.startswith(f"published changeset {round_ + 1} of ")
+        before = len(origin.requests)
+        pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+        assert pulled.returncode == 0, pulled.stderr
+        assert pulled.stdout.startswith(f"pulled snapshot snap-{round_} (1 changeset(s) and 0 files")
+        assert [name for name, _ in origin.requests[before:]] == ["head.json", f"changesets/{round_ + 1}.jsonl"]  # nothing else
+        assert (into / "current").resolve().name == f"snap-{round_}"
+        assert assert_serves_the_same(into / "current", new) > 300
+        server = InProcessServer(into / "current")
+        try:
+            ready = server.json("/readyz")
+            assert (ready["snapshot"], ready["sequence"]) == (f"snap-{round_}", round_ + 1)
+            assert f'docsrv_snapshot_sequence{{snapshot="snap-{round_}"}} {round_ + 1}' in server.get("/metrics").body.decode()
+        finally:
+            server.stop()
+        previous = new
+
+
+def test_a_new_replica_takes_the_base_and_every_changeset_and_compaction_makes_a_new_base(tmp_path, origin):
+    base = synth(tmp_path / "s0")
+    docsrv("snapshot", "publish", str(base), str(origin.root))
+    second = tmp_path / "s1"
+    realistic_change(base, second, "snap-1")
+    docsrv("snapshot", "publish", str(second), str(origin.root), "--since", str(base))
+    into = tmp_path / "replica"
+    pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert pulled.returncode == 0, pulled.stderr
+    assert pulled.stdout.startswith("pulled snapshot snap-1 (1 changeset(s) and 6 files")
+    assert_serves_the_same(into / "current", second)
+    # A change that, with the changesets since the base, holds more than a quarter of the base's
+    # bytes (every build changed) is published whole: the new base.
+    third = tmp_path / "s2"
+    realistic_change(second, third, "snap-2")
+    write(third, "builds", [dict(build, length=build.get("length", 0) + 1) for build in read(third, "builds")])
+    renamed(third, "snap-2")
+    compacted = docsrv("snapshot", "publish", str(third), str(origin.root), "--since", str(second))
+    assert compacted.returncode == 0, compacted.stderr
+    assert compacted.stdout.startswith("published snapshot snap-2 whole as sequence 3: the changesets since base demo")
+    head = json.loads((origin.root / "head.json").read_text())
+    assert (head["base"], head["base_sequence"], head["changesets"]) == ("snap-2", 3, [])
+    assert sorted(p.name for p in (origin.root / "snapshots").iterdir()) == ["demo", "snap-2"]  # the base before it stays
+    pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert pulled.returncode == 0 and pulled.stdout.startswith("pulled snapshot snap-2 (6 files")  # off the old chain: whole
+    assert_serves_the_same(into / "current", third)
+
+
+@pytest.mark.parametrize(("fault", "message"), [
+    ("digest", "changesets/2.jsonl: its SHA-256 differs from the one head.json records (corrupt); the file was removed"),
+    ("malformed", "changeset 2.jsonl has 1 problem(s): 2.jsonl:3: Expected `object`, got `int`"),
+    ("gap", "head.json: changeset 3 comes after 1 (a gap)"),
+    ("base", "head.json: changeset 2 follows elsewhere, not demo (another base)"),
+])
+def test_a_changeset_that_cannot_be_trusted_is_never_applied(tmp_path, origin, fault, message):
+    base = synth(tmp_path / "s0")
+    docsrv("snapshot", "publish", str(base), str(origin.root))
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    second = tmp_path / "s1"
+    realistic_change(base, second, "snap-1")
+    docsrv("snapshot", "publish", str(second), str(origin.root), "--since", str(base))
+    path, head_path = origin.root / "changesets" / "2.jsonl", origin.root / "head.json"
+    head = json.loads(head_path.read_text())
+    if fault == "digest":
+        path.write_bytes(path.read_bytes().replace(b"Now with more.", b"Now with less."))
+    elif fault == "malformed":
+        lines = path.read_bytes().split(b"\n")
+        lines[2] = b"17"
+        path.write_bytes(b"\n".join(lines))
+        head["changesets"][0].update(size=path.stat().st_size, sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    elif fault == "gap":
+        head["changesets"][0]["sequence"] = 3
+    else:
+        head["changesets"][0]["follows"] = "elsewhere"
+    head_path.write_text(json.dumps(head))
+    failed = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert failed.returncode == 1
+    assert failed.stderr.strip().startswith("docsrv: pull failed: ") and message in failed.stderr, failed.stderr
+    assert len(failed.stderr.strip().splitlines()) == 1
+    assert (into / "current").resolve().name == "demo"  # nothing applied: the replica serves what it had
+    assert sorted(p.name for p in into.iterdir() if not p.name.startswith(".")) == ["current", "demo"]
+
+
+def test_publish_refuses_what_the_origin_does_not_follow(tmp_path, origin):
+    base = synth(tmp_path / "s0")
+    second = tmp_path / "s1"
+    realistic_change(base, second, "snap-1")
+    refused = docsrv("snapshot", "publish", str(second), str(origin.root), "--since", str(base))
+    assert "publishes nothing yet" in refused.stderr and not origin.root.exists()
+    docsrv("snapshot", "publish", str(base), str(origin.root))
+    other = tmp_path / "other"
+    realistic_change(base, other, "other")
+    docsrv("snapshot", "publish", str(second), str(origin.root), "--since", str(base))
+    refused = docsrv("snapshot", "publish", str(other), str(origin.root), "--since", str(base))
+    assert f"{origin.root} publishes snapshot snap-1, not demo" in refused.stderr
+    again = docsrv("snapshot", "publish", str(second), str(origin.root), "--since", str(base))
+    assert f"{origin.root} already publishes snapshot snap-1 (sequence 2)" in again.stderr
+    assert json.loads((origin.root / "head.json").read_text())["changesets"][-1]["product"] == "snap-1"
+
+
+def test_a_changeset_records_only_what_changed(tmp_path):
+    from docsrv.snapshot.changeset import read_changeset
+
+    base = synth(tmp_path / "s0")
+    second = tmp_path / "s1"
+    done = realistic_change(base, second, "snap-1")
+    origin = tmp_path / "origin"
+    docsrv("snapshot", "publish", str(base), str(origin))
+    docsrv("snapshot", "publish", str(second), str(origin), "--since", str(base))
+    changeset = read_changeset((origin / "changesets" / "2.jsonl").read_bytes(), "2.jsonl")
+    assert changeset.header.follows == "demo" and changeset.header.product.name == "snap-1" and changeset.header.sequence == 2
+    for kind in KINDS:  # the records whose JSON differs, read by the tests' own reader
+        old, new = ({r["id"]: r for r in read(s, kind)} for s in (base, second))
+        assert set(changeset.upserts[kind]) == {i for i, r in new.items() if old.get(i) != r}, kind
+        assert changeset.deletes[kind] == old.keys() - new.keys(), kind
+    assert set(done["new builds"]) | set(done["builds whose state changed"]) <= set(changeset.upserts["builds"])
+    assert (origin / "changesets" / "2.jsonl").stat().st_size < (origin / "snapshots" / "demo" / "builds.jsonl").stat().st_size / 5

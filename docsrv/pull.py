@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from .config import Deadlines
 from .serving import INDEX, build_index_aside, current_index, fingerprint, index_directories
-from .snapshot.changeset import apply, read_changeset
+from .snapshot.changeset import apply, link_or_copy, read_changeset
 from .snapshot.errors import SnapshotError
 from .snapshot.origin import HEAD, SNAPSHOTS, Head, PublishedChangeset, changeset_path
 from .snapshot.records import FileDigest, Manifest
@@ -276,6 +276,8 @@ def apply_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path,
             except SnapshotError as error:
                 raise PullError(error.summary()) from None
             follows = product
+        if build_index:
+            reuse_index(into / current, follows)
         check_and_index(follows, fetched[-1][0].product, build_index)
         put_in_place(follows, into / fetched[-1][0].product)
         made.remove(follows)
@@ -283,6 +285,24 @@ def apply_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path,
         for directory in made:
             shutil.rmtree(directory, ignore_errors=True)
     shutil.rmtree(into / ".pull-changesets", ignore_errors=True)
+
+
+def reuse_index(previous: Path, product: Path) -> bool:
+    """Link the search index of ``previous`` into ``product`` when both are made of the same
+    projects, versions and pages (their fingerprint: the changesets changed builds or users
+    alone, as most do): the product then needs no index build. Index files are never written
+    again once made, so the two snapshots can share them."""
+    digest = fingerprint(product)
+    found = current_index(previous, digest, own=True) if fingerprint(previous) == digest else None
+    if found is None:
+        return False
+    for path in sorted(found.rglob("*")):
+        if path.name.startswith(".") or path.is_dir():  # tantivy's lock files are its own
+            continue
+        target = product / INDEX / path.relative_to(found)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        link_or_copy(path, target)
+    return True
 
 
 def read_held(snapshot: Path) -> Manifest | None:

@@ -143,6 +143,28 @@ def test_a_replica_that_follows_changesets_serves_what_a_fresh_server_on_each_sn
         previous = new
 
 
+def test_a_changeset_of_builds_alone_reuses_the_search_index_the_replica_has(tmp_path, origin):
+    """Most changesets change builds and nothing of the pages a search finds: the product shares
+    the index files of the snapshot before it (the same inodes), and no index is built."""
+    base = synth(tmp_path / "s0")
+    docsrv("snapshot", "publish", str(base), str(origin.root))
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    second = tmp_path / "s1"
+    shutil.copytree(base, second)
+    builds = read(second, "builds")
+    builds[0] = dict(builds[0], state="building", success=False)
+    write(second, "builds", builds)
+    renamed(second, "snap-1")
+    docsrv("snapshot", "publish", str(second), str(origin.root), "--since", str(base))
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    before, after = into / "demo" / "index", into / "snap-1" / "index"
+    shared = [path.relative_to(after) for path in after.rglob("*") if path.is_file() and not path.name.startswith(".")]
+    assert len(shared) > 10
+    assert all((before / name).stat().st_ino == (after / name).stat().st_ino for name in shared)
+    assert_serves_the_same(into / "current", second)
+
+
 def test_a_new_replica_takes_the_base_and_every_changeset_and_compaction_makes_a_new_base(tmp_path, origin):
     base = synth(tmp_path / "s0")
     docsrv("snapshot", "publish", str(base), str(origin.root))

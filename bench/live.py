@@ -143,9 +143,11 @@ def main() -> None:
         non_2xx = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", summary))
         sockets = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", summary)
         requests = int(re.search(r"(\d+) requests in", summary).group(1))
+        errors = dict(zip(("connect", "read", "write", "timeout"), map(int, sockets.groups()), strict=True)) if sockets else {}
         report = {"date": date.today().isoformat(), "command": " ".join(["python bench/live.py", *sys.argv[1:]]), "scale": args.scale,
                   "base_publish_s": round(publish_seconds, 1), "base_pull_s": round(pull_seconds, 1), "by_changed_builds": results,
-                  "requests_under_load": requests, "failed_requests": non_2xx + (sum(map(int, sockets.groups())) if sockets else 0)}
+                  "requests_under_load": requests, "failed_requests": non_2xx + sum(errors.values()), "non_2xx": non_2xx,
+                  "socket_errors": errors}
         print(json.dumps(report, indent=2))
         out_path = HERE / "results" / f"{date.today().isoformat()}-live-{args.scale}.json"
         out_path.write_text(json.dumps(report, indent=2) + "\n")

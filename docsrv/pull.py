@@ -227,7 +227,7 @@ async def follow(
     wanted_changesets = head.changesets[position:]
     if wanted_changesets:
         fetched = await fetch_changesets(session, base, wanted_changesets, into, deadlines)
-        await asyncio.to_thread(apply_changesets, fetched, into, current, build_index)
+        await asyncio.to_thread(apply_changesets, fetched, into, current, build_index, keep)
         files += len(fetched)
         total += sum(entry.size for entry in wanted_changesets)
     point_current(into, head.name)
@@ -252,9 +252,14 @@ async def fetch_changesets(
     return fetched
 
 
-def apply_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, current: str, build_index: bool) -> None:
+def apply_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, current: str, build_index: bool, keep: int) -> None:
     """Apply the changesets in turn to the snapshot ``into/current`` names, each product built
-    aside; the last one is checked and indexed as a server would load it, and put in place."""
+    aside; the last one is checked and indexed as a server would load it, and put in place.
+
+    The product shares the files it did not change with the snapshot it follows (hard links),
+    and a file's change time moves whenever a link to it is made or removed: the record of the
+    product's check (``verified.py``) holds only if it is taken after the last such change. So
+    the snapshots beyond ``keep`` are removed first, and the product is checked last."""
     follows = into / current
     made: list[Path] = []
     try:
@@ -278,6 +283,7 @@ def apply_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path,
             follows = product
         if build_index:
             reuse_index(into / current, follows)
+        prune(into, max(keep - 1, 1))
         check_and_index(follows, fetched[-1][0].product, build_index)
         put_in_place(follows, into / fetched[-1][0].product)
         made.remove(follows)

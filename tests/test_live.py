@@ -17,6 +17,7 @@ from crawl import crawl
 from snapshot_change import KINDS, read, realistic_change, stamp, write
 
 from conftest import InProcessServer
+from docsrv.store import load_store
 from helpers import Origin, docsrv
 
 
@@ -132,6 +133,9 @@ def test_a_replica_that_follows_changesets_serves_what_a_fresh_server_on_each_sn
         assert pulled.stdout.startswith(f"pulled snapshot snap-{round_} (1 changeset(s) and 0 files")
         assert [name for name, _ in origin.requests[before:]] == ["head.json", f"changesets/{round_ + 1}.jsonl"]  # nothing else
         assert (into / "current").resolve().name == f"snap-{round_}"
+        # Prepared as it is served: a server's load trusts the pull's check (the files the product
+        # shares with older snapshots were linked, and those snapshots removed, before it).
+        assert load_store(into / "current", page_text=False, progress=False).trusted
         assert assert_serves_the_same(into / "current", new) > 300
         server = InProcessServer(into / "current")
         try:

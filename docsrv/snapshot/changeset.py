@@ -173,9 +173,14 @@ def _lines(directory: Path, kind: str) -> Iterator[tuple[int, int, bytes]]:
 
 def compute(old: Path, new: Path, sequence: int, new_manifest: Manifest, old_name: str) -> bytes:
     """The changeset that turns snapshot ``old`` into ``new`` (both checked whole before), as
-    the bytes of its file. A record that changed is sent whole, as ``new``'s file holds it."""
+    the bytes of its file. A record that changed is sent whole, as ``new``'s file holds it. A
+    kind whose file both manifests seal with the same digest is not read: it did not change."""
+    sealed = [msgspec.json.decode((directory / "manifest.json").read_bytes(), type=Manifest).files for directory in (old, new)]
     body: list[bytes] = []
     for kind in KINDS:
+        names = [[path.name for path in record_file(directory, kind)] for directory in (old, new)]
+        if names[0] == names[1] and all(name in sealed[0] and sealed[0][name] == sealed[1].get(name) for name in names[0]):
+            continue
         before = {identity: hashlib.blake2b(line, digest_size=16).digest() for identity, _build, line in _lines(old, kind)}
         for identity, _build, line in _lines(new, kind):
             if before.pop(identity, None) != hashlib.blake2b(line, digest_size=16).digest():

@@ -37,13 +37,13 @@ from tqdm import tqdm
 
 from .config import Deadlines
 from .serving import INDEX, build_index_aside, current_index, fingerprint, index_directories
-from .snapshot.changeset import apply, link_or_copy, read_changeset
+from .snapshot.changeset import apply, read_changeset
 from .snapshot.errors import SnapshotError
 from .snapshot.origin import HEAD, SNAPSHOTS, Head, PublishedChangeset, changeset_path
 from .snapshot.records import FileDigest, Manifest
 from .snapshot.write import put_in_place
 from .store import load_store, prepare
-from .utils.files import replace_file
+from .utils.files import link_or_copy, replace_file
 from .utils.progress import progress_bar, wanted
 
 log = logging.getLogger("docsrv")

@@ -17,6 +17,7 @@ from crawl import crawl
 from snapshot_change import KINDS, read, realistic_change, stamp, write
 
 from conftest import InProcessServer
+from docsrv.serving import signature
 from docsrv.store import load_store
 from helpers import Origin, docsrv
 
@@ -128,9 +129,14 @@ def test_a_replica_that_follows_changesets_serves_what_a_fresh_server_on_each_sn
         assert published.returncode == 0, published.stderr
         assert published.stdout.startswith(f"published changeset {round_ + 1} of ")
         before = len(origin.requests)
+        served = (into / "current").resolve()
+        identity = signature(served)
         pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
         assert pulled.returncode == 0, pulled.stderr
         assert pulled.stdout.startswith(f"pulled snapshot snap-{round_} (1 changeset(s) and 0 files")
+        # The snapshot served until now is untouched (not even a link made to its files, which
+        # would move their change time): a server watching it sees no change of it.
+        assert signature(served) == identity
         assert [name for name, _ in origin.requests[before:]] == ["head.json", f"changesets/{round_ + 1}.jsonl"]  # nothing else
         assert (into / "current").resolve().name == f"snap-{round_}"
         # Prepared as it is served: a server's load trusts the pull's check (the files the product

@@ -22,14 +22,13 @@ order a reply shows is sorted from the records, never taken from a file's order.
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Literal
 
 import msgspec
 
+from ..utils.files import clone_or_copy
 from .errors import Problem, ProblemList, SnapshotError
 from .lines import line_blocks, open_records
 from .load import record_file
@@ -208,7 +207,7 @@ def apply(changeset: Changeset, follows: Path, product: Path) -> None:
         paths = record_file(follows, kind)
         if kind not in changed:
             if paths:
-                link_or_copy(paths[0], product / paths[0].name)
+                clone_or_copy(paths[0], product / paths[0].name)
             continue
         if not paths and kind not in OPTIONAL_KINDS:
             raise invalid(str(follows), None, f"{kind}: no record file to change")
@@ -252,12 +251,3 @@ def _unwritten(commands: list[tuple[int, bytes]], written: set[int]) -> Iterator
         if identity not in written:
             written.add(identity)
             yield line
-
-
-def link_or_copy(source: Path, target: Path) -> None:
-    """``target`` as a hard link to ``source`` (a file never written again), or a copy across devices."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
-

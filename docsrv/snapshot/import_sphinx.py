@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -21,6 +20,7 @@ from typing import Any
 import msgspec
 
 from ..errors import CommandError
+from ..utils.files import link_or_copy
 from ..utils.progress import progress_bar, wanted
 from .errors import ProblemList, SnapshotError
 from .html_input import UnreadablePage, parse_html
@@ -297,13 +297,6 @@ def import_sphinx(
             writer.write(imported)
         write_manifest(partial, msgspec.structs.replace(manifest, counts={**manifest.counts, "pages": len(kept) + len(imported)}))
     return report
-
-
-def link_or_copy(source: Path, destination: Path) -> None:
-    try:
-        os.link(source, destination)
-    except OSError:
-        shutil.copyfile(source, destination)
 
 
 def read_kind(directory: Path, kind: str, cls: type[Record], problems: ProblemList) -> list[Any]:

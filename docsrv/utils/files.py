@@ -1,9 +1,12 @@
-"""Files other processes read while they are rewritten: written whole, then renamed into place."""
+"""Files other processes read: written whole, then renamed into place; or made from another
+snapshot's file (linked, cloned or copied)."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import shutil
 from pathlib import Path
 
 
@@ -17,3 +20,29 @@ def replace_file(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):  # a full disk keeps no half-written file
             partial.unlink()
         raise
+
+
+#: ioctl(2) FICLONE: a new file sharing the blocks of another (btrfs, xfs, bcachefs), copy on write.
+FICLONE = 0x40049409
+
+
+def clone_or_copy(source: Path, target: Path) -> None:
+    """``target``, a new file holding what ``source`` holds: a clone of its blocks where the file
+    system can, else a copy (in the kernel). Not a hard link: a link moves the change time of the
+    file it links to, and a server watching the snapshot it serves would take that for a change
+    (``serving.signature``), as would the record of that snapshot's check (``verified.py``)."""
+    with open(source, "rb") as data, open(target, "wb") as out:
+        try:
+            fcntl.ioctl(out.fileno(), FICLONE, data.fileno())
+            return
+        except OSError:
+            pass  # another file system, or another device: copied below (sendfile(2), in the kernel)
+    shutil.copyfile(source, target)
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """``target`` as a hard link to ``source`` (a file never written again), or a copy across devices."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)

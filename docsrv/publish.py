@@ -25,7 +25,7 @@ import msgspec
 
 from .errors import CommandError
 from .snapshot.changeset import compute
-from .snapshot.origin import CHANGESETS, FORMAT, FORMAT_VERSION, HEAD, SNAPSHOTS, Head, PublishedChangeset, changeset_path
+from .snapshot.origin import CHANGESETS, FORMAT, FORMAT_VERSION, HEAD, SNAPSHOTS, Head, PublishedChangeset, changeset_path, decode_head
 from .snapshot.records import INDEX, Manifest
 from .snapshot.write import built_aside
 from .store import prepare
@@ -125,13 +125,9 @@ def read_head(origin: Path) -> Head | None:
     except FileNotFoundError:
         return None
     try:
-        head = msgspec.json.decode(data, type=Head)
-    except msgspec.DecodeError as error:
-        raise CommandError(f"{origin / HEAD}: not an origin's head: {error}") from None
-    problem = head.problem()
-    if problem is not None:
-        raise CommandError(f"{origin / HEAD}: {problem}")
-    return head
+        return decode_head(data)
+    except ValueError as error:
+        raise CommandError(f"{origin / HEAD}: {error}") from None
 
 
 def write_head(origin: Path, head: Head) -> None:

@@ -39,7 +39,7 @@ from .config import Deadlines
 from .serving import INDEX, build_index_aside, current_index, fingerprint, index_directories
 from .snapshot.changeset import apply, read_changeset
 from .snapshot.errors import SnapshotError
-from .snapshot.origin import HEAD, SNAPSHOTS, Head, PublishedChangeset, changeset_path
+from .snapshot.origin import HEAD, SNAPSHOTS, Head, PublishedChangeset, changeset_path, decode_head
 from .snapshot.records import FileDigest, Manifest
 from .snapshot.write import put_in_place
 from .store import load_store, prepare
@@ -128,7 +128,7 @@ async def pull_into(
         if status == 304:
             return Pulled(current or "", changed=False, seconds=time.perf_counter() - started)
         if status == 200:
-            return await follow(session, base, decode_head(raw, base), into, validators, current=current, keep=keep,
+            return await follow(session, base, head_of(raw, base), into, validators, current=current, keep=keep,
                                 progress=progress, build_index=build_index, deadlines=deadlines, started=started)
         status, raw, validators = await get_small(session, f"{base}/manifest.json", headers, deadlines)
         if status == 304:
@@ -319,15 +319,11 @@ def read_held(snapshot: Path) -> Manifest | None:
         return None
 
 
-def decode_head(raw: bytes, base: str) -> Head:
+def head_of(raw: bytes, base: str) -> Head:
     try:
-        head = msgspec.json.decode(raw, type=Head)
-    except msgspec.DecodeError as error:
-        raise PullError(f"{base}/{HEAD}: not an origin's head: {error}") from None
-    problem = head.problem()
-    if problem is not None:
-        raise PullError(f"{base}/{HEAD}: {problem}")
-    return head
+        return decode_head(raw)
+    except ValueError as error:
+        raise PullError(f"{base}/{HEAD}: {error}") from None
 
 
 def decode_manifest(raw: bytes, base: str) -> Manifest:

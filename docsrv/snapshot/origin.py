@@ -82,3 +82,15 @@ class Head(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 def changeset_path(sequence: int) -> str:
     return f"{CHANGESETS}/{sequence}.jsonl"
+
+
+def decode_head(data: bytes) -> Head:
+    """The head in ``data``; ValueError saying in one line why it cannot be followed."""
+    try:
+        head = msgspec.json.decode(data, type=Head)
+    except msgspec.DecodeError as error:
+        raise ValueError(f"not an origin's head: {error}") from None
+    problem = head.problem()
+    if problem is not None:
+        raise ValueError(problem)
+    return head

@@ -33,6 +33,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from docsrv.snapshot.records import Manifest  # noqa: E402
 from docsrv.snapshot.write import write_manifest  # noqa: E402
+from docsrv.utils.files import clone_or_copy  # noqa: E402
 from run import WORK, System, free_port, pinned, snapshot_path  # noqa: E402
 
 
@@ -43,14 +44,16 @@ def docsrv(*args: str) -> tuple[float, str]:
 
 
 def changed(previous: Path, new: Path, name: str, builds: int, turn: int) -> None:
-    """``new``: ``previous`` with ``builds`` builds' states flipped (hard links for every other file)."""
+    """``new``: ``previous`` with ``builds`` builds' states flipped (every other file cloned or
+    copied: a hard link would move the change time of ``previous``'s files, and the publisher
+    would check it whole again)."""
     import msgspec
 
     shutil.rmtree(new, ignore_errors=True)
     new.mkdir(parents=True)
     for path in previous.glob("*.jsonl*"):
         if not path.name.startswith("builds."):
-            os.link(path, new / path.name)
+            clone_or_copy(path, new / path.name)
     lines = (previous / "builds.jsonl").read_bytes().split(b"\n")
     step = max(1, (len(lines) - 1) // builds)
     for number in range(builds):

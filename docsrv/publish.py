@@ -25,6 +25,7 @@ import msgspec
 
 from .errors import CommandError
 from .snapshot.changeset import compute
+from .snapshot.load import manifest_of
 from .snapshot.origin import CHANGESETS, FORMAT, FORMAT_VERSION, HEAD, SNAPSHOTS, Head, PublishedChangeset, changeset_path, decode_head
 from .snapshot.records import INDEX, Manifest
 from .snapshot.write import built_aside
@@ -52,8 +53,7 @@ def publish(snapshot: Path, origin: Path, since: Path | None = None, *, compact_
     """Publish ``snapshot`` on ``origin`` (a directory, made if need be): whole, or with ``since``
     as the changeset from that snapshot, which the origin must publish now."""
     started = time.perf_counter()
-    prepare(snapshot, progress=False)  # checked whole (or a record of its check stands)
-    manifest = read_manifest(snapshot)
+    manifest = prepare(snapshot, progress=False).manifest  # checked whole (or a record of its check stands)
     head = read_head(origin)
     sequence = head.sequence + 1 if head is not None else 1
     if head is not None and manifest.name == head.name:
@@ -62,12 +62,12 @@ def publish(snapshot: Path, origin: Path, since: Path | None = None, *, compact_
         if since is not None:
             raise CommandError(f"{origin} publishes nothing yet: publish {snapshot} whole first (without --since)")
         return publish_whole(snapshot, manifest, origin, head, sequence, started)
-    old = read_manifest(since)
+    old = manifest_of(since)
     if old.name != head.name:
         raise CommandError(f"{origin} publishes snapshot {head.name}, not {old.name} ({since}): publish {snapshot} whole "
                            "(without --since), or --since the snapshot it publishes")
     prepare(since, progress=False)
-    data = compute(since, snapshot, sequence, manifest, old.name)
+    data = compute(since, old, snapshot, manifest, sequence)
     base_bytes = snapshot_bytes(origin / SNAPSHOTS / head.base)
     since_base = sum(changeset.size for changeset in head.changesets) + len(data)
     if since_base > compact_share * base_bytes:
@@ -115,10 +115,6 @@ def prune(origin: Path, keep_base: Head) -> None:
             changeset.unlink(missing_ok=True)
 
 
-def read_manifest(snapshot: Path) -> Manifest:
-    return msgspec.json.decode((snapshot / "manifest.json").read_bytes(), type=Manifest)
-
-
 def read_head(origin: Path) -> Head | None:
     try:
         data = (origin / HEAD).read_bytes()
@@ -136,5 +132,5 @@ def write_head(origin: Path, head: Head) -> None:
 
 
 def snapshot_bytes(directory: Path) -> int:
-    manifest = read_manifest(directory)
+    manifest = manifest_of(directory)
     return sum(entry.size for entry in (*manifest.files.values(), *manifest.index.values()))

@@ -39,6 +39,7 @@ from .config import Deadlines
 from .serving import INDEX, build_index_aside, current_index, fingerprint, index_directories
 from .snapshot.changeset import apply, read_changeset
 from .snapshot.errors import SnapshotError
+from .snapshot.load import manifest_of
 from .snapshot.origin import HEAD, SNAPSHOTS, Head, PublishedChangeset, changeset_path, decode_head
 from .snapshot.records import FileDigest, Manifest
 from .snapshot.write import put_in_place
@@ -227,7 +228,7 @@ async def follow(
     wanted_changesets = head.changesets[position:]
     if wanted_changesets:
         fetched = await fetch_changesets(session, base, wanted_changesets, into, deadlines)
-        await asyncio.to_thread(apply_changesets, fetched, into, current, build_index, keep)
+        await asyncio.to_thread(apply_changesets, fetched, into, current, build_index)
         files += len(fetched)
         total += sum(entry.size for entry in wanted_changesets)
     point_current(into, head.name)
@@ -252,14 +253,9 @@ async def fetch_changesets(
     return fetched
 
 
-def apply_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, current: str, build_index: bool, keep: int) -> None:
+def apply_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, current: str, build_index: bool) -> None:
     """Apply the changesets in turn to the snapshot ``into/current`` names, each product built
-    aside; the last one is checked and indexed as a server would load it, and put in place.
-
-    The product shares the files it did not change with the snapshot it follows (hard links),
-    and a file's change time moves whenever a link to it is made or removed: the record of the
-    product's check (``verified.py``) holds only if it is taken after the last such change. So
-    the snapshots beyond ``keep`` are removed first, and the product is checked last."""
+    aside; the last one is checked and indexed as a server would load it, and put in place."""
     follows = into / current
     made: list[Path] = []
     try:
@@ -283,7 +279,6 @@ def apply_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path,
             follows = product
         if build_index:
             reuse_index(into / current, follows)
-        prune(into, max(keep - 1, 1))
         check_and_index(follows, fetched[-1][0].product, build_index)
         put_in_place(follows, into / fetched[-1][0].product)
         made.remove(follows)
@@ -314,7 +309,7 @@ def reuse_index(previous: Path, product: Path) -> bool:
 def read_held(snapshot: Path) -> Manifest | None:
     """The manifest of a snapshot this replica holds, if it reads as one."""
     try:
-        return msgspec.json.decode((snapshot / "manifest.json").read_bytes(), type=Manifest)
+        return manifest_of(snapshot)
     except (OSError, msgspec.DecodeError):
         return None
 

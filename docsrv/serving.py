@@ -30,8 +30,8 @@ import msgspec
 
 from .search import SCHEMA_VERSION, SearchIndex, build_index, index_problem
 from .snapshot.errors import Problem, SnapshotError
-from .snapshot.load import record_file, record_files
-from .snapshot.records import INDEX, Manifest
+from .snapshot.load import manifest_of, record_file, record_files
+from .snapshot.records import INDEX
 from .snapshot.write import built_aside
 from .store import Store, load_store
 
@@ -94,7 +94,7 @@ def fingerprint(snapshot: Path) -> str:
     the index's schema version."""
     listed: dict = {}
     with contextlib.suppress(OSError, msgspec.DecodeError):
-        listed = msgspec.json.decode((snapshot / "manifest.json").read_bytes(), type=Manifest).files
+        listed = manifest_of(snapshot).files
     digest = hashlib.blake2b(digest_size=16)
     digest.update(f"schema {SCHEMA_VERSION}".encode())
     for kind in ("projects", "versions", "pages"):

@@ -13,8 +13,8 @@ as a manifest lists a snapshot's files.
 
 ``compute`` makes one from two snapshot directories; ``apply`` writes the snapshot it produces
 from the one it follows: the kinds it changes are written anew (a record changed in its place,
-a new one at the end, a build's new commands after the build's others), the others are linked
-(or copied) as they are, and the manifest is written last. The product holds the same records
+a new one at the end, a build's new commands after the build's others), the others are cloned
+or copied as they are, and the manifest is written last. The product holds the same records
 as the snapshot the changeset was made from: served, they give the same replies, since every
 order a reply shows is sorted from the records, never taken from a file's order.
 """
@@ -31,13 +31,14 @@ import msgspec
 from ..utils.files import clone_or_copy
 from .errors import Problem, ProblemList, SnapshotError
 from .lines import line_blocks, open_records
-from .load import record_file
-from .records import KINDS, OPTIONAL_KINDS, AwareDatetime, Manifest
+from .load import manifest_of, record_file
+from .records import FORMAT as SNAPSHOT_FORMAT
+from .records import FORMAT_VERSION as SNAPSHOT_FORMAT_VERSION
+from .records import KINDS, OPTIONAL_KINDS, AwareDatetime, Manifest, PublicUrl, SnapshotName
 from .write import write_manifest
 
 FORMAT = "docsrv-changeset"
 FORMAT_VERSION = 1
-SnapshotName = Annotated[str, msgspec.Meta(max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 Kind = Literal["users", "projects", "relationships", "versions", "builds", "build_commands", "pages"]
 
 
@@ -46,7 +47,7 @@ class Product(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
 
     name: SnapshotName
     created_at: AwareDatetime
-    public_url: Annotated[str, msgspec.Meta(pattern=r"^https?://[^/\s]+$")]
+    public_url: PublicUrl
     counts: dict[str, Annotated[int, msgspec.Meta(ge=0)]]
     description: str = ""
 
@@ -97,7 +98,7 @@ class Changeset(msgspec.Struct, frozen=True):
 
 def product_manifest(changeset: Changeset) -> Manifest:
     product = changeset.header.product
-    return Manifest(format="docsrv-snapshot", format_version=1, name=product.name, created_at=product.created_at,
+    return Manifest(format=SNAPSHOT_FORMAT, format_version=SNAPSHOT_FORMAT_VERSION, name=product.name, created_at=product.created_at,
                     public_url=product.public_url, counts=product.counts, description=product.description,
                     sequence=changeset.header.sequence)
 
@@ -170,11 +171,12 @@ def _lines(directory: Path, kind: str) -> Iterator[tuple[int, int, bytes]]:
     problems.raise_if_any()
 
 
-def compute(old: Path, new: Path, sequence: int, new_manifest: Manifest, old_name: str) -> bytes:
-    """The changeset that turns snapshot ``old`` into ``new`` (both checked whole before), as
-    the bytes of its file. A record that changed is sent whole, as ``new``'s file holds it. A
-    kind whose file both manifests seal with the same digest is not read: it did not change."""
-    sealed = [msgspec.json.decode((directory / "manifest.json").read_bytes(), type=Manifest).files for directory in (old, new)]
+def compute(old: Path, old_manifest: Manifest, new: Path, new_manifest: Manifest, sequence: int) -> bytes:
+    """The changeset ``sequence`` that turns snapshot ``old`` into ``new`` (both checked whole
+    before), as the bytes of its file. A record that changed is sent whole, as ``new``'s file
+    holds it. A kind whose file both manifests seal with the same digest is not read: it did
+    not change."""
+    sealed = [old_manifest.files, new_manifest.files]
     body: list[bytes] = []
     for kind in KINDS:
         names = [[path.name for path in record_file(directory, kind)] for directory in (old, new)]
@@ -187,7 +189,7 @@ def compute(old: Path, new: Path, sequence: int, new_manifest: Manifest, old_nam
         body.extend(b'{"op":"delete","kind":"%s","id":%d}' % (kind.encode(), identity) for identity in sorted(before))
     product = Product(name=new_manifest.name, created_at=new_manifest.created_at, public_url=new_manifest.public_url,
                       counts=new_manifest.counts, description=new_manifest.description)
-    header = Header(format=FORMAT, format_version=FORMAT_VERSION, sequence=sequence, follows=old_name, product=product,
+    header = Header(format=FORMAT, format_version=FORMAT_VERSION, sequence=sequence, follows=old_manifest.name, product=product,
                     changes=len(body))
     return b"\n".join([msgspec.json.encode(header), *body]) + b"\n"
 
@@ -198,7 +200,7 @@ def apply(changeset: Changeset, follows: Path, product: Path) -> None:
     """Write into the empty directory ``product`` the snapshot ``changeset`` makes of the one in
     ``follows`` (whose name it must follow). Checks nothing of the records' relations: the
     product is loaded and checked whole as any snapshot before it serves."""
-    manifest = msgspec.json.decode((follows / "manifest.json").read_bytes(), type=Manifest)
+    manifest = manifest_of(follows)
     if manifest.name != changeset.header.follows:
         raise invalid(f"changeset {changeset.header.sequence}", None,
                       f"follows snapshot {changeset.header.follows}, and {follows.name} is {manifest.name}")

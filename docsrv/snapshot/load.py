@@ -175,6 +175,12 @@ def read_snapshot(
     return RawSnapshot(directory, manifest, records, commands, files, seconds, manifest_bytes, found_trust is not None, derived, checked)
 
 
+def manifest_of(directory: Path) -> Manifest:
+    """The manifest of the snapshot in ``directory``, decoded (OSError, msgspec.DecodeError);
+    a load reads it with ``read_manifest``, which names every problem."""
+    return msgspec.json.decode((directory / "manifest.json").read_bytes(), type=Manifest)
+
+
 def read_manifest(directory: Path, problems: ProblemList) -> Manifest | None:
     path = directory / "manifest.json"
     try:

@@ -16,8 +16,7 @@ from typing import Annotated
 
 import msgspec
 
-from .changeset import SnapshotName
-from .records import AwareDatetime
+from .records import AwareDatetime, SnapshotName
 
 FORMAT = "docsrv-origin"
 FORMAT_VERSION = 1

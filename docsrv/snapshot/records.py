@@ -215,15 +215,19 @@ IndexFileName = Annotated[str, msgspec.Meta(max_length=200, pattern=r"^([a-z]+/)
 INDEX = "index"
 
 
+#: A snapshot's identity, and the name of its directory where a pull keeps it: never "." or "..",
+#: never hidden (what a pull keeps for itself in that directory begins with ".").
+SnapshotName = Annotated[str, msgspec.Meta(max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+#: Base URL of the hosted documentation, e.g. ``https://docs.example.org`` (no path).
+PublicUrl = Annotated[str, msgspec.Meta(pattern=r"^https?://[^/\s]+$")]
+
+
 class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     format: str
     format_version: int
-    #: A snapshot's identity, and the name of its directory where a pull keeps it: never "." or
-    #: "..", never hidden (what a pull keeps for itself in that directory begins with ".").
-    name: Annotated[str, msgspec.Meta(max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    name: SnapshotName
     created_at: AwareDatetime
-    #: Base URL of the hosted documentation, e.g. ``https://docs.example.org``.
-    public_url: Annotated[str, msgspec.Meta(pattern=r"^https?://[^/\s]+$")]
+    public_url: PublicUrl
     counts: dict[str, Annotated[int, msgspec.Meta(ge=0)]]
     description: str = ""
     #: Every record file by name, with its size and digest: a snapshot is complete when its files

@@ -16,9 +16,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
-import msgspec
-
 from ..utils.progress import progress_bar, wanted
+from .load import manifest_of
 from .records import (
     FORMAT,
     FORMAT_VERSION,
@@ -99,7 +98,7 @@ def write_into(out: Path, *, scale: str, seed: int, compress: str, progress: boo
     if scale == "demo":
         for path in DEMO.glob("*.jsonl"):
             shutil.copyfile(path, out / path.name)
-        manifest = msgspec.json.decode((DEMO / "manifest.json").read_bytes(), type=Manifest)
+        manifest = manifest_of(DEMO)
         write_manifest(out, manifest)
         return manifest.counts
     generator = Synthesizer(scale, seed)

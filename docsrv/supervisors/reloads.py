@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from ..serving import Signature, resolve, signature
-from ..snapshot.records import Manifest
+from ..snapshot.load import manifest_of
 from .generation import Generation, Loaded
 from .workers import Workers
 
@@ -104,7 +104,7 @@ def settled(directory: Path) -> bool:
     """Whether a snapshot directory looks complete: its manifest reads, and every file it lists
     is there at its full size (the load then checks every digest)."""
     try:
-        manifest = msgspec.json.decode((directory / "manifest.json").read_bytes(), type=Manifest)
+        manifest = manifest_of(directory)
         return all((directory / name).stat().st_size == entry.size for name, entry in manifest.files.items())
     except (OSError, msgspec.DecodeError):
         return False

@@ -273,3 +273,37 @@ def test_a_changeset_records_only_what_changed(tmp_path):
         assert changeset.deletes[kind] == old.keys() - new.keys(), kind
     assert set(done["new builds"]) | set(done["builds whose state changed"]) <= set(changeset.upserts["builds"])
     assert (origin / "changesets" / "2.jsonl").stat().st_size < (origin / "snapshots" / "demo" / "builds.jsonl").stat().st_size / 5
+
+
+def test_a_full_disk_applies_nothing_and_publishes_nothing(tmp_path, origin):
+    """A full disk (every write past 16 KB fails) while a replica applies a changeset: the pull
+    fails in one line, ``current`` stays, and nothing half made is left. While the publisher
+    writes a snapshot whole: the origin's head still names what it published before."""
+    import resource
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 10, 16 << 10))
+
+    base = synth(tmp_path / "s0")
+    docsrv("snapshot", "publish", str(base), str(origin.root))
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    second = tmp_path / "s1"
+    realistic_change(base, second, "snap-1")
+    docsrv("snapshot", "prepare", str(second))  # its own check is not what the full disk stops
+    assert docsrv("snapshot", "publish", str(second), str(origin.root), "--since", str(base)).returncode == 0
+    failed = docsrv("snapshot", "pull", origin.url, "--into", str(into), preexec_fn=small_files)
+    assert failed.returncode == 1 and "File too large" in failed.stderr and failed.stderr.count("\n") == 1, failed.stderr
+    assert (into / "current").resolve().name == "demo"
+    assert not [p.name for p in into.iterdir() if p.name.startswith(".apply-")]
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0  # with room again, it follows
+    assert (into / "current").resolve().name == "snap-1"
+
+    third = tmp_path / "s2"
+    realistic_change(second, third, "snap-2")
+    docsrv("snapshot", "prepare", str(third))
+    head = (origin.root / "head.json").read_bytes()
+    refused = docsrv("snapshot", "publish", str(third), str(origin.root), preexec_fn=small_files)  # whole: past 16 KB
+    assert refused.returncode == 1 and "File too large" in refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
+    assert (origin.root / "head.json").read_bytes() == head
+    assert sorted(p.name for p in (origin.root / "snapshots").iterdir()) == ["demo"]

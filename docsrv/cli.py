@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from . import logs
 from .config import LOG_FORMAT, SERVE_OPTIONS, Deadlines, Settings, add_options, listed
 from .errors import CommandError, StartError
+from .snapshot.commands import CommandFile
 from .snapshot.errors import SnapshotError
 
 if TYPE_CHECKING:
@@ -290,7 +291,9 @@ def run_index(args: argparse.Namespace) -> int:
     print(f"indexed {len(store.pages)} pages of {store.name} in {seconds:.1f} s ({size / 2**20:.1f} MiB at {directory})")
     if directory == snapshot / INDEX and (snapshot / "manifest.json").is_file():
         # The scan of the build commands, published so that no replica does it again.
-        publish_ranges(snapshot, store.manifest, store.commands.ranges, store.commands.total)
+        commands = store.commands
+        assert isinstance(commands, CommandFile)  # a store loaded from its files
+        publish_ranges(snapshot, store.manifest, commands.ranges, commands.total)
         sealed = seal_index(snapshot, directory)
         print(f"manifest.json lists the index's {sealed} files: it is published and pulled with the snapshot")
     del store

@@ -27,6 +27,7 @@ import shutil
 import time
 from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +38,16 @@ from tqdm import tqdm
 
 from .config import Deadlines
 from .serving import INDEX, build_index_aside, current_index, fingerprint, index_directories
-from .snapshot.changeset import apply, read_changeset
+from .snapshot.changeset import Changeset, apply, read_changeset
 from .snapshot.errors import SnapshotError
 from .snapshot.load import manifest_of
-from .snapshot.origin import HEAD, SNAPSHOTS, Head, PublishedChangeset, changeset_path, decode_head
+from .snapshot.origin import CHANGESETS, HEAD, SNAPSHOTS, Head, PublishedChangeset, changeset_path, decode_head
+from .snapshot.origin import FORMAT as ORIGIN_FORMAT
+from .snapshot.origin import FORMAT_VERSION as ORIGIN_FORMAT_VERSION
 from .snapshot.records import FileDigest, Manifest
 from .snapshot.write import put_in_place
 from .store import load_store, prepare
+from .store_changes import in_memory
 from .utils.files import link_or_copy, replace_file
 from .utils.progress import progress_bar, wanted
 
@@ -58,6 +62,9 @@ MAX_MANIFEST_BYTES = 4 << 20
 #: Redirects followed from one URL (each to http or https only).
 MAX_REDIRECTS = 5
 DEFAULT_DEADLINES = Deadlines()
+#: The most changesets kept after the snapshot served: past it, they are folded into the snapshot
+#: they make, and the server reloads onto it (its workers share its pages again).
+FOLD_CHANGESETS = 200
 #: Pauses between failed pulls with --every: doubling from the first to the last.
 RETRY_SECONDS = (5.0, 300.0)
 #: What an origin's failure raises (aiohttp's errors; a URL it cannot take is also a ValueError).
@@ -203,17 +210,17 @@ async def follow(
     session: aiohttp.ClientSession, base: str, head: Head, into: Path, validators: PullState, *, current: str | None,
     keep: int, progress: bool | None, build_index: bool, deadlines: Deadlines, started: float,
 ) -> Pulled:
-    """Follow an origin's chain: from the snapshot ``current`` names when it is on the chain, else
-    from the base (pulled whole), fetch the changesets it lacks, check each, apply them, and
-    point ``current`` at the product once it is checked and indexed."""
+    """Follow an origin's chain: from the state this replica holds when it is on the chain (the
+    snapshot ``current`` names and the changesets kept after it), else from the base (pulled
+    whole), fetch the changesets it lacks and check each. Those a server applies in memory are
+    kept after ``current`` (``keep_changesets``); otherwise, or past FOLD_CHANGESETS kept, they
+    are folded into the snapshot they make, which ``current`` then names (``fold_changesets``)."""
     validators.name = head.name
-    if current == head.name:
+    held = held_state(into, current)
+    if held is not None and held[0] == head.name:
         write_state(into, validators)
         return Pulled(head.name, changed=False, seconds=time.perf_counter() - started)
-    position = None
-    if current is not None:
-        held = read_held(into / current)
-        position = head.position(held.name, held.sequence) if held is not None else None
+    position = head.position(*held) if held is not None else None
     files = total = 0
     if position is None:  # too far behind, on another base, or new: from the base, whole
         where = f"{base}/{SNAPSHOTS}/{head.base}"
@@ -221,17 +228,17 @@ async def follow(
         manifest = decode_manifest(raw, where)
         if manifest.name != head.base:
             raise PullError(f"{where}/manifest.json: names snapshot {manifest.name}, not the base {head.base} that {HEAD} names")
-        files, total = await fetch_snapshot(session, where, manifest, raw, into, progress=progress,
-                                            build_index=build_index and not head.changesets, deadlines=deadlines)
-        position, current = 0, head.base
-    assert current is not None
+        files, total = await fetch_snapshot(session, where, manifest, raw, into, progress=progress, build_index=build_index,
+                                            deadlines=deadlines)
+        point_current(into, head.base)
+        write_chain(into, head.base, head.base_sequence, [])
+        position = 0
     wanted_changesets = head.changesets[position:]
     if wanted_changesets:
         fetched = await fetch_changesets(session, base, wanted_changesets, into, deadlines)
-        await asyncio.to_thread(apply_changesets, fetched, into, current, build_index)
+        await asyncio.to_thread(take_changesets, fetched, into, build_index)
         files += len(fetched)
         total += sum(entry.size for entry in wanted_changesets)
-    point_current(into, head.name)
     write_state(into, validators)
     prune(into, keep)
     return Pulled(head.name, changed=True, files=files, bytes=total, seconds=time.perf_counter() - started,
@@ -253,6 +260,80 @@ async def fetch_changesets(
     return fetched
 
 
+def held_state(into: Path, current: str | None) -> tuple[str, int] | None:
+    """The state this replica holds: (name, sequence) of the last changeset kept after the
+    snapshot ``current`` names, or of that snapshot; None without one."""
+    if current is None:
+        return None
+    kept = kept_chain(into, current)
+    if kept is not None:
+        return kept.name, kept.sequence
+    held = read_held(into / current)
+    return (held.name, held.sequence) if held is not None else None
+
+
+def kept_chain(into: Path, current: str) -> Head | None:
+    """The changesets kept after the snapshot ``current`` names (``into/head.json``), if that is
+    what they follow."""
+    try:
+        chain = decode_head((into / HEAD).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return chain if chain.base == current else None
+
+
+def write_chain(into: Path, name: str, sequence: int, changesets: list[PublishedChangeset]) -> None:
+    """``into/head.json``: the changesets kept after the snapshot ``name`` (``following.py`` reads
+    it), written in one rename once each file it lists is in place; then the files of changesets
+    it no longer lists are removed."""
+    chain = Head(format=ORIGIN_FORMAT, format_version=ORIGIN_FORMAT_VERSION, base=name, base_sequence=sequence,
+                 changesets=changesets, published_at=datetime.now(UTC))
+    replace_file(into / HEAD, msgspec.json.encode(chain))
+    listed = {f"{entry.sequence}.jsonl" for entry in changesets}
+    if (into / CHANGESETS).is_dir():
+        for path in (into / CHANGESETS).iterdir():
+            if path.name not in listed:
+                path.unlink(missing_ok=True)
+
+
+def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, build_index: bool) -> None:
+    """Keep the changesets ``fetched`` after those kept, when a server applies every one in memory
+    and no more than FOLD_CHANGESETS would be kept; else fold them all into the snapshot they make."""
+    current = current_name(into)
+    assert current is not None
+    kept = kept_chain(into, current)
+    held = read_held(into / current)
+    if held is None:
+        raise PullError(f"{into / current}: the snapshot current names has no manifest that reads")
+    chain = kept.changesets if kept is not None else []
+    changesets = []
+    for entry, path in fetched:
+        try:
+            changesets.append(read_changeset(path.read_bytes(), f"changesets/{entry.sequence}.jsonl"))
+        except SnapshotError as error:
+            raise PullError(error.summary()) from None
+        check_listed(changesets[-1], entry)
+    if len(chain) + len(fetched) <= FOLD_CHANGESETS and all(in_memory(c, held.public_url) for c in changesets):
+        (into / CHANGESETS).mkdir(exist_ok=True)
+        for entry, path in fetched:
+            os.replace(path, into / changeset_path(entry.sequence))
+        write_chain(into, current, held.sequence, [*chain, *(entry for entry, _path in fetched)])
+        shutil.rmtree(into / ".pull-changesets", ignore_errors=True)
+        return
+    folded = [(entry, into / changeset_path(entry.sequence)) for entry in chain] + fetched
+    apply_changesets(folded, into, current, build_index)
+    product = folded[-1][0]
+    point_current(into, product.product)
+    write_chain(into, product.product, product.sequence, [])
+
+
+def check_listed(changeset: Changeset, entry: PublishedChangeset) -> None:
+    header = changeset.header
+    if (header.sequence, header.follows, header.product.name) != (entry.sequence, entry.follows, entry.product):
+        raise PullError(f"changesets/{entry.sequence}.jsonl: changeset {header.sequence} from {header.follows} to "
+                        f"{header.product.name}, where {HEAD} lists {entry.sequence} from {entry.follows} to {entry.product}")
+
+
 def apply_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, current: str, build_index: bool) -> None:
     """Apply the changesets in turn to the snapshot ``into/current`` names, each product built
     aside; the last one is checked and indexed as a server would load it, and put in place."""
@@ -264,10 +345,7 @@ def apply_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path,
                 changeset = read_changeset(path.read_bytes(), f"changesets/{entry.sequence}.jsonl")
             except SnapshotError as error:
                 raise PullError(error.summary()) from None
-            header = changeset.header
-            if (header.sequence, header.follows, header.product.name) != (entry.sequence, entry.follows, entry.product):
-                raise PullError(f"changesets/{entry.sequence}.jsonl: changeset {header.sequence} from {header.follows} to "
-                                f"{header.product.name}, where {HEAD} lists {entry.sequence} from {entry.follows} to {entry.product}")
+            check_listed(changeset, entry)
             product = into / f".apply-{entry.product}-{entry.sequence}"
             shutil.rmtree(product, ignore_errors=True)
             product.mkdir()

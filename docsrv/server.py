@@ -20,10 +20,11 @@ from typing import Any
 
 from aiohttp import web
 
-from .api.app import init_server
+from .api.app import init_server, serve_state
 from .api.state import ApiState
 from .config import Settings
 from .errors import StartError
+from .following import Follower, caught_up
 from .http.accept import Acceptor
 from .http.limits import SERVER_LIMITS
 from .http.offload import GIL_SWITCH_SECONDS
@@ -55,6 +56,13 @@ class Listening:
         self.server = server
         self.runner = runner
         self.acceptor = acceptor
+
+    def serve(self, state: ApiState) -> None:
+        """Answer every request that begins from now on from ``state`` (a changeset applied:
+        ``following.py``); those under way finish with the state they began with."""
+        state.draining, state.problem = self.state.draining, self.state.problem
+        self.state = state
+        serve_state(self.server, state)
 
     async def close(self, grace: float = IDLE_GRACE_SECONDS) -> None:
         """Accept no more; answer what comes on open connections with ``Connection: close`` for
@@ -129,8 +137,14 @@ async def running_server(snapshot: str | Path, settings: Settings | None = None)
         sock.close()
 
 
-async def serve_worker(served: Served, settings: Settings, sock: socket.socket, runtime: Runtime, ready_fd: int, master: int) -> None:
-    """Serve ``served`` on ``sock`` until SIGTERM or SIGINT, or until the master is gone; then drain and return."""
+async def serve_worker(
+    served: Served, settings: Settings, sock: socket.socket, runtime: Runtime, ready_fd: int, master: int, chain: Path | None = None
+) -> None:
+    """Serve ``served`` on ``sock`` until SIGTERM or SIGINT, or until the master is gone; then
+    drain and return. With ``chain``, follow the changesets there (``following.py``): those that
+    came since the generation forked it are applied before it accepts a connection (a worker
+    that replaces one that died serves the state its peers serve)."""
+    served = caught_up(served, chain)
     state = ApiState(served.store, served.search, settings, runtime)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -142,7 +156,10 @@ async def serve_worker(served: Served, settings: Settings, sock: socket.socket, 
     os.write(ready_fd, b"R")
     os.close(ready_fd)
     ticker = asyncio.create_task(every_second(runtime, master, stop))
+    follower = asyncio.create_task(Follower(chain, listening).run()) if chain is not None else None
     await stop.wait()
+    if follower is not None:
+        follower.cancel()
     await listening.close()  # beating on while it drains: the master kills a worker that stops
     ticker.cancel()
     runtime.metrics.flush()

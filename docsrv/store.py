@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .snapshot.binary import Derived, write_binary
-from .snapshot.commands import CommandFile
+from .snapshot.commands import ChangedCommands, CommandFile
 from .snapshot.load import RawSnapshot, read_snapshot
 from .snapshot.records import Build, BuildCommand, Manifest, PageHead, Project, User, Version
 from .snapshot.validate import check_snapshot
 from .snapshot.verified import record_check
-from .utils.positions import Grouping, SortedOrder
+from .utils.positions import Grouping, PatchedOrder, SortedOrder
 
 log = logging.getLogger("docsrv")
 #: A server that checked a snapshot whole for longer than this says so as a warning (an INFO line
@@ -90,9 +90,9 @@ class Store:
         self.builds: dict[int, Build] = {b.id: b for b in builds}
         self.builds_ordered = builds
         self.builds_of_project: dict[int, list[Build]] = self._grouped("builds", builds, "project")
-        self._builds_by_commit: SortedOrder[Build] = self._sorted("builds", builds, "commit")
+        self.builds_by_commit: SortedOrder[Build] | PatchedOrder[Build] = self._sorted("builds", builds, "commit")
 
-        self.commands = commands
+        self.commands: CommandFile | ChangedCommands = commands
         public_commands = commands.ranges.commands_of_builds(self.builds)
 
         pages: list[PageHead] = records["pages"]
@@ -177,8 +177,8 @@ class Store:
             if commit is None:
                 return self.builds_of_project.get(projects[0].id, [])
             project = projects[0].id
-            return [build for build in self._builds_by_commit.find(commit) if build.project == project]
-        return self.builds_ordered if commit is None else self._builds_by_commit.find(commit)
+            return [build for build in self.builds_by_commit.find(commit) if build.project == project]
+        return self.builds_ordered if commit is None else self.builds_by_commit.find(commit)
 
     def version_of(self, project: int, slug: str) -> Version | None:
         """A public version of a project, by slug."""

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import shutil
+import signal
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from snapshot_change import KINDS, read, realistic_change, stamp, write
 from conftest import InProcessServer
 from docsrv.serving import signature
 from docsrv.store import load_store
-from helpers import Origin, docsrv
+from helpers import Origin, docsrv, poll
 
 
 @pytest.fixture
@@ -153,22 +155,153 @@ def test_a_replica_that_follows_changesets_serves_what_a_fresh_server_on_each_sn
         previous = new
 
 
-def test_a_changeset_of_builds_alone_reuses_the_search_index_the_replica_has(tmp_path, origin):
-    """Most changesets change builds and nothing of the pages a search finds: the product shares
-    the index files of the snapshot before it (the same inodes), and no index is built."""
+def builds_change(old: Path, new: Path, name: str, rng: random.Random) -> None:
+    """``new``: ``old`` with changes of builds and their commands alone, as the service makes them
+    every few seconds, chosen by ``rng``: states flipped, a build moved in its lists (a new date
+    and commit), builds added with commands (one of a private version, when there is one), a
+    build deleted with its commands, a command added to a build and one edited."""
+    shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
+    records = {kind: read(new, kind) for kind in ("versions", "builds", "build_commands")}
+    builds, commands = records["builds"], records["build_commands"]
+    for build in rng.sample(builds, 3):
+        build["state"] = "finished" if build.get("state") != "finished" else "building"
+    moved = rng.choice(builds)
+    moved["date"] = stamp(datetime.fromisoformat(moved["date"].replace("Z", "+00:00")) + timedelta(days=rng.randrange(1, 900)))
+    moved["commit"] = f"{rng.getrandbits(160):040x}"
+    doomed = rng.choice(builds)
+    builds.remove(doomed)
+    commands[:] = [c for c in commands if c["build"] != doomed["id"]]
+    versions = records["versions"]
+    hidden = [v for v in versions if v.get("privacy_level", "public") != "public"]
+    chosen = [rng.choice([v for v in versions if v.get("privacy_level", "public") == "public"]) for _ in range(2)] + hidden[:1]
+    next_build, next_command = max(b["id"] for b in builds) + 1, max(c["id"] for c in commands) + 1
+    latest = max(datetime.fromisoformat(b["date"].replace("Z", "+00:00")) for b in builds)
+    for number, version in enumerate(chosen):
+        when = latest + timedelta(minutes=number + 1)
+        builds.append({"id": next_build, "project": version["project"], "version": version["id"], "date": stamp(when),
+                       "state": "building", "commit": f"{rng.getrandbits(160):040x}"})
+        for step in range(2):
+            commands.append({"id": next_command, "build": next_build, "command": f"step {step}", "start_time": stamp(when),
+                             "end_time": stamp(when + timedelta(seconds=1))})
+            next_command += 1
+        next_build += 1
+    existing = rng.choice([b for b in builds if any(c["build"] == b["id"] for c in commands)])
+    mine = [place for place, c in enumerate(commands) if c["build"] == existing["id"]]
+    commands[mine[0]] = dict(commands[mine[0]], output=f"edited {rng.randrange(1000)}")
+    started = datetime.fromisoformat(existing["date"].replace("Z", "+00:00"))
+    commands.insert(mine[-1] + 1, {"id": next_command, "build": existing["id"], "command": "late step", "start_time": stamp(started),
+                                   "end_time": stamp(started + timedelta(seconds=2))})
+    write(new, "builds", builds)
+    write(new, "build_commands", commands)
+    renamed(new, name)
+
+
+def test_a_server_applies_changesets_of_builds_in_memory_and_serves_what_a_fresh_server_serves(tmp_path, origin, start_server):
+    """The heart of a live replica: a server on ``current`` with --watch applies each changeset of
+    builds in memory, without a reload, and then answers every request as a server started fresh
+    on the snapshot the changeset makes: status, headers (Date aside), body. Its reply cache was
+    warm: a reply a changeset touched is made anew, every other keeps its body and takes the new
+    snapshot's name. A restart serves the same state."""
+    from docsrv.config import Settings
+
+    base = synth(tmp_path / "s0")
+    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    server = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", "https://api.example.org")
+    worker = server.json("/readyz")["worker"]
+    rng = random.Random(35)
+    previous = base
+    for round_ in range(1, 4):
+        new = tmp_path / f"s{round_}"
+        builds_change(previous, new, f"snap-{round_}", rng)
+        urls = crawl(previous, new)
+        for url in urls:  # a warm cache: what a changeset touches must be made anew
+            server.get(url)
+        assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(previous)).returncode == 0
+        pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+        assert pulled.returncode == 0, pulled.stderr
+        assert (into / "current").resolve().name == "demo"  # kept after the snapshot served, not folded into a new one
+        assert json.loads((into / "head.json").read_bytes())["changesets"][-1]["product"] == f"snap-{round_}"
+        poll(lambda sequence=round_ + 1: server.json("/readyz")["sequence"] == sequence, what=f"changeset {round_ + 1} applied")
+        ready = server.json("/readyz")
+        # Applied in memory: the same worker, no reload.
+        assert (ready["snapshot"], ready["worker"], ready["reloads"]) == (f"snap-{round_}", worker, 0)
+        fresh = InProcessServer(new, Settings(public_url="https://api.example.org"))
+        try:
+            assert ready["counts"] == fresh.json("/readyz")["counts"]
+            for url in urls:
+                ours, theirs = server.get(url), fresh.get(url)
+                assert (ours.status, ours.body) == (theirs.status, theirs.body), url
+                assert {k: v for k, v in ours.headers.items() if k != "Date"} == {k: v for k, v in theirs.headers.items() if k != "Date"}, url
+        finally:
+            fresh.stop()
+        previous = new
+    server.stop()
+    restarted = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1")
+    assert (restarted.json("/readyz")["snapshot"], restarted.json("/readyz")["sequence"]) == ("snap-3", 4)
+
+
+def test_a_kept_changeset_that_fails_its_seal_is_never_applied_and_a_new_worker_serves_what_its_peers_serve(
+    tmp_path, origin, start_server
+):
+    """A changeset rewritten in the replica's directory after the pull checked it is not applied:
+    the worker says so in one line and serves what it had; once the file is whole again, it
+    applies it. A worker killed after that is replaced by one serving the same state."""
+    base = synth(tmp_path / "s0")
+    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    server = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1")
+    new = tmp_path / "s1"
+    builds_change(base, new, "snap-1", random.Random(7))
+    assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(base)).returncode == 0
+    shutil.copytree(into, tmp_path / "pulled", symlinks=True)
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(tmp_path / "pulled")).returncode == 0
+    whole = (tmp_path / "pulled" / "changesets" / "2.jsonl").read_bytes()
+    (into / "changesets").mkdir()
+    (into / "changesets" / "2.jsonl").write_bytes(whole.replace(b'"state":"building"', b'"state":"finished"', 1))
+    start = len(server.log)
+    shutil.copy(tmp_path / "pulled" / "head.json", into / "head.json")
+    line = server.wait_for("changeset not applied", start=start)
+    assert "2.jsonl: its size or SHA-256 differs from the one head.json records; serving demo" in line
+    assert (server.json("/readyz")["snapshot"], server.json("/readyz")["sequence"]) == ("demo", 1)
+    (into / "changesets" / "2.jsonl").write_bytes(whole)
+    shutil.copy(tmp_path / "pulled" / "head.json", into / "head.json.new")
+    (into / "head.json.new").replace(into / "head.json")
+    poll(lambda: server.json("/readyz")["sequence"] == 2, what="changeset 2 applied once whole")
+    worker = server.json("/readyz")["worker"]
+    os.kill(worker, signal.SIGKILL)
+    poll(lambda: (ready := server.get("/readyz")).status == 200 and json.loads(ready.body)["worker"] != worker, what="a new worker")
+    assert (server.json("/readyz")["snapshot"], server.json("/readyz")["sequence"]) == ("snap-1", 2)
+
+
+def test_a_changeset_of_other_kinds_is_folded_into_a_snapshot_that_shares_the_search_index(tmp_path, origin):
+    """A changeset that a server does not apply in memory (a user changed, here with a build) is
+    folded with those kept before it into the snapshot they make, which ``current`` then names.
+    Its projects, versions and pages are those of the snapshot before: it shares that one's index
+    files (the same inodes), and no index is built."""
     base = synth(tmp_path / "s0")
     docsrv("snapshot", "publish", str(base), str(origin.root))
     into = tmp_path / "replica"
     assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
-    second = tmp_path / "s1"
-    shutil.copytree(base, second)
-    builds = read(second, "builds")
-    builds[0] = dict(builds[0], state="building", success=False)
-    write(second, "builds", builds)
-    renamed(second, "snap-1")
-    docsrv("snapshot", "publish", str(second), str(origin.root), "--since", str(base))
+    first = tmp_path / "s1"
+    builds_change(base, first, "snap-1", random.Random(1))
+    docsrv("snapshot", "publish", str(first), str(origin.root), "--since", str(base))
     assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
-    before, after = into / "demo" / "index", into / "snap-1" / "index"
+    assert (into / "current").resolve().name == "demo" and (into / "changesets" / "2.jsonl").is_file()
+    second = tmp_path / "s2"
+    shutil.copytree(first, second)
+    users = read(second, "users")
+    users[0] = dict(users[0], username=f"{users[0]['username']}-renamed")
+    write(second, "users", users)
+    renamed(second, "snap-2")
+    docsrv("snapshot", "publish", str(second), str(origin.root), "--since", str(first))
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    assert (into / "current").resolve().name == "snap-2"
+    assert json.loads((into / "head.json").read_bytes())["changesets"] == []
+    assert not list((into / "changesets").iterdir())
+    before, after = into / "demo" / "index", into / "snap-2" / "index"
     shared = [path.relative_to(after) for path in after.rglob("*") if path.is_file() and not path.name.startswith(".")]
     assert len(shared) > 10
     assert all((before / name).stat().st_ino == (after / name).stat().st_ino for name in shared)
@@ -236,7 +369,7 @@ def test_a_changeset_that_cannot_be_trusted_is_never_applied(tmp_path, origin, f
     assert failed.stderr.strip().startswith("docsrv: pull failed: ") and message in failed.stderr, failed.stderr
     assert len(failed.stderr.strip().splitlines()) == 1
     assert (into / "current").resolve().name == "demo"  # nothing applied: the replica serves what it had
-    assert sorted(p.name for p in into.iterdir() if not p.name.startswith(".")) == ["current", "demo"]
+    assert sorted(p.name for p in into.iterdir() if not p.name.startswith(".")) == ["current", "demo", "head.json"]
 
 
 def test_publish_refuses_what_the_origin_does_not_follow(tmp_path, origin):

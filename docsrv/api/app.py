@@ -205,6 +205,15 @@ def origin_form(request: web.BaseRequest) -> web.BaseRequest:
     return request.clone(rel_url=request.rel_url)
 
 
+def serve_state(server: web.Server, state: ApiState) -> None:
+    """Let ``server`` (``init_server``'s) answer from ``state`` from now on."""
+    dispatcher = server.request_handler
+    assert isinstance(dispatcher, Dispatcher)
+    dispatcher.state = state
+    if isinstance(server, FastLaneServer):
+        server.lane.serve(state)
+
+
 def init_server(state: ApiState, **kwargs: Any) -> web.Server:
     """The low-level aiohttp server answering every route above from ``state``, with the fast
     lane in front unless the settings turn it off."""

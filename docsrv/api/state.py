@@ -5,6 +5,7 @@ the new snapshot (see supervisors/master.py), so every response comes wholly fro
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -52,16 +53,14 @@ PREFLIGHT = {
 
 class ApiState:
     def __init__(self, store: Store, search: SearchIndex, settings: Settings, runtime: Runtime) -> None:
-        self.store = store
         self.search = search
         self.settings = settings
         self.runtime = runtime
         self.cache = ReplyCache(settings.response_cache_bytes)
+        self.cache.stamp = store.manifest.sequence
         runtime.metrics.cache = self.cache
         self.searches = SearchQueue(settings.search_queue)
         runtime.metrics.searches = self.searches
-        self.last_modified = store.created_at
-        self.snapshot_name = store.name
         self.fixed_base = settings.public_url.rstrip("/") if settings.public_url else None
         self.allowed_hosts = AllowedHosts(settings.allowed_hosts)
         #: Set when this worker stops: every response then closes its connection.
@@ -71,13 +70,20 @@ class ApiState:
         #: Who may read replies from a browser: the headers of each reply's CORS answer, which
         #: the dispatcher and the fast lane add by the request's Origin (so every reply varies by it).
         self.cors = Cors(store.public_url.split("://", 1)[1])
+        self._serve(store)
+
+    def _serve(self, store: Store) -> None:
+        """What this state takes from the snapshot it serves."""
+        self.store = store
+        self.last_modified = store.created_at
+        self.snapshot_name = store.name
         self._common = {
             "Content-Type": "application/json",
             "X-Snapshot": store.name,
         }
         self._ok = {
             **self._common,
-            "Cache-Control": settings.cache_control,
+            "Cache-Control": self.settings.cache_control,
             "Last-Modified": http_date(store.created_at),
             "Vary": "Accept-Encoding, Origin",
         }
@@ -85,6 +91,17 @@ class ApiState:
         self._serializers: dict[type, object] = {}
         self.preflight = self.empty(204, PREFLIGHT)
         self.preflight.route = "preflight"
+
+    def following(self, store: Store, touched: Iterable[str]) -> ApiState:
+        """The state that serves ``store``, a changeset applied to this state's (``store_changes.py``),
+        sharing this one's cache, search queue and runtime: the cache then treats each reply with a
+        key in ``touched`` as gone, and gives every other the new snapshot's ``X-Snapshot`` and
+        ``Last-Modified`` when it is next asked for (``ReplyCache.advance``). A request in flight
+        finishes with the state it began with."""
+        made = copy.copy(self)
+        made._serve(store)
+        made.cache.advance(store.manifest.sequence, touched, {"X-Snapshot": store.name, "Last-Modified": made._ok["Last-Modified"]})
+        return made
 
     def serializer(self, cls: type[T]) -> T:
         """The serializer ``cls(store)`` of this snapshot, made once."""
@@ -100,7 +117,9 @@ class ApiState:
         etag = strong_etag(body)
         named = purge_keys(keys, list_key)
         headers = {**self._ok, "ETag": etag, "Surrogate-Key": " ".join(named), "Cache-Tag": ",".join(named)}
-        return Reply(200, body, headers, etag=etag)
+        reply = Reply(200, body, headers, etag=etag)
+        reply.stamp = self.store.manifest.sequence
+        return reply
 
     async def ok_made(
         self, count: int, make: Callable[[], tuple[object, Iterable[str]]], option: int = orjson.OPT_UTC_Z, list_key: str | None = None

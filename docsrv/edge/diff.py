@@ -26,15 +26,14 @@ import msgspec
 
 from ..http.purge import (
     BIG,
-    V1_BUILDS,
     V1_FILES,
     V1_PROJECTS,
     V1_USERS,
     V1_VERSIONS,
-    V2_BUILDS,
     V2_PROJECTS,
     V2_VERSIONS,
     build_key,
+    build_list_keys,
     file_key,
     project_key,
     user_key,
@@ -208,8 +207,7 @@ def version_lists(side: Side, version: Version) -> list[str]:
 
 
 def build_lists(side: Side, build: BuildPlace) -> list[str]:
-    slug = side.project_slug(build.project)
-    return V2_BUILDS.keys_showing({"project": slug, "commit": build.commit}) + V1_BUILDS.keys_showing({"project": slug})
+    return build_list_keys(side.project_slug(build.project), build.commit)
 
 
 def user_lists(user: User) -> list[str]:

@@ -278,6 +278,12 @@ class FastLane:
         #: bytes decide all of it, and the reply is still looked up each time. Emptied when full.
         self.asked: dict[bytes, Asked] = {}
 
+    def serve(self, state: LaneState) -> None:
+        """Answer from ``state`` from now on: a later state of the same snapshot, sharing this
+        one's cache (``api/app.py``, ``serve_state``)."""
+        self.state = state
+        self.last_modified = state.last_modified
+
     def asked_of(self, head: Head) -> Asked | None:
         """What a request the lane has read asks; None when aiohttp is to answer it (another
         method; HTTP/1.0 without Host, whose host aiohttp takes from the machine)."""

@@ -141,6 +141,33 @@ V1_FILE_SEARCH = ListFamily("v1", "file-search", ())
 V1_ANCHOR_SEARCH = ListFamily("v1", "file-anchor", ())
 
 
+def build_list_keys(project_slug: str, commit: str) -> list[str]:
+    """The keys of every list that shows a build of this project and commit."""
+    return V2_BUILDS.keys_showing({"project": project_slug, "commit": commit}) + V1_BUILDS.keys_showing({"project": project_slug})
+
+
+def build_change_keys(before: tuple[str, Build] | None, after: tuple[str, Build] | None) -> list[str]:
+    """The keys of every reply that a change of one build touches. ``before`` and ``after``: the
+    slug of its project and the build, where it is served (None where it is not). A build that
+    joins or leaves its lists, or moves in them, touches every page of them; one edited in place
+    touches its own replies, and the pages of its lists that could not name it (their ``big-`` key)."""
+    served = [found for found in (before, after) if found is not None]
+    if not served:
+        return []
+    keys = [build_key(served[0][1].id)]
+    if before is not None and after is not None and placed(before) == placed(after):
+        return keys + [BIG + key for key in build_list_keys(after[0], after[1].commit)]
+    for slug, build in served:
+        keys += build_list_keys(slug, build.commit)
+    return keys
+
+
+def placed(build: tuple[str, Build]) -> tuple:
+    """What decides which build lists show a build, and where."""
+    slug, found = build
+    return slug, found.date, found.commit
+
+
 def purge_keys(keys: Iterable[str], list_key: str | None = None) -> list[str]:
     """The keys to send for a reply that shows ``keys``: all of them while they fit in MAX_BYTES;
     past that (a list page), projects instead of finer objects and the list's ``big-`` key; then

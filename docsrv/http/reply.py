@@ -23,7 +23,8 @@ class Reply:
     """A response ready to send: status, encoded body, and every header that goes with it."""
 
     __slots__ = (
-        "body", "compressible", "entry", "etag", "headers", "headers_304", "route", "status", "variants", "wire", "wire_304", "wire_end"
+        "body", "compressible", "entry", "etag", "headers", "headers_304", "route", "stamp", "status", "variants", "wire", "wire_304",
+        "wire_end",
     )
 
     def __init__(self, status: int, body: bytes, headers: dict[str, str], *, etag: str | None = None) -> None:
@@ -33,6 +34,8 @@ class Reply:
         self.etag = etag
         #: The route template that answered, set by the dispatcher (a label for metrics).
         self.route = ""
+        #: The sequence of the state it was made from (``ReplyCache.advance``).
+        self.stamp = 0
         self.headers_304 = {k: v for k, v in headers.items() if k != "Content-Type"} if etag else headers
         self.compressible = etag is not None and len(body) > MIN_SIZE
         #: Compressed variants by coding, made on demand (see ``compressed``).
@@ -55,6 +58,17 @@ class Reply:
         variant = Reply(self.status, body, {**self.headers, "Content-Encoding": coding, "ETag": etag}, etag=etag)
         variant.route = self.route
         return variant
+
+    def restamp(self, values: dict[str, str], stamp: int) -> None:
+        """Give this reply, and its variants, the header ``values`` of a later state of the same
+        content (its snapshot's name and date: ``ReplyCache.advance``), in their places."""
+        self.headers = {**self.headers, **values}
+        self.headers_304 = {k: v for k, v in self.headers.items() if k != "Content-Type"}
+        self.wire = head_block(self.status, self.headers)
+        self.wire_304 = head_block(304, self.headers_304)
+        self.stamp = stamp
+        for variant in self.variants.values():
+            variant.restamp(values, stamp)
 
     def nbytes(self) -> int:
         """Bytes this reply keeps alive: itself, its body, its header maps and its variants."""

@@ -15,6 +15,14 @@ the hot replies:
   reaches the main one, where the hot replies are. A hit costs a dictionary lookup and setting
   one flag.
 
+Changesets: a server applying a changeset in memory (``api/state.py``, ``ApiState.following``)
+moves the cache on to the new state with ``advance``: the purge keys the change touches are
+noted with its sequence, and nothing is scanned. A reply is checked when it is next found: one
+that shows a key touched after the state it was made from is dropped (a miss: it is made anew);
+any other is still true, and takes the new snapshot's name and date in its headers. A hot reply
+costs one check per changeset; a cold one none. The touched keys are bounded: past
+MAX_TOUCHED, the cache is emptied and they are forgotten.
+
 Aliases: a request whose path and query are not in canonical form (unknown parameters, another
 order, another spelling) is looked up under its canonical key; its own key is then kept as an
 alias, a small entry that names the canonical one, so that the next identical request is a
@@ -24,6 +32,7 @@ single lookup. An alias is charged its own bytes and evicted like any entry.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from sys import getsizeof
 
 from .reply import Reply
@@ -42,6 +51,8 @@ GHOST_BYTES = SLOT_BYTES + 32
 #: many ghosts as the main queue holds entries).
 SMALL_SHARE = 0.10
 GHOST_SHARE = 0.02
+#: Purge keys remembered as touched by changesets, at most (about 100 bytes each).
+MAX_TOUCHED = 200_000
 
 
 class Entry:
@@ -81,6 +92,11 @@ class ReplyCache:
         self._main_bytes = 0
         #: Entries evicted to make room, since start.
         self.evictions = 0
+        #: The sequence of the state served, the headers that name it, and when each purge key
+        #: was last touched by a changeset (``advance``).
+        self.stamp = 0
+        self._stamp_values: dict[str, str] = {}
+        self._touched: dict[str, int] = {}
 
     @property
     def nbytes(self) -> int:
@@ -102,7 +118,49 @@ class ReplyCache:
                 return None
             entry.visited = True
             reply = entry.reply
+        if reply.stamp != self.stamp and not self._brought_on(entry, reply):
+            return None
         return reply
+
+    def advance(self, stamp: int, touched: Iterable[str], values: dict[str, str]) -> None:
+        """Move on to the state of sequence ``stamp``, which a changeset made: the replies that show
+        a key in ``touched`` are gone; every other takes the header ``values`` (above)."""
+        for key in touched:
+            self._touched[key] = stamp
+        self.stamp = stamp
+        self._stamp_values = values
+        if len(self._touched) > MAX_TOUCHED:
+            self.clear()
+
+    def clear(self) -> None:
+        """Hold nothing (and forget the touched keys)."""
+        for entry in self._entries.values():
+            self._release(entry)
+        self._entries.clear()
+        self._small.clear()
+        self._main.clear()
+        self._ghost.clear()
+        self._touched.clear()
+        self._small_bytes = self._main_bytes = 0
+
+    def _brought_on(self, entry: Entry, reply: Reply) -> bool:
+        """Whether a reply made from an earlier state is still true (then it takes this state's
+        header values); one that is not is dropped."""
+        touched = self._touched
+        made = reply.stamp
+        if any(touched.get(key, -1) > made for key in reply.headers.get("Surrogate-Key", "").split()):
+            del self._entries[entry.key]
+            self._forget(entry)
+            return False
+        before = reply.nbytes()
+        reply.restamp(self._stamp_values, self.stamp)
+        grown = reply.nbytes() - before
+        entry.nbytes += grown
+        if entry.main:
+            self._main_bytes += grown
+        else:
+            self._small_bytes += grown
+        return True
 
     def put(self, key: Key, reply: Reply) -> None:
         """Keep ``reply`` under its canonical ``key``."""

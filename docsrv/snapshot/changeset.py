@@ -68,9 +68,12 @@ class Upsert(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field=
     record: msgspec.Raw
 
 
-class Delete(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="op", tag="delete"):
+class Delete(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, tag_field="op", tag="delete"):
     kind: Kind
     id: Annotated[int, msgspec.Meta(ge=1)]
+    #: The build of a deleted build command (0 elsewhere): a server applying the changeset in
+    #: memory knows whose commands changed without reading the file (``live.py``).
+    build: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 Change = Upsert | Delete
@@ -90,6 +93,8 @@ class Changeset(msgspec.Struct, frozen=True):
     header: Header
     upserts: dict[str, dict[int, bytes]]
     deletes: dict[str, set[int]]
+    #: The build of each deleted build command, by the command's id, where the line names it.
+    deleted_commands: dict[int, int]
 
     @property
     def kinds(self) -> set[str]:
@@ -135,6 +140,7 @@ def read_changeset(data: bytes, name: str) -> Changeset:
         raise invalid(name, None, f"holds {len(lines) - 1} change lines but its header says {header.changes} (cut short?)")
     upserts: dict[str, dict[int, bytes]] = {kind: {} for kind in KINDS}
     deletes: dict[str, set[int]] = {kind: set() for kind in KINDS}
+    deleted_commands: dict[int, int] = {}
     for number, line in enumerate(lines[1:], start=2):
         try:
             change = _change.decode(line)
@@ -151,7 +157,9 @@ def read_changeset(data: bytes, name: str) -> Changeset:
             upserts[change.kind][identity] = bytes(change.record)
         else:
             deletes[change.kind].add(identity)
-    return Changeset(header, upserts, deletes)
+            if change.build:
+                deleted_commands[identity] = change.build
+    return Changeset(header, upserts, deletes, deleted_commands)
 
 
 # Making one.
@@ -182,11 +190,14 @@ def compute(old: Path, old_manifest: Manifest, new: Path, new_manifest: Manifest
         names = [[path.name for path in record_file(directory, kind)] for directory in (old, new)]
         if names[0] == names[1] and all(name in sealed[0] and sealed[0][name] == sealed[1].get(name) for name in names[0]):
             continue
-        before = {identity: hashlib.blake2b(line, digest_size=16).digest() for identity, _build, line in _lines(old, kind)}
+        before = {identity: (build, hashlib.blake2b(line, digest_size=16).digest()) for identity, build, line in _lines(old, kind)}
         for identity, _build, line in _lines(new, kind):
-            if before.pop(identity, None) != hashlib.blake2b(line, digest_size=16).digest():
+            if before.pop(identity, (0, None))[1] != hashlib.blake2b(line, digest_size=16).digest():
                 body.append(b'{"op":"upsert","kind":"%s","record":%s}' % (kind.encode(), line))
-        body.extend(b'{"op":"delete","kind":"%s","id":%d}' % (kind.encode(), identity) for identity in sorted(before))
+        for identity in sorted(before):
+            build = before[identity][0]
+            named = b',"build":%d' % build if kind == "build_commands" else b""
+            body.append(b'{"op":"delete","kind":"%s","id":%d%s}' % (kind.encode(), identity, named))
     product = Product(name=new_manifest.name, created_at=new_manifest.created_at, public_url=new_manifest.public_url,
                       counts=new_manifest.counts, description=new_manifest.description)
     header = Header(format=FORMAT, format_version=FORMAT_VERSION, sequence=sequence, follows=old_manifest.name, product=product,

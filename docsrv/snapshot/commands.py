@@ -104,6 +104,10 @@ class CommandFile:
 
     def of_build(self, build_id: int) -> list[BuildCommand]:
         """The commands of a build, by start time."""
+        return by_start_time(self.in_file_order(build_id))
+
+    def in_file_order(self, build_id: int) -> list[BuildCommand]:
+        """The commands of a build, in the order of their lines."""
         found = self.ranges.get(build_id)
         if found is None:
             return []
@@ -112,9 +116,12 @@ class CommandFile:
             raise FileChanged("build_commands.jsonl changed on disk after it was loaded")
         data = os.pread(self._fd, end - offset, offset)
         # Only the build's own: ranges a publisher sent could point at another build's lines.
-        commands = [command for command in self._decoder.decode(json_array(data)) if command.build == build_id]
-        commands.sort(key=attrgetter("start_time"))
-        return commands
+        return [command for command in self._decoder.decode(json_array(data)) if command.build == build_id]
+
+    def count_of(self, build_id: int) -> int:
+        """How many commands a build has."""
+        found = self.ranges.get(build_id)
+        return found[2] if found is not None else 0
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -123,6 +130,34 @@ class CommandFile:
 
     def __del__(self) -> None:
         self.close()
+
+
+class ChangedCommands:
+    """The build commands of a snapshot with those of some builds replaced in memory (a changeset
+    applied by a server: ``store_changes.py``). Each changed build's commands are kept in the order
+    their lines would have in the snapshot the changeset makes (``changeset.apply``), so they are
+    shown in the same order."""
+
+    def __init__(self, base: CommandFile, changed: dict[int, list[BuildCommand]]) -> None:
+        self.base = base
+        self.changed = changed
+
+    def of_build(self, build_id: int) -> list[BuildCommand]:
+        return by_start_time(self.in_file_order(build_id))
+
+    def in_file_order(self, build_id: int) -> list[BuildCommand]:
+        found = self.changed.get(build_id)
+        return list(found) if found is not None else self.base.in_file_order(build_id)
+
+    def count_of(self, build_id: int) -> int:
+        found = self.changed.get(build_id)
+        return len(found) if found is not None else self.base.count_of(build_id)
+
+
+def by_start_time(commands: list[BuildCommand]) -> list[BuildCommand]:
+    """A build's commands as they are shown: by start time, in the order of their lines among equals."""
+    commands.sort(key=attrgetter("start_time"))
+    return commands
 
 
 def identity(fd: int) -> tuple[int, int, int, int]:

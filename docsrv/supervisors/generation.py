@@ -30,6 +30,7 @@ from pathlib import Path
 
 import msgspec
 
+from ..following import caught_up
 from ..serving import Served, Signature, load_served
 from ..snapshot.errors import SnapshotError
 from ..utils.processes import die_with_parent, name_process
@@ -89,9 +90,12 @@ class Generation:
         self.error: LoadFailed | None = None
 
     @classmethod
-    def start(cls, directory: Path, before_load: Callable[[], None], worker: Callable[[Served, int], None]) -> Generation:
-        """Fork a generation loading ``directory``. In it, ``before_load`` runs first (closing what
-        the master holds that it must not keep); each worker it forks runs ``worker(served,
+    def start(
+        cls, directory: Path, before_load: Callable[[], None], worker: Callable[[Served, int], None], chain: Path | None = None
+    ) -> Generation:
+        """Fork a generation loading ``directory``, with the changesets in ``chain`` that follow it
+        applied (``following.caught_up``). In it, ``before_load`` runs first (closing what the
+        master holds that it must not keep); each worker it forks runs ``worker(served,
         ready_fd)``, and it exits when its control socket closes."""
         master_end, generation_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         pid = os.fork()
@@ -102,7 +106,7 @@ class Generation:
         try:
             master_end.close()
             before_load()
-            code = run_generation(directory, generation_end, worker)
+            code = run_generation(directory, generation_end, worker, chain)
         except BaseException:
             log.exception("generation %d failed", os.getpid())
         finally:
@@ -170,7 +174,7 @@ def send_report(control: socket.socket, report: Report) -> None:
     control.sendall(_PID.pack(len(data)) + data)
 
 
-def run_generation(directory: Path, control: socket.socket, worker: Callable[[Served, int], None]) -> int:
+def run_generation(directory: Path, control: socket.socket, worker: Callable[[Served, int], None], chain: Path | None = None) -> int:
     """The generation process: load, report, then fork workers on request until told to go."""
     master = os.getppid()
     name_process(GENERATION_NAME)
@@ -182,7 +186,7 @@ def run_generation(directory: Path, control: socket.socket, worker: Callable[[Se
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
-        served = load_served(directory)
+        served = caught_up(load_served(directory), chain)
     except Exception as error:  # a bad snapshot of any kind: the master reports it
         send_report(control, Report(error=str(error), public=public_error(error)))
         return 1

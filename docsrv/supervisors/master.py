@@ -35,6 +35,7 @@ from types import FrameType
 
 from ..config import Settings
 from ..errors import StartError
+from ..following import chain_directory
 from ..metrics import retire
 from ..runtime import Runtime, heartbeat_path
 from ..search import META_LOCK
@@ -80,6 +81,8 @@ class Master:
         self.access_log = access_log
         self.no_workers_timeout = no_workers_timeout
         self.worker_timeout = worker_timeout
+        #: Where the changesets that follow the snapshot are, when the server follows them.
+        self.chain = chain_directory(snapshot) if self.watch else None
         self.run_dir = Path(tempfile.mkdtemp(prefix="docsrv-run-"))
         self.pid = os.getpid()
         self.board = StatusBoard(self.run_dir, self.wanted)
@@ -131,7 +134,7 @@ class Master:
 
     def generation(self, directory: Path) -> Generation:
         """Start a generation loading the snapshot in ``directory``."""
-        self.generations.append(Generation.start(directory, self.in_generation, self.serve_in_worker))
+        self.generations.append(Generation.start(directory, self.in_generation, self.serve_in_worker, self.chain))
         return self.generations[-1]
 
     def first_loaded(self) -> None:
@@ -250,7 +253,7 @@ class Master:
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             runtime = Runtime(self.run_dir, access_log=self.access_log)
-            run(serve_worker(served, self.settings, self.sock, runtime, ready_fd, self.pid))
+            run(serve_worker(served, self.settings, self.sock, runtime, ready_fd, self.pid, self.chain))
             code = 0
         except BaseException:
             log.exception("worker %d failed", os.getpid())

@@ -92,3 +92,44 @@ class SortedOrder(Generic[T]):
         if start < len(self._positions) and self._key_at(self._positions[start]) == key:
             return self.items[self._positions[start]]
         return None
+
+
+class PatchedOrder(Generic[T]):
+    """The lookups of a SortedOrder, with items taken out and others added since it was made (a
+    changeset applied in memory): sorting the whole list again for each change would cost what
+    the list costs, the patch costs what changed. Found items are given highest ``rank`` first,
+    the order of the list the SortedOrder was made of."""
+
+    def __init__(
+        self, base: SortedOrder[T], gone: frozenset[int], added: dict[Any, list[T]], ident: Callable[[T], int], rank: Callable[[T], Any]
+    ) -> None:
+        self.base = base
+        #: The ids of the base's items that no longer stand where it has them.
+        self.gone = gone
+        #: Items added since, by key.
+        self.added = added
+        self.ident = ident
+        self.rank = rank
+
+    @classmethod
+    def of(cls, found: SortedOrder[T] | PatchedOrder[T], ident: Callable[[T], int], rank: Callable[[T], Any]) -> PatchedOrder[T]:
+        if isinstance(found, PatchedOrder):
+            return found
+        return cls(found, frozenset(), {}, ident, rank)
+
+    def patched(self, changed: set[int], added: dict[Any, list[T]]) -> PatchedOrder[T]:
+        """This order with the items of ids ``changed`` taken out and ``added`` put in."""
+        ident = self.ident
+        kept = {key: remaining for key, items in self.added.items() if (remaining := [i for i in items if ident(i) not in changed])}
+        for key, items in added.items():
+            kept[key] = kept.get(key, []) + items
+        return PatchedOrder(self.base, self.gone | changed, kept, ident, self.rank)
+
+    def find(self, key: Any) -> list[T]:
+        ident, gone = self.ident, self.gone
+        found = [item for item in self.base.find(key) if ident(item) not in gone]
+        added = self.added.get(key)
+        if added:
+            found += added
+            found.sort(key=self.rank, reverse=True)
+        return found

@@ -1,0 +1,174 @@
+"""A server following its replica's changesets: each one applied in memory, in every worker, as it
+arrives, without a reload (DECISIONS.md section 7).
+
+``docsrv snapshot pull`` keeps, beside the ``current`` link it points at the snapshot served, the
+changesets that follow that snapshot, laid out as on the origin: ``DIR/head.json`` lists them
+(sequence, what each follows and makes, size and SHA-256) and ``DIR/changesets/<sequence>.jsonl``
+holds each (``pull.py``). A server started with ``--watch`` on ``DIR/current`` follows them:
+
+- its generation applies those it finds before it forks the workers (``caught_up``), so a
+  restart serves the state it served before;
+- each worker then looks at ``head.json`` several times a second (one ``stat``), and applies
+  each new changeset that follows the state it serves: checked against its seal, read, and
+  applied to its store in the heavy-work thread (``store_changes.py``), then swapped in at once
+  on the event loop (``ApiState.following``): a request sees the state before or the one after,
+  and one under way finishes with its own.
+
+A changeset that does not follow (another base, a gap), or fails its seal or its reading, is
+never applied: the worker says so in one line and serves what it has until ``head.json``
+changes. One that the store cannot take in memory (it changes projects, versions or pages) waits
+for the pull, which writes the snapshot it makes and points ``current`` at it: the server then
+reloads onto it, as it does for any new snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from .api.state import ApiState
+from .http.offload import offload
+from .http.purge import build_change_keys
+from .serving import Served
+from .snapshot.changeset import Changeset, read_changeset
+from .snapshot.errors import SnapshotError
+from .snapshot.origin import HEAD, PublishedChangeset, changeset_path, decode_head
+from .store import Store
+from .store_changes import applied
+
+log = logging.getLogger("docsrv")
+
+#: How often a worker looks for a new changeset (a ``stat`` of ``head.json``).
+FOLLOW_SECONDS = 0.1
+
+
+class ChainError(Exception):
+    """A changeset the replica holds that cannot be applied; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """A changeset applied: the store it made, and the purge keys of the replies it touched."""
+
+    sequence: int
+    store: Store
+    touched: list[str]
+
+
+def chain_directory(snapshot: Path) -> Path | None:
+    """Where the changesets that follow the snapshot at ``snapshot`` are kept: the directory of
+    the link a pull points at the snapshot (None when ``snapshot`` is no link)."""
+    return snapshot.parent if snapshot.is_symlink() else None
+
+
+def pending(directory: Path, name: str, sequence: int) -> list[PublishedChangeset]:
+    """The changesets ``directory`` holds after the state ``name`` at ``sequence``, in order; none
+    when the first of them does not follow that state (the pull is changing the chain)."""
+    try:
+        head = decode_head((directory / HEAD).read_bytes())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as error:
+        raise ChainError(f"{directory / HEAD}: {error}") from None
+    after = [entry for entry in head.changesets if entry.sequence > sequence]
+    if not after or after[0].sequence != sequence + 1 or after[0].follows != name:
+        return []
+    return after
+
+
+def read_sealed(directory: Path, entry: PublishedChangeset) -> Changeset:
+    """A changeset the replica holds, checked against the size and SHA-256 ``head.json`` records."""
+    where = changeset_path(entry.sequence)
+    try:
+        data = (directory / where).read_bytes()
+    except OSError as error:
+        raise ChainError(f"{directory / where}: {error.strerror}") from None
+    if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.sha256:
+        raise ChainError(f"{directory / where}: its size or SHA-256 differs from the one {HEAD} records")
+    try:
+        changeset = read_changeset(data, str(directory / where))
+    except SnapshotError as error:
+        raise ChainError(error.summary()) from None
+    header = changeset.header
+    if (header.sequence, header.follows, header.product.name) != (entry.sequence, entry.follows, entry.product):
+        raise ChainError(f"{directory / where}: changeset {header.sequence} from {header.follows} to {header.product.name}, "
+                         f"where {HEAD} lists {entry.sequence} from {entry.follows} to {entry.product}")
+    return changeset
+
+
+def step(directory: Path, store: Store, entry: PublishedChangeset) -> Step | None:
+    """Apply one changeset to ``store``: None when it is not applied in memory (``store_changes``)."""
+    done = applied(store, read_sealed(directory, entry))
+    if done is None:
+        return None
+    touched = [key for before, after in done.builds.values() for key in build_change_keys(before, after)]
+    return Step(entry.sequence, done.store, touched)
+
+
+def caught_up(served: Served, directory: Path | None) -> Served:
+    """``served`` with every changeset that follows it applied, as far as they apply in memory
+    (a generation, before it forks its workers). A problem is logged; what applied stands."""
+    if directory is None:
+        return served
+    store = served.store
+    try:
+        for entry in pending(directory, store.name, store.manifest.sequence):
+            done = step(directory, store, entry)
+            if done is None:
+                break
+            store = done.store
+    except ChainError as error:
+        log.error("changeset not applied: %s; serving %s", error, store.name)
+    if store is served.store:
+        return served
+    log.info("applied the changesets after %s: serving %s (sequence %d)", served.store.name, store.name, store.manifest.sequence)
+    return Served(store, served.search, served.directory, served.signature)
+
+
+class Serving(Protocol):
+    """What answers a worker's requests (``server.Listening``): the state it serves, and how it
+    moves on to another."""
+
+    state: ApiState
+
+    def serve(self, state: ApiState) -> None: ...
+
+
+class Follower:
+    """A worker's follower of the changesets in ``directory``; ``holder`` answers its requests."""
+
+    def __init__(self, directory: Path, holder: Serving) -> None:
+        self.directory = directory
+        self.holder = holder
+        self._seen: tuple[int, int, int] | None = None
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(FOLLOW_SECONDS)
+            try:
+                stat = (self.directory / HEAD).stat()
+            except OSError:
+                continue
+            seen = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+            if seen != self._seen:
+                self._seen = seen
+                await self.catch_up()
+
+    async def catch_up(self) -> None:
+        """Apply each changeset that follows the state served, one at a time."""
+        state = self.holder.state
+        try:
+            for entry in pending(self.directory, state.store.name, state.store.manifest.sequence):
+                done = await offload(step, self.directory, state.store, entry)
+                if done is None:
+                    log.info("changeset %d changes what is not applied in memory: serving %s until the pull's snapshot of it",
+                             entry.sequence, state.store.name)
+                    return
+                state = state.following(done.store, done.touched)
+                self.holder.serve(state)
+        except ChainError as error:
+            log.error("changeset not applied: %s; serving %s", error, state.store.name)

@@ -1,0 +1,169 @@
+"""A changeset applied to a loaded store in memory: the store it makes, sharing all it does not change.
+
+A server that follows a replica's changesets (``following.py``) applies each one in every worker,
+without a reload. What is applied in memory is what the service changes every few seconds:
+builds and their commands. A changeset that changes any other kind is not applied here: the pull
+writes the snapshot it makes, checks it whole, and points ``current`` at it (a reload).
+
+The store made is a new one; the one it is made from is never changed, so a request in flight
+keeps reading one state. The changed lists are new lists; everything else is shared. Copying the
+dictionary and the ordered list of builds touches the reference count of every build, so the
+first changeset a worker applies takes the pages of its Build objects out of the copy-on-write
+sharing with the other workers (``bench/live.py`` measures what that costs); later ones touch
+the same pages, and a reload after the pull folds the changes into a snapshot shares them again.
+"""
+
+from __future__ import annotations
+
+import copy
+from bisect import bisect_left
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+
+from .snapshot.changeset import Changeset, product_manifest
+from .snapshot.commands import ChangedCommands, CommandFile
+from .snapshot.records import Build, BuildCommand
+from .store import Store
+from .utils.positions import PatchedOrder
+
+#: The kinds a changeset may change to be applied in memory.
+LIVE_KINDS = frozenset({"builds", "build_commands"})
+#: Past this many builds leaving or joining, the ordered list is sorted again rather than changed
+#: in place (each change in place moves the tail of a list of every build).
+RESORT_CHANGES = 64
+#: Where a build stands among builds: served newest first, then by id (``served_records``).
+RANK = attrgetter("date", "id")
+
+_build = msgspec.json.Decoder(Build)
+_command = msgspec.json.Decoder(BuildCommand)
+
+
+class Applied(msgspec.Struct, frozen=True):
+    """A changeset applied: the store it makes, and each changed build as served before and after
+    (the slug of its project and the build; None where it is not served)."""
+
+    store: Store
+    builds: dict[int, tuple[tuple[str, Build] | None, tuple[str, Build] | None]]
+
+
+def in_memory(changeset: Changeset, public_url: str) -> bool:
+    """Whether a server applies ``changeset`` in memory to a snapshot published at ``public_url``:
+    it changes builds and their commands alone, names the build of each command it deletes, and
+    keeps the public URL (which every reply's links begin with)."""
+    return (changeset.kinds <= LIVE_KINDS and changeset.deletes["build_commands"] <= changeset.deleted_commands.keys()
+            and changeset.header.product.public_url.rstrip("/") == public_url.rstrip("/"))
+
+
+def applied(store: Store, changeset: Changeset) -> Applied | None:
+    """The store ``changeset`` makes of ``store``; None when it is not applied in memory
+    (``in_memory``) or does not follow ``store``. A build of a version the store does not serve
+    is not served (the version is private: the publisher checked the snapshot it made whole)."""
+    header = changeset.header
+    product = product_manifest(changeset)
+    if not in_memory(changeset, store.public_url) or header.follows != store.name or header.sequence != store.manifest.sequence + 1:
+        return None
+    upserted = {identity: build for identity, line in changeset.upserts["builds"].items()
+                if (build := _build.decode(line)).version in store.versions}
+    before = {i: store.builds[i] for i in (*changeset.upserts["builds"], *changeset.deletes["builds"]) if i in store.builds}
+    builds = dict(store.builds)
+    for identity in (*changeset.deletes["builds"], *changeset.upserts["builds"]):
+        builds.pop(identity, None)
+    builds.update(upserted)
+    commands, commanded = changed_commands(store, changeset)
+    gone, came = list(before.values()), list(upserted.values())
+    changed = set(before) | set(upserted)
+    made = copy.copy(store)
+    made.manifest, made.name, made.created_at = product, product.name, product.created_at
+    made.builds = builds
+    made.builds_ordered = reordered(store.builds_ordered, gone, came)
+    made.builds_of_project = regrouped(store.builds_of_project, gone, came)
+    by_commit: dict[Any, list[Build]] = {}
+    for build in sorted(came, key=RANK, reverse=True):
+        by_commit.setdefault(build.commit, []).append(build)
+    made.builds_by_commit = PatchedOrder.of(store.builds_by_commit, attrgetter("id"), RANK).patched(changed, by_commit)
+    made.commands = commands
+    counted = changed | commanded
+    made.counts = {**store.counts, "builds": len(builds), "build_commands": store.counts["build_commands"] + sum(
+        (commands.count_of(b) if b in builds else 0) - (store.commands.count_of(b) if b in store.builds else 0) for b in counted
+    )}
+    # A build whose commands changed shows otherwise: its replies and lists show its commands.
+    shown = {identity: (served(store, store.builds.get(identity)), served(store, builds.get(identity))) for identity in counted}
+    return Applied(made, shown)
+
+
+def served(store: Store, build: Build | None) -> tuple[str, Build] | None:
+    return (store.projects[build.project].slug, build) if build is not None else None
+
+
+def changed_commands(store: Store, changeset: Changeset) -> tuple[CommandFile | ChangedCommands, set[int]]:
+    """The store's commands with the changeset's applied, and the builds whose commands changed."""
+    upserts, deletes = changeset.upserts["build_commands"], changeset.deletes["build_commands"]
+    if not upserts and not deletes:
+        return store.commands, set()
+    upserted: dict[int, dict[int, BuildCommand]] = {}
+    for identity, line in upserts.items():
+        command = _command.decode(line)
+        upserted.setdefault(command.build, {})[identity] = command
+    deleted: dict[int, set[int]] = {}
+    for identity in deletes:
+        deleted.setdefault(changeset.deleted_commands[identity], set()).add(identity)
+    touched = set(upserted) | set(deleted)
+    base, changed = (store.commands.base, dict(store.commands.changed)) if isinstance(store.commands, ChangedCommands) \
+        else (store.commands, {})
+    for build in touched:
+        new, gone = upserted.get(build, {}), deleted.get(build, set())
+        # As ``changeset.apply`` writes them: changed in place, the deleted left out, the new after.
+        listed = [new.pop(c.id, c) for c in store.commands.in_file_order(build) if c.id not in gone]
+        changed[build] = listed + list(new.values())
+    return ChangedCommands(base, changed), touched
+
+
+class Newest:
+    """A rank compared the other way round: bisection over a list sorted highest first."""
+
+    __slots__ = ("rank",)
+
+    def __init__(self, rank: Any) -> None:
+        self.rank = rank
+
+    def __lt__(self, other: Newest) -> bool:
+        return bool(self.rank > other.rank)
+
+
+def newest_key(build: Build) -> Newest:
+    return Newest(RANK(build))
+
+
+def reordered(items: list[Build], gone: list[Build], came: list[Build]) -> list[Build]:
+    """``items`` (highest rank first) without the builds ``gone``, with those that ``came`` in their places."""
+    if len(gone) + len(came) > RESORT_CHANGES:
+        ids = {b.id for b in gone}
+        kept = [b for b in items if b.id not in ids]
+        kept += came
+        kept.sort(key=RANK, reverse=True)
+        return kept
+    result = list(items)
+    for build in gone:
+        at = bisect_left(result, newest_key(build), key=newest_key)
+        if at < len(result) and result[at].id == build.id:
+            del result[at]
+    for build in came:
+        result.insert(bisect_left(result, newest_key(build), key=newest_key), build)
+    return result
+
+
+def regrouped(groups: dict[int, list[Build]], gone: list[Build], came: list[Build]) -> dict[int, list[Build]]:
+    """The builds of each project (highest rank first), with the projects of builds that left or
+    came grouped again; a project left without builds has no group, as in a store loaded whole."""
+    result = dict(groups)
+    ids = {b.id for b in gone} | {b.id for b in came}
+    for project in {b.project for b in gone} | {b.project for b in came}:
+        kept = [b for b in groups.get(project, ()) if b.id not in ids] + [b for b in came if b.project == project]
+        if kept:
+            kept.sort(key=RANK, reverse=True)
+            result[project] = kept
+        else:
+            result.pop(project, None)
+    return result

@@ -138,7 +138,8 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("search_queue", int, DEFAULTS.search_queue, "searches that may wait for a worker's search thread; more are refused with "
            "`503` and `Retry-After: 1`, and a search whose client has gone is dropped before it runs"),
     Option("watch", bool, False, "reload when a new snapshot appears at `--snapshot` (a `current` symlink swapped, or new files), "
-           "once it is complete (every file at the size its manifest records)"),
+           "once it is complete (every file at the size its manifest records); and, on a pull's `current`, apply in memory the "
+           "changesets the pull keeps beside it"),
     Option("watch_interval", float, 2.0, "seconds between looks at the snapshot's files: for a new snapshot (with `--watch`) and, "
            "always, for files of the snapshot being served changed on disk (which is then reloaded)"),
     Option("worker_timeout", float, 30.0, "a worker whose event loop has not run for this many seconds (a request that holds it, "

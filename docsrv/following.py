@@ -102,7 +102,7 @@ def read_sealed(directory: Path, entry: PublishedChangeset) -> Changeset:
 
 def step(directory: Path, store: Store, entry: PublishedChangeset) -> Step | None:
     """Apply one changeset to ``store``: None when it is not applied in memory (``store_changes``)."""
-    done = applied(store, read_sealed(directory, entry))
+    done = applied(store, read_sealed(directory, entry), entry.published_at)
     if done is None:
         return None
     touched = [key for before, after in done.builds.values() for key in build_change_keys(before, after)]

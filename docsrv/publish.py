@@ -76,9 +76,10 @@ def publish(snapshot: Path, origin: Path, since: Path | None = None, *, compact_
         return publish_whole(snapshot, manifest, origin, head, sequence, started, compacted=why)
     (origin / CHANGESETS).mkdir(parents=True, exist_ok=True)
     replace_file(origin / changeset_path(sequence), data)
+    now = datetime.now(UTC)
     entry = PublishedChangeset(sequence=sequence, follows=old.name, product=manifest.name, size=len(data),
-                               sha256=hashlib.sha256(data).hexdigest())
-    write_head(origin, msgspec.structs.replace(head, changesets=[*head.changesets, entry], published_at=datetime.now(UTC)))
+                               sha256=hashlib.sha256(data).hexdigest(), published_at=now)
+    write_head(origin, msgspec.structs.replace(head, changesets=[*head.changesets, entry], published_at=now))
     return Published(manifest.name, sequence, "changeset", len(data), time.perf_counter() - started)
 
 

@@ -52,6 +52,8 @@ class Store:
         self.load_seconds = load_seconds
         #: Whether the load trusted a record of an earlier check of the same files.
         self.trusted = False
+        #: When the changeset that made this state in memory was published (``store_changes.py``).
+        self.published_at: datetime | None = None
         self.name: str = manifest.name
         self.created_at: datetime = manifest.created_at
         self.public_url: str = manifest.public_url.rstrip("/")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 from bisect import bisect_left
+from datetime import datetime
 from operator import attrgetter
 from typing import Any
 
@@ -56,7 +57,7 @@ def in_memory(changeset: Changeset, public_url: str) -> bool:
             and changeset.header.product.public_url.rstrip("/") == public_url.rstrip("/"))
 
 
-def applied(store: Store, changeset: Changeset) -> Applied | None:
+def applied(store: Store, changeset: Changeset, published_at: datetime | None = None) -> Applied | None:
     """The store ``changeset`` makes of ``store``; None when it is not applied in memory
     (``in_memory``) or does not follow ``store``. A build of a version the store does not serve
     is not served (the version is private: the publisher checked the snapshot it made whole)."""
@@ -75,7 +76,7 @@ def applied(store: Store, changeset: Changeset) -> Applied | None:
     gone, came = list(before.values()), list(upserted.values())
     changed = set(before) | set(upserted)
     made = copy.copy(store)
-    made.manifest, made.name, made.created_at = product, product.name, product.created_at
+    made.manifest, made.name, made.created_at, made.published_at = product, product.name, product.created_at, published_at
     made.builds = builds
     made.builds_ordered = reordered(store.builds_ordered, gone, came)
     made.builds_of_project = regrouped(store.builds_of_project, gone, came)

@@ -155,15 +155,15 @@ def test_a_replica_that_follows_changesets_serves_what_a_fresh_server_on_each_sn
         previous = new
 
 
-def builds_change(old: Path, new: Path, name: str, rng: random.Random) -> None:
+def builds_change(old: Path, new: Path, name: str, rng: random.Random, flips: int = 3) -> None:
     """``new``: ``old`` with changes of builds and their commands alone, as the service makes them
-    every few seconds, chosen by ``rng``: states flipped, a build moved in its lists (a new date
+    every few seconds, chosen by ``rng``: ``flips`` states flipped, a build moved in its lists (a new date
     and commit), builds added with commands (one of a private version, when there is one), a
     build deleted with its commands, a command added to a build and one edited."""
     shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
     records = {kind: read(new, kind) for kind in ("versions", "builds", "build_commands")}
     builds, commands = records["builds"], records["build_commands"]
-    for build in rng.sample(builds, 3):
+    for build in rng.sample(builds, flips):
         build["state"] = "finished" if build.get("state") != "finished" else "building"
     moved = rng.choice(builds)
     moved["date"] = stamp(datetime.fromisoformat(moved["date"].replace("Z", "+00:00")) + timedelta(days=rng.randrange(1, 900)))
@@ -214,7 +214,7 @@ def test_a_server_applies_changesets_of_builds_in_memory_and_serves_what_a_fresh
     previous = base
     for round_ in range(1, 4):
         new = tmp_path / f"s{round_}"
-        builds_change(previous, new, f"snap-{round_}", rng)
+        builds_change(previous, new, f"snap-{round_}", rng, flips=40 if round_ == 3 else 3)  # 40: the ordered list is sorted again
         urls = crawl(previous, new)
         for url in urls:  # a warm cache: what a changeset touches must be made anew
             server.get(url)
@@ -227,6 +227,9 @@ def test_a_server_applies_changesets_of_builds_in_memory_and_serves_what_a_fresh
         ready = server.json("/readyz")
         # Applied in memory: the same worker, no reload.
         assert (ready["snapshot"], ready["worker"], ready["reloads"]) == (f"snap-{round_}", worker, 0)
+        metrics = server.get("/metrics").body.decode()
+        assert f'docsrv_snapshot_sequence{{snapshot="snap-{round_}"}} {round_ + 1}' in metrics
+        assert f'docsrv_changeset_age_seconds{{snapshot="snap-{round_}"}} ' in metrics
         fresh = InProcessServer(new, Settings(public_url="https://api.example.org"))
         try:
             assert ready["counts"] == fresh.json("/readyz")["counts"]

@@ -102,3 +102,54 @@ def test_compressed_variants_are_charged_to_their_entry():
     assert variant.etag == '"t-gzip"' and variant.headers["Content-Encoding"] == "gzip"
     cache.add_variant(made, "gzip", made.compressed("gzip", b"other"))  # made twice: the first is kept
     assert made.variants["gzip"] is variant
+
+
+def stamped(body: bytes, tag: str, snapshot: str = "s1") -> Reply:
+    headers = {"Content-Type": "application/json", "X-Snapshot": snapshot, "Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT",
+               "ETag": f'"{tag}"', "Surrogate-Key": f"v2 project-{tag}", "Cache-Tag": f"v2,project-{tag}"}
+    return Reply(200, body, headers, etag=f'"{tag}"')
+
+
+def test_a_changeset_drops_what_it_touched_and_renames_the_rest_when_next_asked():
+    """``advance``: a reply showing a touched key is gone (a miss, its bytes given back); any
+    other keeps its body and ETag, and its headers, 304 headers, wire heads and compressed
+    variants take the new snapshot's name, in their places. Nothing is scanned until asked."""
+    cache = ReplyCache(1 << 20)
+    for tag in ("a", "b"):
+        made = stamped(b"{}" * 200, tag)
+        cache.put(f"/{tag}", made)
+        cache.add_variant(made, "gzip", made.compressed("gzip", b"zipped"))
+    cache.alias("/b?x=1", "/b")
+    held = cache.nbytes
+    cache.advance(2, ["project-a", "build-9"], {"X-Snapshot": "s2-longer", "Last-Modified": "Tue, 02 Jan 2024 00:00:00 GMT"})
+    assert cache.nbytes == held  # nothing done yet
+    assert cache.get("/a") is None and len(cache) == 2  # the alias of /b and /b are left
+    kept = cache.get("/b?x=1")
+    assert kept is not None and kept.stamp == 2 and kept.body == b"{}" * 200 and kept.etag == '"b"'
+    assert list(kept.headers) == ["Content-Type", "X-Snapshot", "Last-Modified", "ETag", "Surrogate-Key", "Cache-Tag"]
+    assert kept.headers["X-Snapshot"] == "s2-longer" and kept.headers_304["Last-Modified"] == "Tue, 02 Jan 2024 00:00:00 GMT"
+    assert b"X-Snapshot: s2-longer\r\n" in kept.wire and b"X-Snapshot: s2-longer\r\n" in kept.wire_304
+    assert kept.variants["gzip"].headers["X-Snapshot"] == "s2-longer" and kept.variants["gzip"].headers["ETag"] == '"b-gzip"'
+    # The bytes counted follow: the entry of /a given back, /b's grown by its longer name.
+    assert cache.nbytes == sum(entry.nbytes for entry in cache._entries.values()) < held
+
+
+def test_a_reply_made_before_a_changeset_and_kept_after_it_is_checked_too():
+    """A request under way when a changeset lands finishes with the state it began with; its
+    reply, kept then, is stamped with that state and checked when next asked for."""
+    cache = ReplyCache(1 << 20)
+    cache.advance(5, ["project-a"], {"X-Snapshot": "s5"})
+    late = stamped(b"{}", "a")
+    late.stamp = 4
+    cache.put("/a", late)
+    assert cache.get("/a") is None
+
+
+def test_the_touched_keys_are_bounded(monkeypatch):
+    from docsrv.http import reply_cache
+
+    monkeypatch.setattr(reply_cache, "MAX_TOUCHED", 10)
+    cache = ReplyCache(1 << 20)
+    cache.put("/a", stamped(b"{}", "a"))
+    cache.advance(1, [f"build-{n}" for n in range(11)], {"X-Snapshot": "s1"})
+    assert len(cache) == 0 and cache.nbytes == 0 and not cache._touched

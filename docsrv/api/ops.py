@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from ..http.reply import Reply
 from ..metrics import render
 from ..process_metrics import Families, build_info, own_process, server_memory
+from ..store import Store
 from .request import ApiRequest
 from .state import ApiState
 
@@ -58,6 +59,7 @@ async def metrics(request: ApiRequest, state: ApiState) -> Reply:
         ),
         "docsrv_snapshot_sequence": ("gauge", "Where the snapshot stands in its origin's sequence (0: never published).",
                                      [(snapshot, store.manifest.sequence)]),
+        **changeset_age(store),
         "docsrv_snapshot_load_seconds": ("gauge", "Seconds the last successful load took.", [(snapshot, round(store.load_seconds, 3))]),
         "docsrv_reloads_total": ("counter", "Snapshots swapped in since start.", [({}, status.reloads)]),
         "docsrv_reload_failures_total": ("counter", "Snapshots that failed to load on reload.", [({}, status.reload_failures)]),
@@ -72,3 +74,13 @@ async def metrics(request: ApiRequest, state: ApiState) -> Reply:
     }
     body = render(runtime.metrics.totals(), families).encode()
     return state.text(200, body, "text/plain; version=0.0.4; charset=utf-8")
+
+
+def changeset_age(store: Store) -> Families:
+    """Seconds since the changeset that made the state served was published, while a changeset
+    applied in memory made it (docs/operations.md, "Following changesets in memory")."""
+    if store.published_at is None:
+        return {}
+    age = round((datetime.now(UTC) - store.published_at).total_seconds(), 3)
+    samples = [({"snapshot": store.name}, age)]
+    return {"docsrv_changeset_age_seconds": ("gauge", "Seconds since the changeset served was published.", samples)}

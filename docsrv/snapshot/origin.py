@@ -26,7 +26,7 @@ CHANGESETS = "changesets"
 Sequence = Annotated[int, msgspec.Meta(ge=0)]
 
 
-class PublishedChangeset(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class PublishedChangeset(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     sequence: Sequence
     #: The snapshot it applies to, and the one it makes, by name.
     follows: SnapshotName
@@ -34,6 +34,8 @@ class PublishedChangeset(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     #: Its file's size and SHA-256: they seal it.
     size: Annotated[int, msgspec.Meta(ge=0)]
     sha256: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+    #: When it was published: a replica's lag is measured from it.
+    published_at: AwareDatetime | None = None
 
 
 class Head(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

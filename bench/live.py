@@ -1,22 +1,36 @@
-"""A replica following an origin's changesets, under steady load: what one change costs from the
-publisher to a server serving it.
+"""A replica following an origin's changesets under steady load: what one change costs from the
+publisher to every worker serving it, and what following costs the hot path and memory.
 
-    python bench/live.py [--scale medium] [--sizes 1 10 100 1000] [--rounds 3]
+    python bench/live.py [--scale medium] [--sizes 1 10 100 1000] [--rounds 50] [--pss-changesets 1000]
 
-A synthetic snapshot (bench/scratch/, indexed: its index is published with it) is published
-whole on an origin directory that Python's http.server serves on loopback, pulled into a
-replica, and served there by ``docsrv serve --watch`` (two workers) while wrk asks it for a
-project list without a pause. Then, for each size, ``--rounds`` times: that many builds change
-state (a new snapshot, made outside the measurement), ``docsrv snapshot publish --since`` writes
-the changeset, ``docsrv snapshot pull`` applies it, and the server is polled until /readyz
-names the new sequence. Reported per size: the publisher's seconds, the bytes a replica fetched,
-the pull's seconds, and the seconds from the publish finishing to the server serving the change
-(p50, p99 and max over the rounds); and the failed requests of the whole run.
+A synthetic snapshot (bench/scratch/, indexed: its index is published with it) is published whole
+on an origin directory that Python's http.server serves on loopback, pulled into a replica, and
+served there by ``docsrv serve --watch`` (two workers), while ``docsrv snapshot pull --every 0.2``
+follows the origin as a sidecar and wrk asks the server for a project list without a pause.
+
+1. The publisher: for each size, one snapshot with that many builds changed (made outside the
+   measurement) is published with ``docsrv snapshot publish --since``: its seconds and bytes;
+   and ``docsrv snapshot keys`` reads its purge keys back (seconds, the process's start included).
+2. The lag: for each size, ``--rounds`` changesets of that many changed builds, one a second,
+   written by a feed (the service's own publisher would emit them from its database: it writes
+   each changeset with docsrv's format code, then ``head.json``, as ``publish`` does). For each,
+   the seconds from ``head.json`` being written to each worker serving it, as the worker logs
+   it; the lag of a changeset is that of its slowest worker (p50, p99, max). The bytes a
+   replica fetched for it: ``head.json`` and the changeset.
+3. The hot path: wrk on a cached project detail for ``--hot-seconds``, against docsrv and nginx
+   (tuned as its documentation advises, two workers like docsrv, serving the same body as a
+   file), with no changeset arriving and with one a second; each ratio docsrv/nginx.
+4. Memory: ``--pss-changesets`` changesets of 10 builds as fast as the replica applies them
+   (the pull folds them into a snapshot every 200, and the server reloads onto it); the PSS of
+   the server's processes every 100 changesets.
+
+Failed requests are counted over the whole run (wrk's errors and non-2xx).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -25,16 +39,24 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
+import msgspec  # noqa: E402
+
+from docsrv.publish import read_head, write_head  # noqa: E402
+from docsrv.snapshot.changeset import FORMAT, FORMAT_VERSION, Header, Product  # noqa: E402
+from docsrv.snapshot.load import manifest_of  # noqa: E402
+from docsrv.snapshot.origin import CHANGESETS, PublishedChangeset, changeset_path  # noqa: E402
 from docsrv.snapshot.records import Manifest  # noqa: E402
 from docsrv.snapshot.write import write_manifest  # noqa: E402
-from docsrv.utils.files import clone_or_copy  # noqa: E402
-from run import WORK, System, free_port, pinned, snapshot_path  # noqa: E402
+from docsrv.utils.files import clone_or_copy, replace_file  # noqa: E402
+from run import WORK, System, free_port, pinned, pss_kb, snapshot_path, tree  # noqa: E402
+
+APPLIED = re.compile(r"worker (\d+) applied changeset (\d+): serving \S+, ([\d.]+) s after it was published")
 
 
 def docsrv(*args: str) -> tuple[float, str]:
@@ -47,8 +69,6 @@ def changed(previous: Path, new: Path, name: str, builds: int, turn: int) -> Non
     """``new``: ``previous`` with ``builds`` builds' states flipped (every other file cloned or
     copied: a hard link would move the change time of ``previous``'s files, and the publisher
     would check it whole again)."""
-    import msgspec
-
     shutil.rmtree(new, ignore_errors=True)
     new.mkdir(parents=True)
     for path in previous.glob("*.jsonl*"):
@@ -58,22 +78,84 @@ def changed(previous: Path, new: Path, name: str, builds: int, turn: int) -> Non
     step = max(1, (len(lines) - 1) // builds)
     for number in range(builds):
         at = (number * step + turn) % (len(lines) - 1)
-        build = json.loads(lines[at])
-        build["state"] = "building" if build.get("state", "finished") == "finished" else "finished"
-        lines[at] = json.dumps(build, separators=(",", ":"), ensure_ascii=False).encode()
+        lines[at] = flipped(lines[at])
     (new / "builds.jsonl").write_bytes(b"\n".join(lines))
     manifest = msgspec.json.decode((previous / "manifest.json").read_bytes(), type=Manifest)
     write_manifest(new, msgspec.structs.replace(manifest, name=name, index={}, sequence=0))
 
 
-def sequence_served(port: int) -> int | None:
-    import urllib.request
+def flipped(line: bytes) -> bytes:
+    build = json.loads(line)
+    build["state"] = "building" if build.get("state", "finished") == "finished" else "finished"
+    return json.dumps(build, separators=(",", ":"), ensure_ascii=False).encode()
 
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
-            return json.loads(response.read()).get("sequence")
-    except OSError:
-        return None
+
+class Feed:
+    """The service's publisher, emitting changesets of builds from what it knows changed: each
+    written with docsrv's format code, then ``head.json`` in one rename, as ``publish`` does."""
+
+    def __init__(self, origin: Path, snapshot: Path) -> None:
+        self.origin = origin
+        self.manifest = manifest_of(snapshot)
+        self.lines = [line for line in (snapshot / "builds.jsonl").read_bytes().split(b"\n") if line]
+        self.turn = 0
+
+    def publish(self, builds: int) -> tuple[int, int, float]:
+        """Publish a changeset of ``builds`` builds: (its sequence, its bytes, when head.json was written)."""
+        head = read_head(self.origin)
+        assert head is not None
+        sequence = head.sequence + 1
+        self.turn += 1
+        step = max(1, len(self.lines) // builds)
+        body = []
+        for number in range(builds):
+            at = (number * step + self.turn) % len(self.lines)
+            self.lines[at] = flipped(self.lines[at])
+            body.append(b'{"op":"upsert","kind":"builds","record":%s}' % self.lines[at])
+        name = f"feed-{sequence}"
+        manifest = self.manifest
+        product = Product(name=name, created_at=datetime.now(UTC), public_url=manifest.public_url, counts=manifest.counts,
+                          description=manifest.description)
+        header = Header(format=FORMAT, format_version=FORMAT_VERSION, sequence=sequence, follows=head.name, product=product,
+                        changes=len(body))
+        data = b"\n".join([msgspec.json.encode(header), *body]) + b"\n"
+        (self.origin / CHANGESETS).mkdir(exist_ok=True)
+        replace_file(self.origin / changeset_path(sequence), data)
+        now = datetime.now(UTC)
+        entry = PublishedChangeset(sequence=sequence, follows=head.name, product=name, size=len(data),
+                                   sha256=hashlib.sha256(data).hexdigest(), published_at=now)
+        write_head(self.origin, msgspec.structs.replace(head, changesets=[*head.changesets, entry], published_at=now))
+        return sequence, len(data), time.time()
+
+
+class ServerLog:
+    """What the workers of the live server logged of the changesets they applied."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        #: Seconds from publish to serving, by sequence, by worker.
+        self.lags: dict[int, dict[int, float]] = {}
+
+    def read(self) -> None:
+        with open(self.path, "rb") as log:
+            log.seek(self.offset)
+            data = log.read()
+        whole = data.rfind(b"\n") + 1
+        self.offset += whole
+        for worker, sequence, seconds in APPLIED.findall(data[:whole].decode(errors="replace")):
+            self.lags.setdefault(int(sequence), {})[int(worker)] = float(seconds)
+
+    def wait(self, sequence: int, workers: int, timeout: float = 120.0) -> float:
+        """The seconds from ``sequence``'s publish to its slowest worker serving it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.read()
+            found = self.lags.get(sequence, {})
+            if len(found) >= workers:
+                return max(found.values())
+            time.sleep(0.01)
+        raise TimeoutError(f"changeset {sequence} not applied by {workers} workers within {timeout} s: {self.lags.get(sequence)}")
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -81,11 +163,39 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
+def wrk_rps(port: int, path: str, seconds: int) -> tuple[float, int]:
+    out = subprocess.run(pinned(["wrk", "-t1", "-c8", f"-d{seconds}s", "--timeout", "10s", f"http://127.0.0.1:{port}{path}"], 0),
+                         capture_output=True, text=True, check=True).stdout
+    errors = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
+    sockets = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    errors += sum(map(int, sockets.groups())) if sockets else 0
+    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), errors
+
+
+def nginx(root: Path, port: int) -> System:
+    prefix = WORK / "nginx-live"
+    prefix.mkdir(exist_ok=True)
+    (prefix / "tmp").mkdir(exist_ok=True)
+    (prefix / "nginx.conf").write_text(
+        f"user root;\nworker_processes 2;\ndaemon off;\npid {prefix}/nginx.pid;\nerror_log stderr;\n"
+        "events { worker_connections 4096; }\n"
+        "http {\n  access_log off;\n  default_type application/json;\n"
+        "  open_file_cache max=1000 inactive=60s;\n  open_file_cache_valid 60s;\n  open_file_cache_min_uses 1;\n"
+        "  open_file_cache_errors on;\n  sendfile on;\n  tcp_nopush on;\n  tcp_nodelay on;\n  keepalive_requests 100000;\n"
+        f"  client_body_temp_path {prefix}/tmp;\n  proxy_temp_path {prefix}/tmp;\n  fastcgi_temp_path {prefix}/tmp;\n"
+        f"  uwsgi_temp_path {prefix}/tmp;\n  scgi_temp_path {prefix}/tmp;\n"
+        f"  server {{ listen 127.0.0.1:{port}; root {root}; location / {{ try_files $uri =404; }} }}\n}}\n"
+    )
+    return System("nginx-live", ["nginx", "-p", str(prefix), "-c", str(prefix / "nginx.conf")], port)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", default="medium", choices=["small", "medium", "large"])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 100, 1000])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=50, help="changesets of each size for the lag")
+    parser.add_argument("--hot-seconds", type=int, default=10)
+    parser.add_argument("--pss-changesets", type=int, default=1000)
     args = parser.parse_args()
     base = snapshot_path(args.scale, 1)
     if not (base / "index" / "docsrv-index.json").exists():
@@ -97,70 +207,137 @@ def main() -> None:
     port = free_port()
     served = System("origin", [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(origin)], port)
     url = f"http://127.0.0.1:{port}"
-    server = load = None
+    server = load = sidecar = peer = None
+    report: dict = {"date": date.today().isoformat(), "command": " ".join(["python bench/live.py", *sys.argv[1:]]), "scale": args.scale,
+                    "base_publish_s": round(publish_seconds, 1)}
     try:
         pull_seconds, _ = docsrv("snapshot", "pull", url, "--into", str(into))
+        report["base_pull_s"] = round(pull_seconds, 1)
         server_port = free_port()
         server = System("docsrv-live", [sys.executable, "-m", "docsrv", "serve", "--snapshot", str(into / "current"), "--watch",
-                                        "--watch-interval", "0.1", "--workers", "2", "--port", str(server_port)], server_port)
-        target = f"http://127.0.0.1:{server_port}/api/v2/project/"
-        load = subprocess.Popen(pinned(["wrk", "-t1", "-c8", "-d3600s", "--timeout", "10s", target], 0),
-                                stdout=subprocess.PIPE, text=True, start_new_session=True)
-        results: dict = {}
-        previous, sequence, turn = base, 1, 0
+                                        "--workers", "2", "--port", str(server_port)], server_port)
+        log = ServerLog(WORK / "docsrv-live.log")
+        with open(work / "sidecar.log", "w") as sidecar_log:
+            sidecar = subprocess.Popen([sys.executable, "-m", "docsrv", "snapshot", "pull", url, "--into", str(into), "--every", "0.2"],
+                                       stdout=subprocess.DEVNULL, stderr=sidecar_log, start_new_session=True)
+        load = subprocess.Popen(pinned(["wrk", "-t1", "-c8", "-d3600s", "--timeout", "10s", f"http://127.0.0.1:{server_port}/api/v2/project/"],
+                                       0), stdout=subprocess.PIPE, text=True, start_new_session=True)
+
+        # 1. The publisher, on snapshots.
+        publisher: dict = {}
+        previous = base
+        for turn, size in enumerate(args.sizes, start=1):
+            new = work / f"s{turn}"
+            changed(previous, new, f"live-{turn}", size, turn)
+            seconds, _ = docsrv("snapshot", "publish", str(new), str(origin), "--since", str(previous))
+            head = read_head(origin)
+            assert head is not None
+            keys_seconds, keys = docsrv("snapshot", "keys", str(origin))
+            publisher[size] = {"publish_s": round(seconds, 2), "changeset_bytes": head.changesets[-1].size,
+                               "lag_s": round(log.wait(head.sequence, 2), 3), "purge_keys": len(keys.splitlines()),
+                               "purge_keys_s": round(keys_seconds, 3)}
+            print("publisher", size, publisher[size], flush=True)
+            if previous != base:
+                shutil.rmtree(previous, ignore_errors=True)
+            previous = new
+        report["publisher"] = publisher
+
+        # 2. The lag, one changeset a second.
+        feed = Feed(origin, previous)
+        by_size: dict = {}
         for size in args.sizes:
-            rows = []
+            lags, sizes, heads = [], [], []
             for _ in range(args.rounds):
-                turn += 1
-                new = work / f"s{turn}"
-                changed(previous, new, f"live-{turn}", size, turn)
-                published, out = docsrv("snapshot", "publish", str(new), str(origin), "--since", str(previous))
-                finished = time.perf_counter()
-                whole = "whole" in out
-                sequence += 1
-                pulled, out = docsrv("snapshot", "pull", url, "--into", str(into))
-                # What the replica fetched: head.json and the changeset (or, published whole, the snapshot).
-                changeset = origin / "changesets" / f"{sequence}.jsonl"
-                body = float(re.search(r"([\d.]+) MB in", out).group(1)) * 1e6 if whole else changeset.stat().st_size
-                fetched = (origin / "head.json").stat().st_size + body
-                while sequence_served(server_port) != sequence:
-                    time.sleep(0.02)
-                rows.append({"publish_s": published, "pull_s": pulled, "lag_s": time.perf_counter() - finished,
-                             "fetched_bytes": fetched, "changeset_bytes": None if whole else changeset.stat().st_size,
-                             "published_whole": whole})
-                if previous != base:
-                    shutil.rmtree(previous, ignore_errors=True)
-                previous = new
-            lags = [row["lag_s"] for row in rows]
-            results[size] = {
-                "publish_s": round(sum(r["publish_s"] for r in rows) / len(rows), 2),
-                "pull_s": round(sum(r["pull_s"] for r in rows) / len(rows), 2),
-                "lag_p50_s": round(percentile(lags, 0.5), 2), "lag_p99_s": round(percentile(lags, 0.99), 2),
-                "lag_max_s": round(max(lags), 2),
-                "fetched_bytes": round(sum(r["fetched_bytes"] for r in rows) / len(rows)),
-                "changeset_bytes": [r["changeset_bytes"] for r in rows],
-            }
-            print(size, results[size], flush=True)
+                started = time.monotonic()
+                sequence, size_bytes, _written = feed.publish(size)
+                heads.append((origin / "head.json").stat().st_size)
+                sizes.append(size_bytes)
+                lags.append(log.wait(sequence, 2))
+                time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+            by_size[size] = {"changesets": len(lags), "lag_p50_s": round(percentile(lags, 0.5), 3),
+                             "lag_p99_s": round(percentile(lags, 0.99), 3), "lag_max_s": round(max(lags), 3),
+                             "changeset_bytes": round(sum(sizes) / len(sizes)), "head_bytes": max(heads),
+                             "fetched_bytes_per_changeset": round(sum(sizes) / len(sizes)) + max(heads)}
+            print("lag", size, by_size[size], flush=True)
+        report["lag_by_changed_builds"] = by_size
+
+        # 3. The hot path, against nginx, with and without changesets arriving.
+        hot = "/api/v2/project/1/"
+        body = server.get(hot)[2]
+        root = work / "nginx-root"
+        (root / "hot").mkdir(parents=True, exist_ok=True)
+        (root / "hot" / "project.json").write_bytes(body)
+        peer = nginx(root, free_port())
         os.killpg(load.pid, signal.SIGINT)
         summary = load.communicate(timeout=30)[0]
+        load = None
+        hot_path: dict = {"quiet": [], "changesets": []}
+        for condition in ("quiet", "changesets", "quiet", "changesets"):
+            feeder = subprocess.Popen([sys.executable, __file__, "--feed-only", str(origin), str(previous), "1"],
+                                      start_new_session=True) if condition == "changesets" else None
+            try:
+                ours, ours_errors = wrk_rps(server_port, hot, args.hot_seconds)
+                theirs, theirs_errors = wrk_rps(peer.port, "/hot/project.json", args.hot_seconds)
+            finally:
+                if feeder is not None:
+                    os.killpg(feeder.pid, signal.SIGTERM)
+                    feeder.wait()
+            hot_path[condition].append({"docsrv_rps": ours, "nginx_rps": theirs, "ratio": round(ours / theirs, 3),
+                                        "errors": ours_errors + theirs_errors})
+            print("hot path", condition, hot_path[condition][-1], flush=True)
+        report["hot_path"] = {condition: {"runs": runs, "ratio_mean": round(sum(r["ratio"] for r in runs) / len(runs), 3)}
+                              for condition, runs in hot_path.items()}
+
+        # 4. Memory over many changesets.
+        master = server.process.pid
+        pss = [{"changesets": 0, "pss_mb": round(pss_kb(tree(master)) / 1024, 1)}]
+        last = read_head(origin)
+        assert last is not None
+        for number in range(1, args.pss_changesets + 1):
+            sequence, _bytes, _written = feed.publish(10)
+            # A fold reloads the server onto the snapshot it makes: /readyz says what is served.
+            deadline = time.monotonic() + 300
+            while json.loads(server.get("/readyz")[2]).get("sequence", 0) < sequence:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"changeset {sequence} not served within 300 s")
+                time.sleep(0.02)
+            if number % 100 == 0:
+                pss.append({"changesets": number, "pss_mb": round(pss_kb(tree(master)) / 1024, 1)})
+                print("pss", pss[-1], flush=True)
+        report["pss"] = pss
+
+        requests = int(re.search(r"(\d+) requests in", summary).group(1))
         non_2xx = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", summary))
         sockets = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", summary)
-        requests = int(re.search(r"(\d+) requests in", summary).group(1))
         errors = dict(zip(("connect", "read", "write", "timeout"), map(int, sockets.groups()), strict=True)) if sockets else {}
-        report = {"date": date.today().isoformat(), "command": " ".join(["python bench/live.py", *sys.argv[1:]]), "scale": args.scale,
-                  "base_publish_s": round(publish_seconds, 1), "base_pull_s": round(pull_seconds, 1), "by_changed_builds": results,
-                  "requests_under_load": requests, "failed_requests": non_2xx + sum(errors.values()), "non_2xx": non_2xx,
-                  "socket_errors": errors}
+        hot_errors = sum(run["errors"] for runs in hot_path.values() for run in runs)
+        report.update({"requests_under_load": requests, "failed_requests": non_2xx + sum(errors.values()) + hot_errors,
+                       "non_2xx": non_2xx, "socket_errors": errors})
         print(json.dumps(report, indent=2))
         out_path = HERE / "results" / f"{date.today().isoformat()}-live-{args.scale}.json"
         out_path.write_text(json.dumps(report, indent=2) + "\n")
     finally:
-        if load is not None and load.poll() is None:
-            os.killpg(load.pid, signal.SIGKILL)
-        if server is not None:
-            server.stop()
+        for process in (load, sidecar):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+        for system in (peer, server):
+            if system is not None:
+                system.stop()
         served.stop()
 
 
+def feed_only(origin: Path, snapshot: Path, builds: int) -> None:
+    """One changeset a second until stopped (a process of its own, beside wrk)."""
+    feed = Feed(origin, snapshot)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        started = time.monotonic()
+        feed.publish(builds)
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 5 and sys.argv[1] == "--feed-only":
+        feed_only(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))
+    else:
+        main()

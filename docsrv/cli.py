@@ -133,11 +133,18 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("old", type=Path, help="the snapshot served until now")
     diff.add_argument("new", type=Path, help="the snapshot that replaces it")
     diff.add_argument("--json", action="store_true", help="print the keys grouped by why: changed, added, removed, lists")
-    diff.add_argument("--purge", metavar="URL", default=None, help="send the keys to this purge endpoint instead of printing them")
-    diff.add_argument("--dialect", choices=["varnish-xkey", "fastly", "cloudflare"], default="varnish-xkey",
-                      help="the request shape of --purge (default: %(default)s); fastly and cloudflare read their token from "
-                           "FASTLY_API_TOKEN and CLOUDFLARE_API_TOKEN")
+    add_delivery(diff)
     diff.set_defaults(run=run_diff)
+
+    keys = snapshot.add_parser(
+        "keys", help="print the purge keys of the changesets an origin published, one a line, sorted (from their headers: "
+                     "in time proportional to the change)"
+    )
+    keys.add_argument("origin", type=Path, help="the origin directory `snapshot publish` writes")
+    keys.add_argument("--since", type=int, default=None, metavar="SEQUENCE",
+                      help="the keys of every changeset after this sequence (default: the last changeset's alone)")
+    add_delivery(keys)
+    keys.set_defaults(run=run_keys)
 
     info = snapshot.add_parser("info", help="print a snapshot's manifest and counts")
     info.add_argument("path", type=Path, help="the snapshot directory")
@@ -257,8 +264,7 @@ def run_pull(args: argparse.Namespace) -> int:
         what = f"{pulled.files} files"
         if pulled.changesets:
             what = f"{pulled.changesets} changeset(s) and {pulled.files - pulled.changesets} files"
-        print(f"pulled snapshot {pulled.name} ({what}, {pulled.bytes / 1e6:.1f} MB in {pulled.seconds:.1f} s); "
-              f"{args.into / 'current'} -> {pulled.name}")
+        print(f"pulled snapshot {pulled.name} ({what}, {pulled.bytes / 1e6:.1f} MB in {pulled.seconds:.1f} s); {pulled.where(args.into)}")
     else:
         print(f"snapshot {pulled.name} is current; nothing to pull")
     return 0
@@ -314,12 +320,47 @@ def report_prepared(store: Store, path: Path) -> None:
     print(f"prepared {path} for serving ({how}; {store.load_seconds:.1f} s): a server trusts it while its files stay as they are")
 
 
-def run_diff(args: argparse.Namespace) -> int:
+def add_delivery(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--purge", metavar="URL", default=None, help="send the keys to this purge endpoint instead of printing them")
+    parser.add_argument("--dialect", choices=["varnish-xkey", "fastly", "cloudflare"], default="varnish-xkey",
+                        help="the request shape of --purge (default: %(default)s); fastly and cloudflare read their token from "
+                             "FASTLY_API_TOKEN and CLOUDFLARE_API_TOKEN")
+
+
+def run_keys(args: argparse.Namespace) -> int:
+    import time
+
+    from .publish import published_keys
+
+    started = time.perf_counter()
+    keys = published_keys(args.origin, args.since)
+    if args.purge is None:
+        sys.stdout.write("".join(key + "\n" for key in keys))
+        return 0
+    return purge(keys, args, started)
+
+
+def purge(keys: list[str], args: argparse.Namespace, started: float) -> int:
+    """Deliver ``keys`` to ``--purge`` in ``--dialect``; say what was done in one line."""
     import asyncio
-    import json
     import time
 
     from .edge.delivery import PurgeError, deliver
+
+    try:
+        done = asyncio.run(deliver(keys, args.purge, args.dialect))
+    except PurgeError as error:
+        print(f"docsrv: purge failed: {error}", file=sys.stderr)
+        return 1
+    print(f"purged {done.keys} keys in {done.requests} requests ({done.retries} retried) to {args.purge} "
+          f"({args.dialect}) in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    import json
+    import time
+
     from .edge.diff import compare
 
     started = time.perf_counter()
@@ -334,15 +375,7 @@ def run_diff(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write("".join(key + "\n" for key in keys.all()))
         return 0
-    listed_keys = keys.all()
-    try:
-        done = asyncio.run(deliver(listed_keys, args.purge, args.dialect))
-    except PurgeError as error:
-        print(f"docsrv: purge failed: {error}", file=sys.stderr)
-        return 1
-    print(f"purged {done.keys} keys in {done.requests} requests ({done.retries} retried) to {args.purge} "
-          f"({args.dialect}) in {time.perf_counter() - started:.1f} s")
-    return 0
+    return purge(keys.all(), args, started)
 
 
 def run_fleet_wait(args: argparse.Namespace) -> int:

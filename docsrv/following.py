@@ -26,7 +26,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -170,5 +172,8 @@ class Follower:
                     return
                 state = state.following(done.store, done.touched)
                 self.holder.serve(state)
+                published = done.store.published_at
+                log.info("worker %d applied changeset %d: serving %s%s", os.getpid(), entry.sequence, state.store.name,
+                         f", {(datetime.now(UTC) - published).total_seconds():.3f} s after it was published" if published else "")
         except ChainError as error:
             log.error("changeset not applied: %s; serving %s", error, state.store.name)

@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from .config import Deadlines
 from .serving import INDEX, build_index_aside, current_index, fingerprint, index_directories
-from .snapshot.changeset import Changeset, apply, read_changeset
+from .snapshot.changeset import Changeset, apply, composed, read_changeset
 from .snapshot.errors import SnapshotError
 from .snapshot.load import manifest_of
 from .snapshot.origin import CHANGESETS, HEAD, SNAPSHOTS, Head, PublishedChangeset, changeset_path, decode_head
@@ -86,6 +86,13 @@ class Pulled:
     #: How many changesets were applied (``follow``).
     changesets: int = 0
 
+    def where(self, into: Path) -> str:
+        """Where the pulled state is: ``current`` names it, or keeps it in changesets after the snapshot it names."""
+        current = current_name(into)
+        if current == self.name:
+            return f"{into / CURRENT} -> {self.name}"
+        return f"kept after {into / CURRENT} -> {current} as changesets, which a server with --watch applies in memory"
+
 
 class PullState(msgspec.Struct):
     """What the last pull saw of the manifest, for a conditional request."""
@@ -96,9 +103,12 @@ class PullState(msgspec.Struct):
 
 
 async def pull(
-    url: str, into: Path, *, keep: int = 2, progress: bool | None = None, build_index: bool = True, deadlines: Deadlines = DEFAULT_DEADLINES
+    url: str, into: Path, *, keep: int = 2, progress: bool | None = None, build_index: bool = True,
+    deadlines: Deadlines = DEFAULT_DEADLINES, fold_at: int | None = FOLD_CHANGESETS,
 ) -> Pulled:
     """Pull the snapshot published at ``url`` into ``into`` and point ``into/current`` at it.
+    Changesets of builds are kept after it instead, up to ``fold_at`` (None: any number, which
+    a sidecar folds in the background: ``pull_every``).
 
     Every failure of the origin (refused, reset, redirected in a loop or off http(s), too slow)
     is a PullError of one line."""
@@ -109,7 +119,8 @@ async def pull(
     made = not into.exists()
     into.mkdir(parents=True, exist_ok=True)
     try:
-        return await pull_into(base, into, keep=keep, progress=progress, build_index=build_index, deadlines=deadlines, started=started)
+        return await pull_into(base, into, keep=keep, progress=progress, build_index=build_index, deadlines=deadlines, started=started,
+                               fold_at=fold_at)
     except BaseException:
         if made:  # a first pull that failed before anything was kept leaves no empty directory
             with contextlib.suppress(OSError):
@@ -118,7 +129,8 @@ async def pull(
 
 
 async def pull_into(
-    base: str, into: Path, *, keep: int, progress: bool | None, build_index: bool, deadlines: Deadlines, started: float
+    base: str, into: Path, *, keep: int, progress: bool | None, build_index: bool, deadlines: Deadlines, started: float,
+    fold_at: int | None = None,
 ) -> Pulled:
     state = read_state(into)
     current = current_name(into)
@@ -137,7 +149,7 @@ async def pull_into(
             return Pulled(current or "", changed=False, seconds=time.perf_counter() - started)
         if status == 200:
             return await follow(session, base, head_of(raw, base), into, validators, current=current, keep=keep,
-                                progress=progress, build_index=build_index, deadlines=deadlines, started=started)
+                                progress=progress, build_index=build_index, deadlines=deadlines, started=started, fold_at=fold_at)
         status, raw, validators = await get_small(session, f"{base}/manifest.json", headers, deadlines)
         if status == 304:
             return Pulled(current or "", changed=False, seconds=time.perf_counter() - started)
@@ -208,7 +220,7 @@ async def fetch_snapshot(
 
 async def follow(
     session: aiohttp.ClientSession, base: str, head: Head, into: Path, validators: PullState, *, current: str | None,
-    keep: int, progress: bool | None, build_index: bool, deadlines: Deadlines, started: float,
+    keep: int, progress: bool | None, build_index: bool, deadlines: Deadlines, started: float, fold_at: int | None = None,
 ) -> Pulled:
     """Follow an origin's chain: from the state this replica holds when it is on the chain (the
     snapshot ``current`` names and the changesets kept after it), else from the base (pulled
@@ -232,11 +244,11 @@ async def follow(
                                             deadlines=deadlines)
         point_current(into, head.base)
         write_chain(into, head.base, head.base_sequence, [])
-        position = 0
-    wanted_changesets = head.changesets[position:]
+        position = len(head.leading)
+    wanted_changesets = head.chain[position:]
     if wanted_changesets:
         fetched = await fetch_changesets(session, base, wanted_changesets, into, deadlines)
-        await asyncio.to_thread(take_changesets, fetched, into, build_index)
+        await asyncio.to_thread(take_changesets, fetched, into, build_index, fold_at)
         files += len(fetched)
         total += sum(entry.size for entry in wanted_changesets)
     write_state(into, validators)
@@ -296,9 +308,9 @@ def write_chain(into: Path, name: str, sequence: int, changesets: list[Published
                 path.unlink(missing_ok=True)
 
 
-def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, build_index: bool) -> None:
+def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, build_index: bool, fold_at: int | None) -> None:
     """Keep the changesets ``fetched`` after those kept, when a server applies every one in memory
-    and no more than FOLD_CHANGESETS would be kept; else fold them all into the snapshot they make."""
+    and no more than ``fold_at`` would be kept; else fold them all into the snapshot they make."""
     current = current_name(into)
     assert current is not None
     kept = kept_chain(into, current)
@@ -313,7 +325,7 @@ def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, 
         except SnapshotError as error:
             raise PullError(error.summary()) from None
         check_listed(changesets[-1], entry)
-    if len(chain) + len(fetched) <= FOLD_CHANGESETS and all(in_memory(c, held.public_url) for c in changesets):
+    if (fold_at is None or len(chain) + len(fetched) <= fold_at) and all(in_memory(c, held.public_url) for c in changesets):
         (into / CHANGESETS).mkdir(exist_ok=True)
         for entry, path in fetched:
             os.replace(path, into / changeset_path(entry.sequence))
@@ -327,6 +339,37 @@ def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, 
     write_chain(into, product.product, product.sequence, [])
 
 
+@dataclass(frozen=True)
+class Folded:
+    """Kept changesets folded aside: the snapshot they followed, and the last one, whose product was made."""
+
+    source: str
+    last: PublishedChangeset
+
+
+def fold_kept(into: Path) -> Folded | None:
+    """Fold the changesets kept after ``current`` into the snapshot they make, put in place beside
+    it; ``current`` and ``head.json`` are left alone (``finish_fold``). None when none are kept."""
+    current = current_name(into)
+    kept = kept_chain(into, current) if current is not None else None
+    if current is None or kept is None or not kept.changesets:
+        return None
+    apply_changesets([(entry, into / changeset_path(entry.sequence)) for entry in kept.changesets], into, current, True)
+    return Folded(current, kept.changesets[-1])
+
+
+def finish_fold(into: Path, folded: Folded) -> bool:
+    """Point ``current`` at a fold's product, keeping the changesets that came after it; False
+    (and the product removed) when ``current`` moved meanwhile (another fold came first)."""
+    kept = kept_chain(into, folded.source)
+    if current_name(into) != folded.source or kept is None:
+        shutil.rmtree(into / folded.last.product, ignore_errors=True)
+        return False
+    point_current(into, folded.last.product)
+    write_chain(into, folded.last.product, folded.last.sequence, [e for e in kept.changesets if e.sequence > folded.last.sequence])
+    return True
+
+
 def check_listed(changeset: Changeset, entry: PublishedChangeset) -> None:
     header = changeset.header
     if (header.sequence, header.follows, header.product.name) != (entry.sequence, entry.follows, entry.product):
@@ -335,34 +378,33 @@ def check_listed(changeset: Changeset, entry: PublishedChangeset) -> None:
 
 
 def apply_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, current: str, build_index: bool) -> None:
-    """Apply the changesets in turn to the snapshot ``into/current`` names, each product built
-    aside; the last one is checked and indexed as a server would load it, and put in place."""
-    follows = into / current
-    made: list[Path] = []
+    """Apply the changesets, composed into one (each record file is written once), to the
+    snapshot ``into/current`` names; the product is built aside, checked and indexed as a server
+    would load it, and put in place."""
+    changesets = []
+    for entry, path in fetched:
+        try:
+            changeset = read_changeset(path.read_bytes(), f"changesets/{entry.sequence}.jsonl")
+        except SnapshotError as error:
+            raise PullError(error.summary()) from None
+        check_listed(changeset, entry)
+        changesets.append(changeset)
+    name = fetched[-1][0].product
+    product = into / f".apply-{name}-{fetched[-1][0].sequence}"
+    shutil.rmtree(product, ignore_errors=True)
+    product.mkdir()
     try:
-        for entry, path in fetched:
-            try:
-                changeset = read_changeset(path.read_bytes(), f"changesets/{entry.sequence}.jsonl")
-            except SnapshotError as error:
-                raise PullError(error.summary()) from None
-            check_listed(changeset, entry)
-            product = into / f".apply-{entry.product}-{entry.sequence}"
-            shutil.rmtree(product, ignore_errors=True)
-            product.mkdir()
-            made.append(product)
-            try:
-                apply(changeset, follows, product)
-            except SnapshotError as error:
-                raise PullError(error.summary()) from None
-            follows = product
+        try:
+            apply(composed(changesets), into / current, product)
+        except SnapshotError as error:
+            raise PullError(error.summary()) from None
         if build_index:
-            reuse_index(into / current, follows)
-        check_and_index(follows, fetched[-1][0].product, build_index)
-        put_in_place(follows, into / fetched[-1][0].product)
-        made.remove(follows)
-    finally:
-        for directory in made:
-            shutil.rmtree(directory, ignore_errors=True)
+            reuse_index(into / current, product)
+        check_and_index(product, name, build_index)
+        put_in_place(product, into / name)
+    except BaseException:
+        shutil.rmtree(product, ignore_errors=True)
+        raise
     shutil.rmtree(into / ".pull-changesets", ignore_errors=True)
 
 
@@ -569,9 +611,10 @@ async def pull_every(
     whichever is shorter, to 5 minutes): a sidecar never dies of its origin. Every look is
     logged in one line (a pull, or that the snapshot is current), and so is a recovery."""
     failures = 0
+    folding: asyncio.Task[Folded | None] | None = None
     while True:
         try:
-            pulled = await pull(url, into, keep=keep, progress=progress, deadlines=deadlines)
+            pulled = await pull(url, into, keep=keep, progress=progress, deadlines=deadlines, fold_at=None)
         except Exception as error:
             failures += 1
             pause = min(min(seconds, RETRY_SECONDS[0]) * 2 ** (failures - 1), RETRY_SECONDS[1])
@@ -579,14 +622,35 @@ async def pull_every(
             await asyncio.sleep(pause)
             continue
         if pulled.changed:
-            log.info("pulled snapshot %s (%d files, %.1f MB in %.1f s); current -> %s",
-                     pulled.name, pulled.files, pulled.bytes / 1e6, pulled.seconds, pulled.name)
+            log.info("pulled snapshot %s (%d files, %.1f MB in %.1f s); %s",
+                     pulled.name, pulled.files, pulled.bytes / 1e6, pulled.seconds, pulled.where(into))
         else:  # a heartbeat: a sidecar's log shows it is alive and current
             log.info("snapshot %s is current; looking again in %g s", pulled.name, seconds)
         if failures:
             log.info("pulling works again after %d failure(s) in a row", failures)
         failures = 0
+        folding = await tend_fold(into, folding)
         await asyncio.sleep(seconds)
+
+
+async def tend_fold(into: Path, folding: asyncio.Task[Folded | None] | None) -> asyncio.Task[Folded | None] | None:
+    """A sidecar's folding, in the background while it goes on keeping changesets: start one once
+    FOLD_CHANGESETS are kept; once one is done, point ``current`` at its product."""
+    if folding is not None and folding.done():
+        try:
+            folded = folding.result()
+        except Exception as error:
+            log.error("folding the kept changesets failed (%s); trying again", describe(error))
+        else:
+            if folded is not None and finish_fold(into, folded):
+                log.info("folded the changesets kept after %s: %s -> %s", folded.source, into / CURRENT, folded.last.product)
+        folding = None
+    if folding is None:
+        current = current_name(into)
+        kept = kept_chain(into, current) if current is not None else None
+        if kept is not None and len(kept.changesets) >= FOLD_CHANGESETS:
+            folding = asyncio.create_task(asyncio.to_thread(fold_kept, into))
+    return folding
 
 
 def describe(error: Exception) -> str:

@@ -32,8 +32,9 @@ from .utils.positions import PatchedOrder
 #: The kinds a changeset may change to be applied in memory.
 LIVE_KINDS = frozenset({"builds", "build_commands"})
 #: Past this many builds leaving or joining, the ordered list is sorted again rather than changed
-#: in place (each change in place moves the tail of a list of every build).
-RESORT_CHANGES = 64
+#: in place (each change in place moves the tail of a list of every build: about 0.4 ms for the
+#: 500,000 builds of the medium scale, where sorting them again takes about 150 ms).
+RESORT_CHANGES = 256
 #: Where a build stands among builds: served newest first, then by id (``served_records``).
 RANK = attrgetter("date", "id")
 
@@ -59,11 +60,12 @@ def in_memory(changeset: Changeset, public_url: str) -> bool:
 
 def applied(store: Store, changeset: Changeset, published_at: datetime | None = None) -> Applied | None:
     """The store ``changeset`` makes of ``store``; None when it is not applied in memory
-    (``in_memory``) or does not follow ``store``. A build of a version the store does not serve
+    (``in_memory``) or does not follow ``store`` (by name: its sequence is the follower's to
+    check, ``following.pending``). A build of a version the store does not serve
     is not served (the version is private: the publisher checked the snapshot it made whole)."""
     header = changeset.header
     product = product_manifest(changeset)
-    if not in_memory(changeset, store.public_url) or header.follows != store.name or header.sequence != store.manifest.sequence + 1:
+    if not in_memory(changeset, store.public_url) or header.follows != store.name:
         return None
     upserted = {identity: build for identity, line in changeset.upserts["builds"].items()
                 if (build := _build.decode(line)).version in store.versions}
@@ -73,17 +75,19 @@ def applied(store: Store, changeset: Changeset, published_at: datetime | None = 
         builds.pop(identity, None)
     builds.update(upserted)
     commands, commanded = changed_commands(store, changeset)
-    gone, came = list(before.values()), list(upserted.values())
+    # A build that keeps its project and its place among builds is replaced where it stands;
+    # the others leave (``gone``) and join (``came``) the lists.
+    replaced = {i: b for i, b in upserted.items() if i in before and placement(before[i]) == placement(b)}
+    gone = [b for i, b in before.items() if i not in replaced]
+    came = [b for i, b in upserted.items() if i not in replaced]
     changed = set(before) | set(upserted)
     made = copy.copy(store)
     made.manifest, made.name, made.created_at, made.published_at = product, product.name, product.created_at, published_at
     made.builds = builds
-    made.builds_ordered = reordered(store.builds_ordered, gone, came)
-    made.builds_of_project = regrouped(store.builds_of_project, gone, came)
-    by_commit: dict[Any, list[Build]] = {}
-    for build in sorted(came, key=RANK, reverse=True):
-        by_commit.setdefault(build.commit, []).append(build)
-    made.builds_by_commit = PatchedOrder.of(store.builds_by_commit, attrgetter("id"), RANK).patched(changed, by_commit)
+    made.builds_ordered = reordered(store.builds_ordered, gone, came, replaced)
+    made.builds_of_project = regrouped(store.builds_of_project, gone, came, replaced)
+    moved = [b for b in came if b.id not in before or before[b.id].commit != b.commit]
+    made.builds_by_commit = PatchedOrder.of(store.builds_by_commit, builds, moved, attrgetter("id"), attrgetter("commit"), RANK)
     made.commands = commands
     counted = changed | commanded
     made.counts = {**store.counts, "builds": len(builds), "build_commands": store.counts["build_commands"] + sum(
@@ -137,15 +141,25 @@ def newest_key(build: Build) -> Newest:
     return Newest(RANK(build))
 
 
-def reordered(items: list[Build], gone: list[Build], came: list[Build]) -> list[Build]:
-    """``items`` (highest rank first) without the builds ``gone``, with those that ``came`` in their places."""
+def placement(build: Build) -> tuple:
+    """What decides where a build stands in the store's lists: its project, and its rank."""
+    return build.project, build.date, build.id
+
+
+def reordered(items: list[Build], gone: list[Build], came: list[Build], replaced: dict[int, Build]) -> list[Build]:
+    """``items`` (highest rank first) with the builds ``replaced`` in their places, without those
+    ``gone``, and with those that ``came`` in theirs."""
+    if not (gone or came or replaced):
+        return items
     if len(gone) + len(came) > RESORT_CHANGES:
         ids = {b.id for b in gone}
-        kept = [b for b in items if b.id not in ids]
+        kept = [replaced.get(b.id, b) for b in items if b.id not in ids] if replaced or ids else list(items)
         kept += came
         kept.sort(key=RANK, reverse=True)
         return kept
     result = list(items)
+    for build in replaced.values():
+        result[bisect_left(result, newest_key(build), key=newest_key)] = build
     for build in gone:
         at = bisect_left(result, newest_key(build), key=newest_key)
         if at < len(result) and result[at].id == build.id:
@@ -155,15 +169,19 @@ def reordered(items: list[Build], gone: list[Build], came: list[Build]) -> list[
     return result
 
 
-def regrouped(groups: dict[int, list[Build]], gone: list[Build], came: list[Build]) -> dict[int, list[Build]]:
-    """The builds of each project (highest rank first), with the projects of builds that left or
-    came grouped again; a project left without builds has no group, as in a store loaded whole."""
+def regrouped(groups: dict[int, list[Build]], gone: list[Build], came: list[Build], replaced: dict[int, Build]) -> dict[int, list[Build]]:
+    """The builds of each project (highest rank first), with the projects of changed builds
+    grouped again; a project left without builds has no group, as in a store loaded whole."""
     result = dict(groups)
-    ids = {b.id for b in gone} | {b.id for b in came}
-    for project in {b.project for b in gone} | {b.project for b in came}:
-        kept = [b for b in groups.get(project, ()) if b.id not in ids] + [b for b in came if b.project == project]
+    ids = {b.id for b in gone}
+    joined: dict[int, list[Build]] = {}
+    for build in came:
+        joined.setdefault(build.project, []).append(build)
+    for project in {b.project for b in gone} | joined.keys() | {b.project for b in replaced.values()}:
+        kept = [replaced.get(b.id, b) for b in groups.get(project, ()) if b.id not in ids] + joined.get(project, [])
         if kept:
-            kept.sort(key=RANK, reverse=True)
+            if project in joined or ids:
+                kept.sort(key=RANK, reverse=True)
             result[project] = kept
         else:
             result.pop(project, None)

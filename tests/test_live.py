@@ -10,7 +10,8 @@ import os
 import random
 import shutil
 import signal
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from operator import attrgetter
 from pathlib import Path
 
 import msgspec
@@ -155,25 +156,30 @@ def test_a_replica_that_follows_changesets_serves_what_a_fresh_server_on_each_sn
         previous = new
 
 
-def builds_change(old: Path, new: Path, name: str, rng: random.Random, flips: int = 3) -> None:
+def builds_change(old: Path, new: Path, name: str, rng: random.Random, flips: int = 3, moves: int = 1) -> None:
     """``new``: ``old`` with changes of builds and their commands alone, as the service makes them
-    every few seconds, chosen by ``rng``: ``flips`` states flipped, a build moved in its lists (a new date
-    and commit), builds added with commands (one of a private version, when there is one), a
+    every few seconds, chosen by ``rng``: ``flips`` states flipped, ``moves`` builds moved in their lists (a
+    new date; the last also a new commit), builds added with commands (one of a private version, one of a private project's
+    public version: neither is ever served), a
     build deleted with its commands, a command added to a build and one edited."""
     shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
-    records = {kind: read(new, kind) for kind in ("versions", "builds", "build_commands")}
+    records = {kind: read(new, kind) for kind in ("projects", "versions", "builds", "build_commands")}
     builds, commands = records["builds"], records["build_commands"]
     for build in rng.sample(builds, flips):
         build["state"] = "finished" if build.get("state") != "finished" else "building"
-    moved = rng.choice(builds)
-    moved["date"] = stamp(datetime.fromisoformat(moved["date"].replace("Z", "+00:00")) + timedelta(days=rng.randrange(1, 900)))
+    for moved in rng.sample(builds, min(moves, len(builds))):
+        moved["date"] = stamp(datetime.fromisoformat(moved["date"].replace("Z", "+00:00")) + timedelta(days=rng.randrange(1, 900)))
     moved["commit"] = f"{rng.getrandbits(160):040x}"
     doomed = rng.choice(builds)
     builds.remove(doomed)
     commands[:] = [c for c in commands if c["build"] != doomed["id"]]
     versions = records["versions"]
-    hidden = [v for v in versions if v.get("privacy_level", "public") != "public"]
-    chosen = [rng.choice([v for v in versions if v.get("privacy_level", "public") == "public"]) for _ in range(2)] + hidden[:1]
+    # Hidden: a private version, and a public version of a private project (private through its parent).
+    private_projects = {p["id"] for p in records["projects"] if p.get("privacy_level", "public") != "public"}
+    hidden = [v for v in versions if v.get("privacy_level", "public") != "public"][:1]
+    hidden += [v for v in versions if v.get("privacy_level", "public") == "public" and v["project"] in private_projects][:1]
+    assert len(hidden) == 2
+    chosen = [rng.choice([v for v in versions if v.get("privacy_level", "public") == "public"]) for _ in range(2)] + hidden
     next_build, next_command = max(b["id"] for b in builds) + 1, max(c["id"] for c in commands) + 1
     latest = max(datetime.fromisoformat(b["date"].replace("Z", "+00:00")) for b in builds)
     for number, version in enumerate(chosen):
@@ -214,7 +220,8 @@ def test_a_server_applies_changesets_of_builds_in_memory_and_serves_what_a_fresh
     previous = base
     for round_ in range(1, 4):
         new = tmp_path / f"s{round_}"
-        builds_change(previous, new, f"snap-{round_}", rng, flips=40 if round_ == 3 else 3)  # 40: the ordered list is sorted again
+        # The third moves every build: past RESORT_CHANGES, the ordered list is sorted again.
+        builds_change(previous, new, f"snap-{round_}", rng, flips=40 if round_ == 3 else 3, moves=1000 if round_ == 3 else 1)
         urls = crawl(previous, new)
         for url in urls:  # a warm cache: what a changeset touches must be made anew
             server.get(url)
@@ -333,10 +340,17 @@ def test_a_new_replica_takes_the_base_and_every_changeset_and_compaction_makes_a
     assert compacted.stdout.startswith("published snapshot snap-2 whole as sequence 3: the changesets since base demo")
     head = json.loads((origin.root / "head.json").read_text())
     assert (head["base"], head["base_sequence"], head["changesets"]) == ("snap-2", 3, [])
+    # Its changeset is published too, leading from the old base to the new one.
+    assert [(c["sequence"], c["follows"], c["product"]) for c in head["leading"]] == [(2, "demo", "snap-1"), (3, "snap-1", "snap-2")]
     assert sorted(p.name for p in (origin.root / "snapshots").iterdir()) == ["demo", "snap-2"]  # the base before it stays
+    # A replica on the old chain reaches the new base by its changeset; a new one takes it whole.
     pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
-    assert pulled.returncode == 0 and pulled.stdout.startswith("pulled snapshot snap-2 (6 files")  # off the old chain: whole
+    assert pulled.returncode == 0 and pulled.stdout.startswith("pulled snapshot snap-2 (1 changeset(s) and 0 files"), pulled.stdout
     assert_serves_the_same(into / "current", third)
+    fresh = tmp_path / "new-replica"
+    pulled = docsrv("snapshot", "pull", origin.url, "--into", str(fresh))
+    assert pulled.returncode == 0 and pulled.stdout.startswith("pulled snapshot snap-2 (6 files"), pulled.stdout
+    assert_serves_the_same(fresh / "current", third)
 
 
 @pytest.mark.parametrize(("fault", "message"), [
@@ -408,7 +422,9 @@ def test_a_changeset_records_only_what_changed(tmp_path):
         assert set(changeset.upserts[kind]) == {i for i, r in new.items() if old.get(i) != r}, kind
         assert changeset.deletes[kind] == old.keys() - new.keys(), kind
     assert set(done["new builds"]) | set(done["builds whose state changed"]) <= set(changeset.upserts["builds"])
-    assert (origin / "changesets" / "2.jsonl").stat().st_size < (origin / "snapshots" / "demo" / "builds.jsonl").stat().st_size / 5
+    # Its lines are the change (its header adds the purge keys of what changed, as many).
+    lines = (origin / "changesets" / "2.jsonl").read_bytes().split(b"\n", 1)[1]
+    assert len(lines) < (origin / "snapshots" / "demo" / "builds.jsonl").stat().st_size / 5
 
 
 def test_a_full_disk_applies_nothing_and_publishes_nothing(tmp_path, origin):
@@ -443,3 +459,122 @@ def test_a_full_disk_applies_nothing_and_publishes_nothing(tmp_path, origin):
     assert refused.returncode == 1 and "File too large" in refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
     assert (origin.root / "head.json").read_bytes() == head
     assert sorted(p.name for p in (origin.root / "snapshots").iterdir()) == ["demo"]
+
+
+def test_the_purge_keys_of_a_changeset_are_read_from_it_and_equal_those_of_the_diff(tmp_path, origin):
+    """The publisher writes into each changeset the purge keys of the replies it changes:
+    ``snapshot keys`` reads them back (the time of reading one file), and they are the keys
+    ``snapshot diff`` names for the same two snapshots, for a change of builds (which a server
+    applies in memory: the keys it drops from its own cache) and for a change of every kind."""
+    base = synth(tmp_path / "s0")
+    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
+    first, second = tmp_path / "s1", tmp_path / "s2"
+    builds_change(base, first, "snap-1", random.Random(3))
+    random_change(first, second, "snap-2", random.Random(4))
+    for old, new in ((base, first), (first, second)):
+        assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(old)).returncode == 0
+        keys = docsrv("snapshot", "keys", str(origin.root))
+        assert keys.returncode == 0, keys.stderr
+        diff = docsrv("snapshot", "diff", str(old), str(new)).stdout
+        assert keys.stdout == diff and len(diff.splitlines()) > 5
+    both = docsrv("snapshot", "keys", str(origin.root), "--since", "1").stdout.splitlines()
+    assert both == sorted(set(docsrv("snapshot", "diff", str(base), str(first)).stdout.splitlines())
+                          | set(docsrv("snapshot", "diff", str(first), str(second)).stdout.splitlines()))
+    gone = docsrv("snapshot", "keys", str(origin.root), "--since", "0")
+    assert gone.returncode == 1
+    assert gone.stderr.strip().endswith("no longer lists the changesets after sequence 0: purge every key of the API instead")
+
+
+@pytest.mark.parametrize("changes", [5, 400])
+def test_the_lists_of_builds_changed_in_memory_are_those_sorted_from_scratch(changes):
+    """The store's lists of builds after a change in memory (in place, or sorted again past
+    RESORT_CHANGES), every commit lookup included, equal those of a store that sorts the same
+    builds from scratch."""
+    from docsrv.snapshot.records import Build
+    from docsrv.store_changes import RANK, placement, regrouped, reordered
+    from docsrv.utils.positions import PatchedOrder, SortedOrder
+
+    rng = random.Random(changes)
+    start = datetime(2024, 1, 1)
+
+    def build(identity: int) -> Build:
+        when = start + timedelta(minutes=rng.randrange(600))  # many builds share a date: their ids order them
+        return Build(id=identity, project=rng.randrange(1, 30), version=1, date=when.replace(tzinfo=UTC), commit=f"c{rng.randrange(40)}")
+
+    def ordered(builds: dict[int, Build]) -> list[Build]:
+        return sorted(builds.values(), key=RANK, reverse=True)
+
+    builds = {i: build(i) for i in range(1, 2001)}
+    items = ordered(builds)
+    groups: dict[int, list[Build]] = {}
+    for item in items:
+        groups.setdefault(item.project, []).append(item)
+    lookup: SortedOrder[Build] | PatchedOrder[Build] = SortedOrder(items, attrgetter("commit"))
+    for _round in range(3):
+        current = dict(builds)
+        changed = rng.sample(sorted(current), changes)
+        for identity in changed[: changes // 3]:
+            del current[identity]
+        for identity in changed[changes // 3:]:
+            old = current[identity]
+            current[identity] = msgspec.structs.replace(old, state="building") if identity % 2 else build(identity)
+        for identity in range(max(builds) + 1, max(builds) + 1 + changes // 5):
+            current[identity] = build(identity)
+        before = {i: builds[i] for i in changed if i in builds}
+        upserted = {i: b for i, b in current.items() if i not in builds or b is not builds[i]}
+        replaced = {i: b for i, b in upserted.items() if i in before and placement(before[i]) == placement(b)}
+        gone = [b for i, b in before.items() if i not in replaced]
+        came = [b for i, b in upserted.items() if i not in replaced]
+        items = reordered(items, gone, came, replaced)
+        groups = regrouped(groups, gone, came, replaced)
+        moved = [b for b in came if b.id not in before or before[b.id].commit != b.commit]
+        lookup = PatchedOrder.of(lookup, current, moved, attrgetter("id"), attrgetter("commit"), RANK)
+        builds = current
+        expected = ordered(builds)
+        assert items == expected
+        expected_groups: dict[int, list[Build]] = {}
+        for item in expected:
+            expected_groups.setdefault(item.project, []).append(item)
+        assert groups == expected_groups
+        for commit in {b.commit for b in builds.values()} | {"c-none"}:
+            assert lookup.find(commit) == [b for b in expected if b.commit == commit]
+
+
+def test_a_sidecar_folds_the_kept_changesets_in_the_background_and_keeps_what_came_meanwhile(tmp_path, origin, monkeypatch):
+    """Past FOLD_CHANGESETS kept, a sidecar folds them into the snapshot they make aside, while it
+    goes on keeping the changesets that arrive; once the fold is done, ``current`` names its
+    product and ``head.json`` keeps what came after it. The state is the same throughout."""
+    import asyncio
+
+    from docsrv import pull as pulling
+
+    monkeypatch.setattr(pulling, "FOLD_CHANGESETS", 2)
+    previous = synth(tmp_path / "s0")
+    assert docsrv("snapshot", "publish", str(previous), str(origin.root)).returncode == 0
+    into = tmp_path / "replica"
+    rng = random.Random(9)
+
+    def publish_and_keep(round_: int) -> Path:
+        new = tmp_path / f"s{round_}"
+        builds_change(previous, new, f"snap-{round_}", rng)
+        assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(previous)).returncode == 0
+        asyncio.run(pulling.pull(origin.url, into, progress=False, fold_at=None))
+        return new
+
+    asyncio.run(pulling.pull(origin.url, into, progress=False))
+    for round_ in (1, 2):
+        previous = publish_and_keep(round_)
+
+    async def fold_while_a_changeset_arrives() -> None:
+        folding = await pulling.tend_fold(into, None)
+        assert folding is not None
+        await asyncio.to_thread(publish_and_keep, 3)  # kept while the fold runs
+        await folding
+        assert await pulling.tend_fold(into, folding) is None
+
+    asyncio.run(fold_while_a_changeset_arrives())
+    assert (into / "current").resolve().name == "snap-2"
+    chain = json.loads((into / "head.json").read_bytes())
+    assert (chain["base"], [c["product"] for c in chain["changesets"]]) == ("snap-2", ["snap-3"])
+    assert sorted(p.name for p in (into / "changesets").iterdir()) == ["4.jsonl"]
+    assert_serves_the_same(into / "current", tmp_path / "s2")

@@ -52,7 +52,7 @@ class Product(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
     description: str = ""
 
 
-class Header(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class Header(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     format: str
     format_version: int
     sequence: Annotated[int, msgspec.Meta(ge=1)]
@@ -61,6 +61,9 @@ class Header(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     product: Product
     #: How many change lines follow: a file cut short between lines is found out.
     changes: Annotated[int, msgspec.Meta(ge=0)]
+    #: The purge keys of every reply the changeset changes (``http/purge.py``), which the publisher
+    #: computes: an edge cache is purged from them in time proportional to the change.
+    purge_keys: list[str] = []
 
 
 class Upsert(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="op", tag="upsert"):
@@ -203,6 +206,35 @@ def compute(old: Path, old_manifest: Manifest, new: Path, new_manifest: Manifest
     header = Header(format=FORMAT, format_version=FORMAT_VERSION, sequence=sequence, follows=old_manifest.name, product=product,
                     changes=len(body))
     return b"\n".join([msgspec.json.encode(header), *body]) + b"\n"
+
+
+def composed(changesets: list[Changeset]) -> Changeset:
+    """The one changeset that does what ``changesets`` (each following the one before) do in turn:
+    a record takes its last change; the header is the last one's, from what the first follows.
+    Applying it writes each record file once, however many changesets there were."""
+    upserts: dict[str, dict[int, bytes]] = {kind: {} for kind in KINDS}
+    deletes: dict[str, set[int]] = {kind: set() for kind in KINDS}
+    deleted_commands: dict[int, int] = {}
+    for changeset in changesets:
+        for kind in KINDS:
+            for identity in changeset.deletes[kind]:
+                upserts[kind].pop(identity, None)
+                deletes[kind].add(identity)
+            for identity, line in changeset.upserts[kind].items():
+                deletes[kind].discard(identity)
+                upserts[kind][identity] = line
+        deleted_commands.update(changeset.deleted_commands)
+    last = changesets[-1].header
+    header = msgspec.structs.replace(last, follows=changesets[0].header.follows,
+                                     changes=sum(map(len, upserts.values())) + sum(map(len, deletes.values())))
+    return Changeset(header, upserts, deletes, deleted_commands)
+
+
+def with_purge_keys(data: bytes, keys: list[str]) -> bytes:
+    """The changeset in ``data`` (``compute``'s) with ``keys`` in its header."""
+    first, rest = data.split(b"\n", 1)
+    header = msgspec.structs.replace(_header.decode(first), purge_keys=keys)
+    return msgspec.json.encode(header) + b"\n" + rest
 
 
 # Applying one.

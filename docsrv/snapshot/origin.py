@@ -38,7 +38,7 @@ class PublishedChangeset(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     published_at: AwareDatetime | None = None
 
 
-class Head(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class Head(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     format: str
     format_version: int
     #: The snapshot published whole that the changesets follow, and its sequence.
@@ -46,6 +46,9 @@ class Head(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     base_sequence: Sequence
     changesets: list[PublishedChangeset]
     published_at: AwareDatetime
+    #: At a compaction, the changesets from the base before up to this base (the last one makes
+    #: it): a replica that follows the old base reaches the new one by changesets, not whole.
+    leading: list[PublishedChangeset] = []
 
     @property
     def name(self) -> str:
@@ -56,11 +59,25 @@ class Head(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     def sequence(self) -> int:
         return self.changesets[-1].sequence if self.changesets else self.base_sequence
 
+    @property
+    def chain(self) -> list[PublishedChangeset]:
+        """Every changeset the origin lists, in order: those leading to the base, then those after it."""
+        return [*self.leading, *self.changesets]
+
     def problem(self) -> str | None:
         """What makes the chain unusable, in one line: another format, or a changeset that does
         not follow the one before (a gap, or another base)."""
         if self.format != FORMAT or self.format_version != FORMAT_VERSION:
             return f"format {self.format!r} version {self.format_version}: this docsrv reads {FORMAT!r} version {FORMAT_VERSION}"
+        if self.leading:
+            first = self.leading[0]
+            name, sequence = first.follows, first.sequence - 1
+            for changeset in self.leading:
+                if changeset.sequence != sequence + 1 or changeset.follows != name:
+                    return f"leading changeset {changeset.sequence} does not follow {name} at {sequence}"
+                name, sequence = changeset.product, changeset.sequence
+            if (name, sequence) != (self.base, self.base_sequence):
+                return f"the leading changesets make {name} at {sequence}, not the base {self.base} at {self.base_sequence}"
         name, sequence = self.base, self.base_sequence
         for changeset in self.changesets:
             if changeset.sequence != sequence + 1:
@@ -72,10 +89,13 @@ class Head(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     def position(self, name: str, sequence: int) -> int | None:
         """Where a snapshot named ``name`` at ``sequence`` stands on this chain: how many of the
-        changesets it has; None when it is not on the chain."""
-        if name == self.base and sequence == self.base_sequence:
+        changesets of ``chain`` it has; None when it is not on the chain."""
+        chain = self.chain
+        if chain and (chain[0].follows, chain[0].sequence - 1) == (name, sequence):
             return 0
-        for place, changeset in enumerate(self.changesets, start=1):
+        if name == self.base and sequence == self.base_sequence:
+            return len(self.leading)
+        for place, changeset in enumerate(chain, start=1):
             if changeset.product == name and changeset.sequence == sequence:
                 return place
         return None

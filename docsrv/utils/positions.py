@@ -17,7 +17,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from itertools import accumulate, chain, pairwise
 from typing import Any, Generic, TypeVar
 
@@ -95,41 +95,40 @@ class SortedOrder(Generic[T]):
 
 
 class PatchedOrder(Generic[T]):
-    """The lookups of a SortedOrder, with items taken out and others added since it was made (a
-    changeset applied in memory): sorting the whole list again for each change would cost what
-    the list costs, the patch costs what changed. Found items are given highest ``rank`` first,
-    the order of the list the SortedOrder was made of."""
+    """The lookups of a SortedOrder made before some items changed (changesets applied in memory):
+    sorting the whole list again for each change would cost what the list costs, the patch
+    costs what changed. Each item the base finds is taken as it is now (``current``, by id), if
+    it still has the key; items that are new or whose key changed since are found by their ids
+    in ``moved``. Found items are given highest ``rank`` first, the order of the list the base
+    was made of."""
 
-    def __init__(
-        self, base: SortedOrder[T], gone: frozenset[int], added: dict[Any, list[T]], ident: Callable[[T], int], rank: Callable[[T], Any]
-    ) -> None:
+    def __init__(self, base: SortedOrder[T], current: Mapping[int, T], moved: dict[Any, tuple[int, ...]],
+                 ident: Callable[[T], int], key: Callable[[T], Any], rank: Callable[[T], Any]) -> None:
         self.base = base
-        #: The ids of the base's items that no longer stand where it has them.
-        self.gone = gone
-        #: Items added since, by key.
-        self.added = added
+        self.current = current
+        self.moved = moved
         self.ident = ident
+        self.key = key
         self.rank = rank
 
     @classmethod
-    def of(cls, found: SortedOrder[T] | PatchedOrder[T], ident: Callable[[T], int], rank: Callable[[T], Any]) -> PatchedOrder[T]:
-        if isinstance(found, PatchedOrder):
-            return found
-        return cls(found, frozenset(), {}, ident, rank)
-
-    def patched(self, changed: set[int], added: dict[Any, list[T]]) -> PatchedOrder[T]:
-        """This order with the items of ids ``changed`` taken out and ``added`` put in."""
-        ident = self.ident
-        kept = {key: remaining for key, items in self.added.items() if (remaining := [i for i in items if ident(i) not in changed])}
-        for key, items in added.items():
-            kept[key] = kept.get(key, []) + items
-        return PatchedOrder(self.base, self.gone | changed, kept, ident, self.rank)
+    def of(cls, found: SortedOrder[T] | PatchedOrder[T], current: Mapping[int, T], moved: list[T], ident: Callable[[T], int],
+           key: Callable[[T], Any], rank: Callable[[T], Any]) -> PatchedOrder[T]:
+        """``found`` once the items are ``current``, of which ``moved`` are new or have another key."""
+        base, before = (found.base, found.moved) if isinstance(found, PatchedOrder) else (found, {})
+        moved_by_key = dict(before)
+        for item in moved:
+            moved_by_key[key(item)] = (*moved_by_key.get(key(item), ()), ident(item))
+        return cls(base, current, moved_by_key, ident, key, rank)
 
     def find(self, key: Any) -> list[T]:
-        ident, gone = self.ident, self.gone
-        found = [item for item in self.base.find(key) if ident(item) not in gone]
-        added = self.added.get(key)
-        if added:
-            found += added
-            found.sort(key=self.rank, reverse=True)
-        return found
+        current, ident, key_of = self.current, self.ident, self.key
+        found: dict[int, T] = {}
+        for identity in (*map(ident, self.base.find(key)), *self.moved.get(key, ())):
+            item = current.get(identity)
+            if item is not None and key_of(item) == key:
+                found[identity] = item
+        items = list(found.values())
+        if len(items) > 1:
+            items.sort(key=self.rank, reverse=True)
+        return items

@@ -56,7 +56,6 @@ class ChainError(Exception):
 class Step:
     """A changeset applied: the store it made, and the purge keys of the replies it touched."""
 
-    sequence: int
     store: Store
     touched: list[str]
 
@@ -108,7 +107,7 @@ def step(directory: Path, store: Store, entry: PublishedChangeset) -> Step | Non
     if done is None:
         return None
     touched = [key for before, after in done.builds.values() for key in build_change_keys(before, after)]
-    return Step(entry.sequence, done.store, touched)
+    return Step(done.store, touched)
 
 
 def caught_up(served: Served, directory: Path | None) -> Served:

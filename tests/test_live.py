@@ -19,7 +19,7 @@ import pytest
 from crawl import crawl
 from snapshot_change import KINDS, read, realistic_change, stamp, write
 
-from conftest import InProcessServer
+from conftest import Client, InProcessServer
 from docsrv.serving import signature
 from docsrv.store import load_store
 from helpers import Origin, docsrv, poll
@@ -107,14 +107,19 @@ def assert_serves_the_same(replica: Path, fresh: Path) -> int:
     settings = Settings(public_url="https://api.example.org")  # links name it, not each server's port
     followed, started = InProcessServer(replica, settings), InProcessServer(fresh, settings)
     try:
-        for url in urls:
-            ours, theirs = followed.get(url), started.get(url)
-            assert (ours.status, ours.body) == (theirs.status, theirs.body), url
-            assert {k: v for k, v in ours.headers.items() if k != "Date"} == {k: v for k, v in theirs.headers.items() if k != "Date"}, url
+        assert_same_replies(followed, started, urls)
     finally:
         followed.stop()
         started.stop()
     return len(urls)
+
+
+def assert_same_replies(ours: Client, theirs: Client, urls: list[str]) -> None:
+    """Each URL answered alike by both: status, body, and every header but Date."""
+    for url in urls:
+        mine, fresh = ours.get(url), theirs.get(url)
+        assert (mine.status, mine.body) == (fresh.status, fresh.body), url
+        assert {k: v for k, v in mine.headers.items() if k != "Date"} == {k: v for k, v in fresh.headers.items() if k != "Date"}, url
 
 
 def test_a_replica_that_follows_changesets_serves_what_a_fresh_server_on_each_snapshot_serves(tmp_path, origin):
@@ -240,10 +245,7 @@ def test_a_server_applies_changesets_of_builds_in_memory_and_serves_what_a_fresh
         fresh = InProcessServer(new, Settings(public_url="https://api.example.org"))
         try:
             assert ready["counts"] == fresh.json("/readyz")["counts"]
-            for url in urls:
-                ours, theirs = server.get(url), fresh.get(url)
-                assert (ours.status, ours.body) == (theirs.status, theirs.body), url
-                assert {k: v for k, v in ours.headers.items() if k != "Date"} == {k: v for k, v in theirs.headers.items() if k != "Date"}, url
+            assert_same_replies(server, fresh, urls)
         finally:
             fresh.stop()
         previous = new

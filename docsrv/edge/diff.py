@@ -27,17 +27,15 @@ import msgspec
 from ..http.purge import (
     BIG,
     V1_FILES,
-    V1_PROJECTS,
-    V1_USERS,
-    V1_VERSIONS,
-    V2_PROJECTS,
-    V2_VERSIONS,
     build_key,
     build_list_keys,
     file_key,
     project_key,
+    project_list_keys,
     user_key,
+    user_list_keys,
     version_key,
+    version_list_keys,
 )
 from ..snapshot.errors import ProblemList
 from ..snapshot.lines import decoded_blocks, open_records
@@ -192,26 +190,12 @@ def decoded_ids(lines: list[bytes], cls: type) -> set[int]:
 # Where an object shows: the keys of every list it is in.
 
 
-def project_lists(project: Project) -> list[str]:
-    keys = V2_PROJECTS.keys_showing({"slug": project.slug}) + V1_PROJECTS.keys_showing({"slug": project.slug})
-    for user in project.users:
-        keys += V1_PROJECTS.keys_showing({"slug": project.slug, "users": user})
-    return keys
-
-
 def version_lists(side: Side, version: Version) -> list[str]:
-    slug = side.project_slug(version.project)
-    return V2_VERSIONS.keys_showing({"project": slug, "active": version.active}) + V1_VERSIONS.keys_showing(
-        {"project_id": version.project, "project": slug, "slug": version.slug, "active": version.active}
-    )
+    return version_list_keys(side.project_slug(version.project), version)
 
 
 def build_lists(side: Side, build: BuildPlace) -> list[str]:
     return build_list_keys(side.project_slug(build.project), build.commit)
-
-
-def user_lists(user: User) -> list[str]:
-    return V1_USERS.keys_showing({"username": user.username})
 
 
 def placed(version: Version) -> tuple:
@@ -250,20 +234,20 @@ def compare_projects(old: Side, new: Side, keys: Keys) -> None:
     for pid in old.projects.keys() - new.projects.keys():
         project = old.projects[pid]
         keys.add("removed", [project_key(project.slug)])
-        keys.add("lists", project_lists(project))
+        keys.add("lists", project_list_keys(project))
     for pid in new.projects.keys() - old.projects.keys():
         project = new.projects[pid]
         keys.add("added", [project_key(project.slug)])
-        keys.add("lists", project_lists(project))
+        keys.add("lists", project_list_keys(project))
     for pid in old.projects.keys() & new.projects.keys():
         before, after = old.projects[pid], new.projects[pid]
         if before == after:
             continue
         keys.add("changed", {project_key(before.slug), project_key(after.slug)})
         if (before.slug, before.users) != (after.slug, after.users):
-            keys.add("lists", project_lists(before) + project_lists(after))
+            keys.add("lists", project_list_keys(before) + project_list_keys(after))
         else:
-            keys.big(project_lists(after))
+            keys.big(project_list_keys(after))
         # What shows the project inside other objects: its versions and files embed it; its
         # builds show its slug and language (in docs_url). Their own replies carry the
         # project's key; their lists' pages may carry only a big- key, or, when the slug
@@ -352,16 +336,16 @@ def compare_pages(old: Side, new: Side, keys: Keys, helper: Executor) -> None:
 def compare_users(old: Side, new: Side, keys: Keys) -> None:
     for uid in old.users.keys() - new.users.keys():
         keys.add("removed", [user_key(uid)])
-        keys.add("lists", user_lists(old.users[uid]))
+        keys.add("lists", user_list_keys(old.users[uid]))
     for uid in new.users.keys() - old.users.keys():
         keys.add("added", [user_key(uid)])
-        keys.add("lists", user_lists(new.users[uid]))
+        keys.add("lists", user_list_keys(new.users[uid]))
     for uid in old.users.keys() & new.users.keys():
         before, after = old.users[uid], new.users[uid]
         if before == after:
             continue
         keys.add("changed", [user_key(uid)])
         if before.username != after.username:
-            keys.add("lists", user_lists(before) + user_lists(after))
+            keys.add("lists", user_list_keys(before) + user_list_keys(after))
         else:
-            keys.big(user_lists(after))
+            keys.big(user_list_keys(after))

@@ -141,6 +141,30 @@ V1_FILE_SEARCH = ListFamily("v1", "file-search", ())
 V1_ANCHOR_SEARCH = ListFamily("v1", "file-anchor", ())
 
 
+# The keys of every list that shows an object, spelled once: the replies carry them, ``snapshot
+# diff`` and the changesets applied in memory name them.
+
+
+def project_list_keys(project: Project) -> list[str]:
+    """The keys of every list that shows this project."""
+    keys = V2_PROJECTS.keys_showing({"slug": project.slug}) + V1_PROJECTS.keys_showing({"slug": project.slug})
+    for user in project.users:
+        keys += V1_PROJECTS.keys_showing({"slug": project.slug, "users": user})
+    return keys
+
+
+def version_list_keys(project_slug: str, version: Version) -> list[str]:
+    """The keys of every list that shows this version of the project ``project_slug``."""
+    return V2_VERSIONS.keys_showing({"project": project_slug, "active": version.active}) + V1_VERSIONS.keys_showing(
+        {"project_id": version.project, "project": project_slug, "slug": version.slug, "active": version.active}
+    )
+
+
+def user_list_keys(user: User) -> list[str]:
+    """The keys of every list that shows this user."""
+    return V1_USERS.keys_showing({"username": user.username})
+
+
 def build_list_keys(project_slug: str, commit: str) -> list[str]:
     """The keys of every list that shows a build of this project and commit."""
     return V2_BUILDS.keys_showing({"project": project_slug, "commit": commit}) + V1_BUILDS.keys_showing({"project": project_slug})

@@ -19,12 +19,15 @@ follows the origin as a sidecar and wrk asks the server for a project list witho
    replica fetched for it: ``head.json`` and the changeset.
 3. The hot path: wrk on a cached project detail for ``--hot-seconds``, against docsrv and nginx
    (tuned as its documentation advises, two workers like docsrv, serving the same body as a
-   file), with no changeset arriving and with one a second; each ratio docsrv/nginx.
+   file), with no changeset arriving and with one a second; each ratio docsrv/nginx, and the
+   CPU time docsrv's processes spent per request (the feed, the sidecar and the origin share
+   the machine's two cores with both servers and wrk).
 4. Memory: ``--pss-changesets`` changesets of 10 builds as fast as the replica applies them
    (the pull folds them into a snapshot every 200, and the server reloads onto it); the PSS of
    the server's processes every 100 changesets.
 
-Failed requests are counted over the whole run (wrk's errors and non-2xx).
+Failed requests are counted in each phase under load (wrk's errors and non-2xx): the publisher's,
+the lag's (changesets in memory alone) and the memory's (folds and their reloads included).
 """
 
 from __future__ import annotations
@@ -165,6 +168,29 @@ class ServerLog:
         raise TimeoutError(f"changeset {sequence} not applied by {workers} workers within {timeout} s: {self.lags.get(sequence)}")
 
 
+class Load:
+    """wrk asking the server for a project list without a pause, from ``start`` to ``stop``."""
+
+    def __init__(self, port: int) -> None:
+        self.process = subprocess.Popen(pinned(["wrk", "-t1", "-c8", "-d3600s", "--timeout", "10s",
+                                                f"http://127.0.0.1:{port}/api/v2/project/"], 0),
+                                        stdout=subprocess.PIPE, text=True, start_new_session=True)
+
+    def stop(self) -> dict:
+        """The requests it made, and those that failed (non-2xx, and socket errors by kind)."""
+        os.killpg(self.process.pid, signal.SIGINT)
+        summary = self.process.communicate(timeout=30)[0]
+        non_2xx = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", summary))
+        sockets = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", summary)
+        errors = dict(zip(("connect", "read", "write", "timeout"), map(int, sockets.groups()), strict=True)) if sockets else {}
+        return {"requests": int(re.search(r"(\d+) requests in", summary).group(1)), "failed": non_2xx + sum(errors.values()),
+                "non_2xx": non_2xx, "socket_errors": errors}
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
@@ -177,6 +203,19 @@ def wrk_rps(port: int, path: str, seconds: int) -> tuple[float, int]:
     sockets = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     errors += sum(map(int, sockets.groups())) if sockets else 0
     return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), errors
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """The CPU time (user and system) the processes ``pids`` have used."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / ticks
 
 
 def nginx(root: Path, port: int) -> System:
@@ -203,6 +242,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=50, help="changesets of each size for the lag")
     parser.add_argument("--hot-seconds", type=int, default=10)
     parser.add_argument("--pss-changesets", type=int, default=1000)
+    parser.add_argument("--skip", nargs="*", default=[], choices=["publisher", "hot", "pss"], help="phases not to run")
     args = parser.parse_args()
     base = snapshot_path(args.scale, 1)
     if not (base / "index" / "docsrv-index.json").exists():
@@ -232,13 +272,13 @@ def main() -> None:
         with open(work / "sidecar.log", "w") as sidecar_log:
             sidecar = subprocess.Popen([sys.executable, "-m", "docsrv", "snapshot", "pull", url, "--into", str(into), "--every", "0.2"],
                                        stdout=subprocess.DEVNULL, stderr=sidecar_log, start_new_session=True)
-        load = subprocess.Popen(pinned(["wrk", "-t1", "-c8", "-d3600s", "--timeout", "10s", f"http://127.0.0.1:{server_port}/api/v2/project/"],
-                                       0), stdout=subprocess.PIPE, text=True, start_new_session=True)
+        under_load: dict = {}
+        load = Load(server_port)
 
         # 1. The publisher, on snapshots.
         publisher: dict = {}
         previous = base
-        for turn, size in enumerate(args.sizes, start=1):
+        for turn, size in enumerate([] if "publisher" in args.skip else args.sizes, start=1):
             new = work / f"s{turn}"
             changed(previous, new, f"live-{turn}", size, turn)
             seconds, _ = docsrv("snapshot", "publish", str(new), str(origin), "--since", str(previous))
@@ -254,6 +294,9 @@ def main() -> None:
                 shutil.rmtree(previous, ignore_errors=True)
             previous = new
         report["publisher"] = publisher
+        save(report)
+        under_load["publisher"] = load.stop()
+        load = Load(server_port)
 
         # 2. The lag, one changeset a second.
         feed = Feed(origin, previous)
@@ -273,76 +316,94 @@ def main() -> None:
                              "fetched_bytes_per_changeset": round(sum(sizes) / len(sizes)) + max(heads)}
             print("lag", size, by_size[size], flush=True)
         report["lag_by_changed_builds"] = by_size
+        save(report)
+        under_load["lag"] = load.stop()
+        load = None
 
         # 3. The hot path, against nginx, with and without changesets arriving; once any fold the
         # sidecar began is done and the server has reloaded onto it (neither is the hot path).
         while len(json.loads((into / "head.json").read_bytes())["changesets"]) >= FOLD_CHANGESETS:
             time.sleep(0.5)
-        time.sleep(3)  # a look of --watch-interval (2 s) sees current moved
-        while json.loads(server.get("/readyz")[2])["draining_workers"] or server.get("/readyz")[0] != 200:
+        folds = (work / "sidecar.log").read_text().count("folded the changesets kept after")
+        while not settled(server, folds):
             time.sleep(0.5)
-        hot = "/api/v2/project/1/"
-        body = server.get(hot)[2]
-        root = work / "nginx-root"
-        (root / "hot").mkdir(parents=True, exist_ok=True)
-        (root / "hot" / "project.json").write_bytes(body)
-        peer = nginx(root, free_port())
-        os.killpg(load.pid, signal.SIGINT)
-        summary = load.communicate(timeout=30)[0]
-        load = None
         hot_path: dict = {"quiet": [], "changesets": []}
-        for condition in ("quiet", "changesets", "quiet", "changesets"):
-            feeder = subprocess.Popen([sys.executable, __file__, "--feed-only", str(origin), str(previous), "1"],
-                                      start_new_session=True) if condition == "changesets" else None
-            try:
-                ours, ours_errors = wrk_rps(server_port, hot, args.hot_seconds)
-                theirs, theirs_errors = wrk_rps(peer.port, "/hot/project.json", args.hot_seconds)
-            finally:
-                if feeder is not None:
-                    os.killpg(feeder.pid, signal.SIGTERM)
-                    feeder.wait()
-            hot_path[condition].append({"docsrv_rps": ours, "nginx_rps": theirs, "ratio": round(ours / theirs, 3),
-                                        "errors": ours_errors + theirs_errors})
-            print("hot path", condition, hot_path[condition][-1], flush=True)
-        report["hot_path"] = {condition: {"runs": runs, "ratio_mean": round(sum(r["ratio"] for r in runs) / len(runs), 3)}
-                              for condition, runs in hot_path.items()}
+        if "hot" not in args.skip:
+            hot = "/api/v2/project/1/"
+            body = server.get(hot)[2]
+            root = work / "nginx-root"
+            (root / "hot").mkdir(parents=True, exist_ok=True)
+            (root / "hot" / "project.json").write_bytes(body)
+            peer = nginx(root, free_port())
+            wrk_rps(server_port, hot, 2)  # warm both (nginx's first run was a third faster than every later one)
+            wrk_rps(peer.port, "/hot/project.json", 2)
+            for condition in ("quiet", "changesets", "quiet", "changesets"):
+                feeder = subprocess.Popen([sys.executable, __file__, "--feed-only", str(origin), str(previous), "1"],
+                                          start_new_session=True) if condition == "changesets" else None
+                try:
+                    used = cpu_seconds(tree(server.process.pid))
+                    ours, ours_errors = wrk_rps(server_port, hot, args.hot_seconds)
+                    used = cpu_seconds(tree(server.process.pid)) - used
+                    theirs, theirs_errors = wrk_rps(peer.port, "/hot/project.json", args.hot_seconds)
+                finally:
+                    if feeder is not None:
+                        os.killpg(feeder.pid, signal.SIGTERM)
+                        feeder.wait()
+                hot_path[condition].append({"docsrv_rps": ours, "nginx_rps": theirs, "ratio": round(ours / theirs, 3),
+                                            "docsrv_cpu_us_per_request": round(used / (ours * args.hot_seconds) * 1e6, 2),
+                                            "errors": ours_errors + theirs_errors})
+                print("hot path", condition, hot_path[condition][-1], flush=True)
+            report["hot_path"] = {condition: {"runs": runs, "ratio_mean": round(sum(r["ratio"] for r in runs) / len(runs), 3)}
+                                  for condition, runs in hot_path.items()}
+            save(report)
 
         # 4. Memory over many changesets.
-        master = server.process.pid
-        pss = [{"changesets": 0, "pss_mb": round(pss_kb(tree(master)) / 1024, 1)}]
-        last = read_head(origin)
-        assert last is not None
-        for number in range(1, args.pss_changesets + 1):
-            sequence, _bytes, _written = feed.publish(10)
-            # A fold reloads the server onto the snapshot it makes: /readyz says what is served.
-            deadline = time.monotonic() + 300
-            while served() < sequence:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"changeset {sequence} not served within 300 s")
-                time.sleep(0.02)
-            if number % 100 == 0:
-                pss.append({"changesets": number, "pss_mb": round(pss_kb(tree(master)) / 1024, 1)})
-                print("pss", pss[-1], flush=True)
-        report["pss"] = pss
-
-        requests = int(re.search(r"(\d+) requests in", summary).group(1))
-        non_2xx = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", summary))
-        sockets = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", summary)
-        errors = dict(zip(("connect", "read", "write", "timeout"), map(int, sockets.groups()), strict=True)) if sockets else {}
+        if "pss" not in args.skip:
+            load = Load(server_port)
+            master = server.process.pid
+            pss = [{"changesets": 0, "pss_mb": round(pss_kb(tree(master)) / 1024, 1)}]
+            for number in range(1, args.pss_changesets + 1):
+                sequence, _bytes, _written = feed.publish(10)
+                # A fold reloads the server onto the snapshot it makes: /readyz says what is served.
+                deadline = time.monotonic() + 300
+                while served() < sequence:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"changeset {sequence} not served within 300 s")
+                    time.sleep(0.02)
+                if number % 100 == 0:
+                    pss.append({"changesets": number, "pss_mb": round(pss_kb(tree(master)) / 1024, 1)})
+                    print("pss", pss[-1], flush=True)
+                    save({**report, "pss": pss})
+            report["pss"] = pss
+            under_load["pss"] = load.stop()
+            load = None
         hot_errors = sum(run["errors"] for runs in hot_path.values() for run in runs)
-        report.update({"requests_under_load": requests, "failed_requests": non_2xx + sum(errors.values()) + hot_errors,
-                       "non_2xx": non_2xx, "socket_errors": errors})
+        report.update({"under_load": under_load, "hot_path_errors": hot_errors,
+                       "failed_requests": sum(phase["failed"] for phase in under_load.values()) + hot_errors})
         print(json.dumps(report, indent=2))
-        out_path = HERE / "results" / f"{date.today().isoformat()}-live-{args.scale}.json"
-        out_path.write_text(json.dumps(report, indent=2) + "\n")
+        save(report)
     finally:
-        for process in (load, sidecar):
-            if process is not None and process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
+        if load is not None:
+            load.kill()
+        if sidecar is not None and sidecar.poll() is None:
+            os.killpg(sidecar.pid, signal.SIGKILL)
         for system in (peer, server):
             if system is not None:
                 system.stop()
         http_origin.stop()
+
+
+def settled(server: System, reloads: int) -> bool:
+    """Whether the server has reloaded ``reloads`` times and no old worker is left."""
+    status, _headers, body = server.get("/readyz")
+    ready = json.loads(body)
+    return status == 200 and ready["reloads"] >= reloads and not ready["draining_workers"]
+
+
+def save(report: dict) -> None:
+    """Write what is measured so far (a long run that is stopped keeps it)."""
+    out_path = HERE / "results" / f"{date.today().isoformat()}-live-{report['scale']}.json"
+    out_path.write_text(json.dumps(report, indent=2) + "\n")
 
 
 def feed_only(origin: Path, snapshot: Path, builds: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from operator import attrgetter
 from pathlib import Path
@@ -89,7 +90,7 @@ class Store:
         self._version_by_slug: SortedOrder[Version] = self._sorted("versions", versions, "project", "slug")
 
         builds: list[Build] = records["builds"]
-        self.builds: dict[int, Build] = {b.id: b for b in builds}
+        self.builds: Mapping[int, Build] = {b.id: b for b in builds}
         self.builds_ordered = builds
         self.builds_of_project: dict[int, list[Build]] = self._grouped("builds", builds, "project")
         self.builds_by_commit: SortedOrder[Build] | PatchedOrder[Build] = self._sorted("builds", builds, "commit")

@@ -27,7 +27,7 @@ from .snapshot.changeset import Changeset, product_manifest
 from .snapshot.commands import ChangedCommands, CommandFile
 from .snapshot.records import Build, BuildCommand
 from .store import Store
-from .utils.positions import PatchedOrder
+from .utils.positions import Overlay, PatchedOrder
 
 #: The kinds a changeset may change to be applied in memory.
 LIVE_KINDS = frozenset({"builds", "build_commands"})
@@ -70,10 +70,9 @@ def applied(store: Store, changeset: Changeset, published_at: datetime | None = 
     upserted = {identity: build for identity, line in changeset.upserts["builds"].items()
                 if (build := _build.decode(line)).version in store.versions}
     before = {i: store.builds[i] for i in (*changeset.upserts["builds"], *changeset.deletes["builds"]) if i in store.builds}
-    builds = dict(store.builds)
-    for identity in (*changeset.deletes["builds"], *changeset.upserts["builds"]):
-        builds.pop(identity, None)
-    builds.update(upserted)
+    changes: dict[int, Build | None] = dict.fromkeys((*changeset.deletes["builds"], *changeset.upserts["builds"]))
+    changes.update(upserted)
+    builds = Overlay.of(store.builds, changes)
     commands, commanded = changed_commands(store, changeset)
     # A build that keeps its project and its place among builds is replaced where it stands;
     # the others leave (``gone``) and join (``came``) the lists.

@@ -10,6 +10,7 @@ import os
 import random
 import shutil
 import signal
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 from pathlib import Path
@@ -489,12 +490,12 @@ def test_the_purge_keys_of_a_changeset_are_read_from_it_and_equal_those_of_the_d
 
 @pytest.mark.parametrize("changes", [5, 400])
 def test_the_lists_of_builds_changed_in_memory_are_those_sorted_from_scratch(changes):
-    """The store's lists of builds after a change in memory (in place, or sorted again past
-    RESORT_CHANGES), every commit lookup included, equal those of a store that sorts the same
-    builds from scratch."""
+    """The store's builds after a change in memory (in place, or sorted again past
+    RESORT_CHANGES), by id, in order, by project and by commit, equal those of a store made of
+    the same builds from scratch."""
     from docsrv.snapshot.records import Build
     from docsrv.store_changes import RANK, placement, regrouped, reordered
-    from docsrv.utils.positions import PatchedOrder, SortedOrder
+    from docsrv.utils.positions import Overlay, PatchedOrder, SortedOrder
 
     rng = random.Random(changes)
     start = datetime(2024, 1, 1)
@@ -512,6 +513,7 @@ def test_the_lists_of_builds_changed_in_memory_are_those_sorted_from_scratch(cha
     for item in items:
         groups.setdefault(item.project, []).append(item)
     lookup: SortedOrder[Build] | PatchedOrder[Build] = SortedOrder(items, attrgetter("commit"))
+    by_id: Mapping[int, Build] = builds
     for _round in range(3):
         current = dict(builds)
         changed = rng.sample(sorted(current), changes)
@@ -531,6 +533,9 @@ def test_the_lists_of_builds_changed_in_memory_are_those_sorted_from_scratch(cha
         groups = regrouped(groups, gone, came, replaced)
         moved = [b for b in came if b.id not in before or before[b.id].commit != b.commit]
         lookup = PatchedOrder.of(lookup, current, moved, attrgetter("id"), attrgetter("commit"), RANK)
+        by_id = Overlay.of(by_id, {**dict.fromkeys(set(builds) - set(current)), **upserted})
+        assert dict(by_id) == current and len(by_id) == len(current) and list(by_id) == list(by_id.keys())
+        assert all(by_id.get(i) is None and i not in by_id for i in set(builds) - set(current))
         builds = current
         expected = ordered(builds)
         assert items == expected

@@ -17,7 +17,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from itertools import accumulate, chain, pairwise
 from typing import Any, Generic, TypeVar
 
@@ -132,3 +132,52 @@ class PatchedOrder(Generic[T]):
         if len(items) > 1:
             items.sort(key=self.rank, reverse=True)
         return items
+
+
+_MISSING: Any = object()
+
+
+class Overlay(Mapping[int, T]):
+    """A dictionary by id with some ids changed or removed since it was made (changesets applied
+    in memory): a read looks at the changes first. Copying a dictionary of two million builds for
+    each changeset took a tenth of a second and touched every build (taking their pages out of
+    the workers' copy-on-write sharing); the overlay costs what changed."""
+
+    __slots__ = ("_length", "base", "changes")
+
+    def __init__(self, base: Mapping[int, T], changes: dict[int, T | None]) -> None:
+        self.base = base
+        #: By id: the item now, or None where it was removed.
+        self.changes = changes
+        self._length = len(base) + sum((value is not None) - (key in base) for key, value in changes.items())
+
+    @classmethod
+    def of(cls, found: Mapping[int, T], changes: dict[int, T | None]) -> Overlay[T]:
+        """``found`` (a dictionary, or an overlay of one) with ``changes`` made."""
+        if isinstance(found, Overlay):
+            return cls(found.base, {**found.changes, **changes})
+        return cls(found, changes)
+
+    def get(self, key: int, default: Any = None) -> Any:
+        found = self.changes.get(key, _MISSING)
+        if found is _MISSING:
+            return self.base.get(key, default)
+        return default if found is None else found
+
+    def __getitem__(self, key: int) -> T:
+        found = self.get(key, _MISSING)
+        if found is _MISSING:
+            raise KeyError(key)
+        return found
+
+    def __contains__(self, key: object) -> bool:
+        found = self.changes.get(key, _MISSING)  # type: ignore[call-overload]
+        return key in self.base if found is _MISSING else found is not None
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[int]:
+        changes = self.changes
+        yield from (key for key in self.base if changes.get(key, _MISSING) is not None)
+        yield from (key for key, value in changes.items() if value is not None and key not in self.base)

@@ -273,7 +273,7 @@ def main() -> None:
             sidecar = subprocess.Popen([sys.executable, "-m", "docsrv", "snapshot", "pull", url, "--into", str(into), "--every", "0.2"],
                                        stdout=subprocess.DEVNULL, stderr=sidecar_log, start_new_session=True)
         under_load: dict = {}
-        load = Load(server_port)
+        load: Load | None = Load(server_port)
 
         # 1. The publisher, on snapshots.
         publisher: dict = {}
@@ -293,10 +293,11 @@ def main() -> None:
             if previous != base:
                 shutil.rmtree(previous, ignore_errors=True)
             previous = new
-        report["publisher"] = publisher
-        save(report)
-        under_load["publisher"] = load.stop()
-        load = Load(server_port)
+        if publisher:
+            report["publisher"] = publisher
+            save(report)
+            under_load["publisher"] = load.stop()
+            load = Load(server_port)
 
         # 2. The lag, one changeset a second.
         feed = Feed(origin, previous)

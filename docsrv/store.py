@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from operator import attrgetter
 from pathlib import Path
@@ -22,7 +22,7 @@ from .snapshot.load import RawSnapshot, read_snapshot
 from .snapshot.records import Build, BuildCommand, Manifest, PageHead, Project, User, Version
 from .snapshot.validate import check_snapshot
 from .snapshot.verified import record_check
-from .utils.positions import Grouping, PatchedOrder, SortedOrder
+from .utils.positions import Grouping, PatchedOrder, Replaced, SortedOrder
 
 log = logging.getLogger("docsrv")
 #: A server that checked a snapshot whole for longer than this says so as a warning (an INFO line
@@ -91,7 +91,8 @@ class Store:
 
         builds: list[Build] = records["builds"]
         self.builds: Mapping[int, Build] = {b.id: b for b in builds}
-        self.builds_ordered = builds
+        #: Highest rank first; a changeset applied in memory may replace builds in place (``Replaced``).
+        self.builds_ordered: list[Build] | Replaced[Build] = builds
         self.builds_of_project: dict[int, list[Build]] = self._grouped("builds", builds, "project")
         self.builds_by_commit: SortedOrder[Build] | PatchedOrder[Build] = self._sorted("builds", builds, "commit")
 
@@ -172,7 +173,7 @@ class Store:
             return self.versions_by_slug_active.get((slug, active), [])
         return self.versions_ordered if active is None else self.versions_by_active.get(active, [])
 
-    def builds_where(self, *, projects: list[Project] | None = None, commit: str | None = None) -> list[Build]:
+    def builds_where(self, *, projects: list[Project] | None = None, commit: str | None = None) -> Sequence[Build]:
         """Builds of ``projects`` (None: of any project), by commit."""
         if projects is not None:
             if not projects:

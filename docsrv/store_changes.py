@@ -27,7 +27,7 @@ from .snapshot.changeset import Changeset, product_manifest
 from .snapshot.commands import ChangedCommands, CommandFile
 from .snapshot.records import Build, BuildCommand
 from .store import Store
-from .utils.positions import Overlay, PatchedOrder
+from .utils.positions import Overlay, PatchedOrder, Replaced
 
 #: The kinds a changeset may change to be applied in memory.
 LIVE_KINDS = frozenset({"builds", "build_commands"})
@@ -145,24 +145,27 @@ def placement(build: Build) -> tuple:
     return build.project, build.date, build.id
 
 
-def reordered(items: list[Build], gone: list[Build], came: list[Build], replaced: dict[int, Build]) -> list[Build]:
+def reordered(items: list[Build] | Replaced[Build], gone: list[Build], came: list[Build],
+              replaced: dict[int, Build]) -> list[Build] | Replaced[Build]:
     """``items`` (highest rank first) with the builds ``replaced`` in their places, without those
-    ``gone``, and with those that ``came`` in theirs."""
+    ``gone``, and with those that ``came`` in theirs. Replacements alone make a ``Replaced`` of
+    the list; a change of its members makes a new list."""
     if not (gone or came or replaced):
         return items
+    at = {bisect_left(items, newest_key(build), key=newest_key): build for build in replaced.values()}
+    if not (gone or came):
+        return Replaced.of(items, at)
+    result = Replaced.of(items, at).whole()
     if len(gone) + len(came) > RESORT_CHANGES:
         ids = {b.id for b in gone}
-        kept = [replaced.get(b.id, b) for b in items if b.id not in ids] if replaced or ids else list(items)
+        kept = [b for b in result if b.id not in ids]
         kept += came
         kept.sort(key=RANK, reverse=True)
         return kept
-    result = list(items)
-    for build in replaced.values():
-        result[bisect_left(result, newest_key(build), key=newest_key)] = build
     for build in gone:
-        at = bisect_left(result, newest_key(build), key=newest_key)
-        if at < len(result) and result[at].id == build.id:
-            del result[at]
+        position = bisect_left(result, newest_key(build), key=newest_key)
+        if position < len(result) and result[position].id == build.id:
+            del result[position]
     for build in came:
         result.insert(bisect_left(result, newest_key(build), key=newest_key), build)
     return result

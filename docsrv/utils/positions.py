@@ -19,7 +19,7 @@ from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from itertools import accumulate, chain, pairwise
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 import msgspec
 
@@ -181,3 +181,54 @@ class Overlay(Mapping[int, T]):
         changes = self.changes
         yield from (key for key in self.base if changes.get(key, _MISSING) is not None)
         yield from (key for key, value in changes.items() if value is not None and key not in self.base)
+
+
+class Replaced(Sequence[T]):
+    """A list with the items at some positions replaced (changesets applied in memory: a build
+    whose state changed stands where it stood). Copying the list of two million builds for each
+    changeset touched every build; this costs what changed. A page of it is a slice of the list
+    with the replaced items put in."""
+
+    __slots__ = ("at", "base")
+
+    def __init__(self, base: list[T], at: dict[int, T]) -> None:
+        self.base = base
+        #: By position: the item that stands there now.
+        self.at = at
+
+    @classmethod
+    def of(cls, found: list[T] | Replaced[T], at: dict[int, T]) -> Replaced[T]:
+        """``found`` (a list, or one with replacements) with the items at positions ``at`` replaced."""
+        if isinstance(found, Replaced):
+            return cls(found.base, {**found.at, **at})
+        return cls(found, at)
+
+    def whole(self) -> list[T]:
+        """A list of the items, each where it stands."""
+        items = list(self.base)
+        for position, item in self.at.items():
+            items[position] = item
+        return items
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | list[T]:
+        at = self.at
+        if isinstance(index, slice):
+            items = self.base[index]
+            for place, position in enumerate(range(*index.indices(len(self.base)))):
+                found = at.get(position)
+                if found is not None:
+                    items[place] = found
+            return items
+        if index < 0:
+            index += len(self.base)
+        found = at.get(index)
+        return self.base[index] if found is None else found

@@ -93,7 +93,7 @@ class Store:
         self.builds: Mapping[int, Build] = {b.id: b for b in builds}
         #: Highest rank first; a changeset applied in memory may replace builds in place (``Replaced``).
         self.builds_ordered: list[Build] | Replaced[Build] = builds
-        self.builds_of_project: dict[int, list[Build]] = self._grouped("builds", builds, "project")
+        self.builds_of_project: Mapping[int, list[Build]] = self._grouped("builds", builds, "project")
         self.builds_by_commit: SortedOrder[Build] | PatchedOrder[Build] = self._sorted("builds", builds, "commit")
 
         self.commands: CommandFile | ChangedCommands = commands

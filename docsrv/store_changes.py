@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 from bisect import bisect_left
+from collections.abc import Mapping
 from datetime import datetime
 from operator import attrgetter
 from typing import Any
@@ -171,20 +172,17 @@ def reordered(items: list[Build] | Replaced[Build], gone: list[Build], came: lis
     return result
 
 
-def regrouped(groups: dict[int, list[Build]], gone: list[Build], came: list[Build], replaced: dict[int, Build]) -> dict[int, list[Build]]:
+def regrouped(groups: Mapping[int, list[Build]], gone: list[Build], came: list[Build], replaced: dict[int, Build]) -> Overlay[list[Build]]:
     """The builds of each project (highest rank first), with the projects of changed builds
     grouped again; a project left without builds has no group, as in a store loaded whole."""
-    result = dict(groups)
     ids = {b.id for b in gone}
     joined: dict[int, list[Build]] = {}
     for build in came:
         joined.setdefault(build.project, []).append(build)
+    changes: dict[int, list[Build] | None] = {}
     for project in {b.project for b in gone} | joined.keys() | {b.project for b in replaced.values()}:
         kept = [replaced.get(b.id, b) for b in groups.get(project, ()) if b.id not in ids] + joined.get(project, [])
-        if kept:
-            if project in joined or ids:
-                kept.sort(key=RANK, reverse=True)
-            result[project] = kept
-        else:
-            result.pop(project, None)
-    return result
+        if kept and (project in joined or ids):
+            kept.sort(key=RANK, reverse=True)
+        changes[project] = kept or None
+    return Overlay.of(groups, changes)

@@ -145,18 +145,19 @@ class Overlay(Mapping[int, T]):
 
     __slots__ = ("_length", "base", "changes")
 
-    def __init__(self, base: Mapping[int, T], changes: dict[int, T | None]) -> None:
+    def __init__(self, base: Mapping[int, T], changes: dict[int, T | None], length: int) -> None:
         self.base = base
         #: By id: the item now, or None where it was removed.
         self.changes = changes
-        self._length = len(base) + sum((value is not None) - (key in base) for key, value in changes.items())
+        self._length = length
 
     @classmethod
     def of(cls, found: Mapping[int, T], changes: dict[int, T | None]) -> Overlay[T]:
         """``found`` (a dictionary, or an overlay of one) with ``changes`` made."""
+        length = len(found) + sum((value is not None) - (key in found) for key, value in changes.items())
         if isinstance(found, Overlay):
-            return cls(found.base, {**found.changes, **changes})
-        return cls(found, changes)
+            return cls(found.base, {**found.changes, **changes}, length)
+        return cls(found, changes, length)
 
     def get(self, key: int, default: Any = None) -> Any:
         found = self.changes.get(key, _MISSING)

@@ -157,13 +157,16 @@ class ServerLog:
         their place (whose workers apply what they find before serving, without a line each),
         when ``served()`` (the sequence /readyz names) first reaches it."""
         deadline = time.monotonic() + timeout
+        seen: float | None = None
         while time.monotonic() < deadline:
             self.read()
             found = self.lags.get(sequence, {})
             if len(found) >= workers:
                 return max(found.values())
-            if not found and served() >= sequence:
-                return time.time() - published
+            if not found and seen is None and served() >= sequence:
+                seen = time.time() - published
+            if seen is not None and not found and time.time() - published > seen + 5:
+                return seen  # served, and no worker says so: new workers caught up at start
             time.sleep(0.01)
         raise TimeoutError(f"changeset {sequence} not applied by {workers} workers within {timeout} s: {self.lags.get(sequence)}")
 

@@ -99,6 +99,18 @@ def random_change(old: Path, new: Path, name: str, rng: random.Random) -> None:
     renamed(new, name)
 
 
+def replica_and_change(tmp_path: Path, origin: Origin) -> tuple[Path, Path, Path]:
+    """A snapshot published whole and pulled into a replica, and a realistic change of it (not
+    published): (the snapshot, the replica, the changed snapshot)."""
+    base = synth(tmp_path / "s0")
+    docsrv("snapshot", "publish", str(base), str(origin.root))
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    second = tmp_path / "s1"
+    realistic_change(base, second, "snap-1")
+    return base, into, second
+
+
 def assert_serves_the_same(replica: Path, fresh: Path) -> int:
     """Every reply of the crawl, from a server on ``replica`` and one started on ``fresh``: the same
     status, headers (Date aside) and body. Returns how many were compared."""
@@ -363,12 +375,7 @@ def test_a_new_replica_takes_the_base_and_every_changeset_and_compaction_makes_a
     ("base", "head.json: changeset 2 follows elsewhere, not demo (another base)"),
 ])
 def test_a_changeset_that_cannot_be_trusted_is_never_applied(tmp_path, origin, fault, message):
-    base = synth(tmp_path / "s0")
-    docsrv("snapshot", "publish", str(base), str(origin.root))
-    into = tmp_path / "replica"
-    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
-    second = tmp_path / "s1"
-    realistic_change(base, second, "snap-1")
+    base, into, second = replica_and_change(tmp_path, origin)
     docsrv("snapshot", "publish", str(second), str(origin.root), "--since", str(base))
     path, head_path = origin.root / "changesets" / "2.jsonl", origin.root / "head.json"
     head = json.loads(head_path.read_text())
@@ -439,12 +446,7 @@ def test_a_full_disk_applies_nothing_and_publishes_nothing(tmp_path, origin):
     def small_files() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 10, 16 << 10))
 
-    base = synth(tmp_path / "s0")
-    docsrv("snapshot", "publish", str(base), str(origin.root))
-    into = tmp_path / "replica"
-    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
-    second = tmp_path / "s1"
-    realistic_change(base, second, "snap-1")
+    base, into, second = replica_and_change(tmp_path, origin)
     docsrv("snapshot", "prepare", str(second))  # its own check is not what the full disk stops
     assert docsrv("snapshot", "publish", str(second), str(origin.root), "--since", str(base)).returncode == 0
     failed = docsrv("snapshot", "pull", origin.url, "--into", str(into), preexec_fn=small_files)

@@ -24,7 +24,6 @@ reloads onto it, as it does for any new snapshot.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from .api.state import ApiState
 from .http.offload import offload
 from .http.purge import build_change_keys
 from .serving import Served
-from .snapshot.changeset import Changeset, read_changeset
+from .snapshot.changeset import Changeset, read_listed
 from .snapshot.errors import SnapshotError
 from .snapshot.origin import HEAD, PublishedChangeset, changeset_path, decode_head
 from .store import Store
@@ -82,23 +81,14 @@ def pending(directory: Path, name: str, sequence: int) -> list[PublishedChangese
 
 
 def read_sealed(directory: Path, entry: PublishedChangeset) -> Changeset:
-    """A changeset the replica holds, checked against the size and SHA-256 ``head.json`` records."""
-    where = changeset_path(entry.sequence)
+    """A changeset the replica holds, checked against what ``head.json`` records of it."""
+    where = directory / changeset_path(entry.sequence)
     try:
-        data = (directory / where).read_bytes()
+        return read_listed(where.read_bytes(), entry, str(where))
     except OSError as error:
-        raise ChainError(f"{directory / where}: {error.strerror}") from None
-    if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.sha256:
-        raise ChainError(f"{directory / where}: its size or SHA-256 differs from the one {HEAD} records")
-    try:
-        changeset = read_changeset(data, str(directory / where))
+        raise ChainError(f"{where}: {error.strerror}") from None
     except SnapshotError as error:
         raise ChainError(error.summary()) from None
-    header = changeset.header
-    if (header.sequence, header.follows, header.product.name) != (entry.sequence, entry.follows, entry.product):
-        raise ChainError(f"{directory / where}: changeset {header.sequence} from {header.follows} to {header.product.name}, "
-                         f"where {HEAD} lists {entry.sequence} from {entry.follows} to {entry.product}")
-    return changeset
 
 
 def step(directory: Path, store: Store, entry: PublishedChangeset) -> Step | None:

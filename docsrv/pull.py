@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from .config import Deadlines
 from .serving import INDEX, build_index_aside, current_index, fingerprint, index_directories
-from .snapshot.changeset import Changeset, apply, composed, read_changeset
+from .snapshot.changeset import Changeset, apply, composed, product_manifest, read_listed
 from .snapshot.errors import SnapshotError
 from .snapshot.load import manifest_of
 from .snapshot.origin import CHANGESETS, HEAD, SNAPSHOTS, Head, PublishedChangeset, changeset_path, decode_head
@@ -225,8 +225,8 @@ async def follow(
     """Follow an origin's chain: from the state this replica holds when it is on the chain (the
     snapshot ``current`` names and the changesets kept after it), else from the base (pulled
     whole), fetch the changesets it lacks and check each. Those a server applies in memory are
-    kept after ``current`` (``keep_changesets``); otherwise, or past FOLD_CHANGESETS kept, they
-    are folded into the snapshot they make, which ``current`` then names (``fold_changesets``)."""
+    kept after ``current``; otherwise, or past ``fold_at`` kept, they are folded into the
+    snapshot they make, which ``current`` then names (``take_changesets``)."""
     validators.name = head.name
     held = held_state(into, current)
     if held is not None and held[0] == head.name:
@@ -318,13 +318,7 @@ def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, 
     if held is None:
         raise PullError(f"{into / current}: the snapshot current names has no manifest that reads")
     chain = kept.changesets if kept is not None else []
-    changesets = []
-    for entry, path in fetched:
-        try:
-            changesets.append(read_changeset(path.read_bytes(), f"changesets/{entry.sequence}.jsonl"))
-        except SnapshotError as error:
-            raise PullError(error.summary()) from None
-        check_listed(changesets[-1], entry)
+    changesets = [read_checked(path, entry) for entry, path in fetched]
     if (fold_at is None or len(chain) + len(fetched) <= fold_at) and all(in_memory(c, held.public_url) for c in changesets):
         (into / CHANGESETS).mkdir(exist_ok=True)
         for entry, path in fetched:
@@ -332,11 +326,9 @@ def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, 
         write_chain(into, current, held.sequence, [*chain, *(entry for entry, _path in fetched)])
         shutil.rmtree(into / ".pull-changesets", ignore_errors=True)
         return
-    folded = [(entry, into / changeset_path(entry.sequence)) for entry in chain] + fetched
-    apply_changesets(folded, into, current, build_index)
-    product = folded[-1][0]
-    point_current(into, product.product)
-    write_chain(into, product.product, product.sequence, [])
+    product = apply_changesets([*kept_changesets(into, chain), *changesets], into, current, build_index)
+    point_current(into, product.name)
+    write_chain(into, product.name, product.sequence, [])
 
 
 @dataclass(frozen=True)
@@ -354,7 +346,7 @@ def fold_kept(into: Path) -> Folded | None:
     kept = kept_chain(into, current) if current is not None else None
     if current is None or kept is None or not kept.changesets:
         return None
-    apply_changesets([(entry, into / changeset_path(entry.sequence)) for entry in kept.changesets], into, current, True)
+    apply_changesets(kept_changesets(into, kept.changesets), into, current, True)
     return Folded(current, kept.changesets[-1])
 
 
@@ -370,42 +362,40 @@ def finish_fold(into: Path, folded: Folded) -> bool:
     return True
 
 
-def check_listed(changeset: Changeset, entry: PublishedChangeset) -> None:
-    header = changeset.header
-    if (header.sequence, header.follows, header.product.name) != (entry.sequence, entry.follows, entry.product):
-        raise PullError(f"changesets/{entry.sequence}.jsonl: changeset {header.sequence} from {header.follows} to "
-                        f"{header.product.name}, where {HEAD} lists {entry.sequence} from {entry.follows} to {entry.product}")
+def read_checked(path: Path, entry: PublishedChangeset) -> Changeset:
+    """A changeset fetched or kept, checked against what ``head.json`` records of it."""
+    try:
+        return read_listed(path.read_bytes(), entry, changeset_path(entry.sequence))
+    except SnapshotError as error:
+        raise PullError(error.summary()) from None
 
 
-def apply_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, current: str, build_index: bool) -> None:
+def kept_changesets(into: Path, chain: list[PublishedChangeset]) -> list[Changeset]:
+    return [read_checked(into / changeset_path(entry.sequence), entry) for entry in chain]
+
+
+def apply_changesets(changesets: list[Changeset], into: Path, current: str, build_index: bool) -> Manifest:
     """Apply the changesets, composed into one (each record file is written once), to the
     snapshot ``into/current`` names; the product is built aside, checked and indexed as a server
-    would load it, and put in place."""
-    changesets = []
-    for entry, path in fetched:
-        try:
-            changeset = read_changeset(path.read_bytes(), f"changesets/{entry.sequence}.jsonl")
-        except SnapshotError as error:
-            raise PullError(error.summary()) from None
-        check_listed(changeset, entry)
-        changesets.append(changeset)
-    name = fetched[-1][0].product
-    product = into / f".apply-{name}-{fetched[-1][0].sequence}"
-    shutil.rmtree(product, ignore_errors=True)
-    product.mkdir()
+    would load it, and put in place. Returns its manifest."""
+    product = product_manifest(changesets[-1])
+    partial = into / f".apply-{product.name}-{product.sequence}"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
     try:
         try:
-            apply(composed(changesets), into / current, product)
+            apply(composed(changesets), into / current, partial)
         except SnapshotError as error:
             raise PullError(error.summary()) from None
         if build_index:
-            reuse_index(into / current, product)
-        check_and_index(product, name, build_index)
-        put_in_place(product, into / name)
+            reuse_index(into / current, partial)
+        check_and_index(partial, product.name, build_index)
+        put_in_place(partial, into / product.name)
     except BaseException:
-        shutil.rmtree(product, ignore_errors=True)
+        shutil.rmtree(partial, ignore_errors=True)
         raise
     shutil.rmtree(into / ".pull-changesets", ignore_errors=True)
+    return product
 
 
 def reuse_index(previous: Path, product: Path) -> bool:

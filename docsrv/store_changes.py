@@ -6,11 +6,13 @@ builds and their commands. A changeset that changes any other kind is not applie
 writes the snapshot it makes, checks it whole, and points ``current`` at it (a reload).
 
 The store made is a new one; the one it is made from is never changed, so a request in flight
-keeps reading one state. The changed lists are new lists; everything else is shared. Copying the
-dictionary and the ordered list of builds touches the reference count of every build, so the
-first changeset a worker applies takes the pages of its Build objects out of the copy-on-write
-sharing with the other workers (``bench/live.py`` measures what that costs); later ones touch
-the same pages, and a reload after the pull folds the changes into a snapshot shares them again.
+keeps reading one state. Builds by id and by project are overlays of the changes on the loaded
+dictionaries (``utils/positions.Overlay``); a build that keeps its place is replaced where it
+stands in the ordered list (``Replaced``); commit lookups resolve through the current builds
+(``PatchedOrder``). What a changeset costs is then what it changed, but for a build that joins,
+leaves or moves: the ordered list is copied, which touches every build and takes their pages out
+of the workers' copy-on-write sharing (``bench/live.py`` measures what that costs); a fold's
+reload shares them again.
 """
 
 from __future__ import annotations

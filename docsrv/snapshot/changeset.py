@@ -32,6 +32,7 @@ from ..utils.files import clone_or_copy
 from .errors import Problem, ProblemList, SnapshotError
 from .lines import line_blocks, open_records
 from .load import manifest_of, record_file
+from .origin import HEAD, PublishedChangeset
 from .records import FORMAT as SNAPSHOT_FORMAT
 from .records import FORMAT_VERSION as SNAPSHOT_FORMAT_VERSION
 from .records import KINDS, OPTIONAL_KINDS, AwareDatetime, Manifest, PublicUrl, SnapshotName
@@ -163,6 +164,20 @@ def read_changeset(data: bytes, name: str) -> Changeset:
             if change.build:
                 deleted_commands[identity] = change.build
     return Changeset(header, upserts, deletes, deleted_commands)
+
+
+def read_listed(data: bytes, entry: PublishedChangeset, name: str) -> Changeset:
+    """The changeset in ``data`` (file ``name``), which a ``head.json`` lists as ``entry``: its size
+    and SHA-256 those ``entry`` records, every line checked (``read_changeset``), and its header
+    the sequence, the snapshot followed and the product ``entry`` names. SnapshotError otherwise."""
+    if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.sha256:
+        raise invalid(name, None, f"its size or SHA-256 differs from the one {HEAD} records")
+    changeset = read_changeset(data, name)
+    header = changeset.header
+    if (header.sequence, header.follows, header.product.name) != (entry.sequence, entry.follows, entry.product):
+        raise invalid(name, 1, f"changeset {header.sequence} from {header.follows} to {header.product.name}, where {HEAD} "
+                               f"lists {entry.sequence} from {entry.follows} to {entry.product}")
+    return changeset
 
 
 # Making one.

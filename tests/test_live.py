@@ -270,8 +270,9 @@ def test_a_server_applies_changesets_of_builds_in_memory_and_serves_what_a_fresh
 def test_a_kept_changeset_that_fails_its_seal_is_never_applied_and_a_new_worker_serves_what_its_peers_serve(
     tmp_path, origin, start_server
 ):
-    """A changeset rewritten in the replica's directory after the pull checked it is not applied:
-    the worker says so in one line and serves what it had; once the file is whole again, it
+    """A ``head.json`` that does not read, or a changeset rewritten in the replica's directory
+    after the pull checked it, is not applied: the worker says so in one line and serves what it
+    had; once the file is whole again, it
     applies it. A worker killed after that is replaced by one serving the same state."""
     base = synth(tmp_path / "s0")
     assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
@@ -284,6 +285,10 @@ def test_a_kept_changeset_that_fails_its_seal_is_never_applied_and_a_new_worker_
     shutil.copytree(into, tmp_path / "pulled", symlinks=True)
     assert docsrv("snapshot", "pull", origin.url, "--into", str(tmp_path / "pulled")).returncode == 0
     whole = (tmp_path / "pulled" / "changesets" / "2.jsonl").read_bytes()
+    start = len(server.log)
+    (into / "head.json").write_bytes(b'{"format": "docsrv-origin", "changesets": [')  # a list cut short
+    line = server.wait_for("changeset not applied", start=start)
+    assert "head.json: not an origin's head" in line and line.rstrip().endswith("; serving demo")
     (into / "changesets").mkdir()
     (into / "changesets" / "2.jsonl").write_bytes(whole.replace(b'"state":"building"', b'"state":"finished"', 1))
     start = len(server.log)

@@ -403,6 +403,15 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
             return
         self.force_close()
 
+    def _process_keepalive(self) -> None:
+        """aiohttp's keep-alive timer. aiohttp arms it again after each answer of its own, when
+        ``answered_by_aiohttp`` has run, and it would then close a connection that the lane kept
+        busy since: while the lane is on, the lane's deadline decides (``_close_if_idle``)."""
+        if self._lane_on:
+            stop_keepalive(self)
+            return
+        super()._process_keepalive()
+
     def has_answered(self) -> bool:
         return self._lane_answered or super().has_answered()
 
@@ -609,7 +618,6 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
             if not keep_alive:
                 self._lane_off()  # aiohttp closes the connection: nothing after it is answered
                 return
-            stop_keepalive(self)  # aiohttp armed its timer after answering: the lane's keeps the deadline
             self._deadline = self._loop_time() + self._keepalive_seconds
             if not self._in_aiohttp and self._held:
                 loop_of(self).call_soon(self._carry_on)

@@ -21,7 +21,7 @@ import copy
 from bisect import bisect_left
 from collections.abc import Mapping
 from datetime import datetime
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import msgspec
@@ -34,10 +34,6 @@ from .utils.positions import Overlay, PatchedOrder, Replaced
 
 #: The kinds a changeset may change to be applied in memory.
 LIVE_KINDS = frozenset({"builds", "build_commands"})
-#: Past this many builds leaving or joining, the ordered list is sorted again rather than changed
-#: in place (each change in place moves the tail of a list of every build: about 0.4 ms for the
-#: 500,000 builds of the medium scale, where sorting them again takes about 150 ms).
-RESORT_CHANGES = 256
 #: Where a build stands among builds: served newest first, then by id (``served_records``).
 RANK = attrgetter("date", "id")
 
@@ -152,39 +148,60 @@ def reordered(items: list[Build] | Replaced[Build], gone: list[Build], came: lis
               replaced: dict[int, Build]) -> list[Build] | Replaced[Build]:
     """``items`` (highest rank first) with the builds ``replaced`` in their places, without those
     ``gone``, and with those that ``came`` in theirs. Replacements alone make a ``Replaced`` of
-    the list; a change of its members makes a new list."""
+    the list; a change of its members makes a new list (``rearranged``)."""
     if not (gone or came or replaced):
         return items
     at = {bisect_left(items, newest_key(build), key=newest_key): build for build in replaced.values()}
     if not (gone or came):
         return Replaced.of(items, at)
-    result = Replaced.of(items, at).whole()
-    if len(gone) + len(came) > RESORT_CHANGES:
-        ids = {b.id for b in gone}
-        kept = [b for b in result if b.id not in ids]
-        kept += came
-        kept.sort(key=RANK, reverse=True)
-        return kept
-    for build in gone:
-        position = bisect_left(result, newest_key(build), key=newest_key)
-        if position < len(result) and result[position].id == build.id:
-            del result[position]
-    for build in came:
-        result.insert(bisect_left(result, newest_key(build), key=newest_key), build)
-    return result
+    whole = Replaced.of(items, at)
+    return rearranged(whole.base, whole.at, gone, came)
 
 
 def regrouped(groups: Mapping[int, list[Build]], gone: list[Build], came: list[Build], replaced: dict[int, Build]) -> Overlay[list[Build]]:
-    """The builds of each project (highest rank first), with the projects of changed builds
-    grouped again; a project left without builds has no group, as in a store loaded whole."""
-    ids = {b.id for b in gone}
-    joined: dict[int, list[Build]] = {}
-    for build in came:
-        joined.setdefault(build.project, []).append(build)
+    """The builds of each project (highest rank first), with the lists of projects whose builds
+    changed made again; a project left without builds has no group, as in a store loaded whole."""
+    by_project: dict[int, tuple[list[Build], list[Build], list[Build]]] = {}
+    for place, builds in enumerate((gone, came, replaced.values())):
+        for build in builds:
+            by_project.setdefault(build.project, ([], [], []))[place].append(build)
     changes: dict[int, list[Build] | None] = {}
-    for project in {b.project for b in gone} | joined.keys() | {b.project for b in replaced.values()}:
-        kept = [replaced.get(b.id, b) for b in groups.get(project, ()) if b.id not in ids] + joined.get(project, [])
-        if kept and (project in joined or ids):
-            kept.sort(key=RANK, reverse=True)
-        changes[project] = kept or None
+    for project, (left, joined, kept) in by_project.items():
+        items = groups.get(project, [])
+        at = {bisect_left(items, newest_key(build), key=newest_key): build for build in kept}
+        changes[project] = rearranged(items, at, left, joined) or None
     return Overlay.of(groups, changes)
+
+
+#: What ``rearranged`` does at a position of the list: put a build in before the one there,
+#: replace the one there, or leave it out (in this order at one position).
+_PUT_IN, _REPLACE, _LEAVE_OUT = 0, 1, 2
+
+
+def rearranged(items: list[Build], at: Mapping[int, Build], gone: list[Build], came: list[Build]) -> list[Build]:
+    """A new list of ``items`` (highest rank first) with the builds ``at`` positions replaced,
+    those ``gone`` left out and those that ``came`` put in their places. Each change is found by
+    bisection and the list is assembled from the slices between them: one copy of the list
+    however many builds changed (changing a list in place moves its tail once a change: a
+    thousand changes of the two million builds of the large scale took over a second)."""
+    replacing = dict(at)
+    edits: list[tuple[int, int, Build | None]] = []
+    for build in gone:
+        position = bisect_left(items, newest_key(build), key=newest_key)
+        if position < len(items) and items[position].id == build.id:
+            replacing.pop(position, None)
+            edits.append((position, _LEAVE_OUT, None))
+    edits += [(position, _REPLACE, build) for position, build in replacing.items()]
+    # Highest rank first, so that builds put in at one position keep that order (the sort is stable).
+    edits += [(bisect_left(items, newest_key(build), key=newest_key), _PUT_IN, build)
+              for build in sorted(came, key=RANK, reverse=True)]
+    edits.sort(key=itemgetter(0, 1))
+    result: list[Build] = []
+    start = 0
+    for position, edit, standing in edits:
+        result += items[start:position]
+        if standing is not None:
+            result.append(standing)
+        start = position if edit == _PUT_IN else position + 1
+    result += items[start:]
+    return result

@@ -1,7 +1,9 @@
 """A replica following an origin's changesets under steady load: what one change costs from the
-publisher to every worker serving it, and what following costs the hot path and memory.
+publisher to every worker serving it, what following costs the hot path and memory, and whether
+what it serves equals a fresh server's.
 
     python bench/live.py [--scale medium] [--sizes 1 10 100 1000] [--rounds 50] [--pss-changesets 1000]
+                         [--crawl-changesets 20] [--skip publisher hot pss crawl]
 
 A synthetic snapshot (bench/scratch/, indexed: its index is published with it) is published whole
 on an origin directory that Python's http.server serves on loopback, pulled into a replica, and
@@ -25,6 +27,12 @@ follows the origin as a sidecar and wrk asks the server for a project list witho
 4. Memory: ``--pss-changesets`` changesets of 10 builds as fast as the replica applies them
    (the pull folds them into a snapshot every 200, and the server reloads onto it); the PSS of
    the server's processes every 100 changesets.
+5. Equivalence, by a crawl: ``--crawl-changesets`` changesets that flip, move (a new date) and
+   add builds, applied in memory; then the sidecar is stopped, the changesets kept are folded
+   into the snapshot they make (as the pull folds them), a fresh server is started on it, and
+   every URL of a crawl (``tests/crawl.py``: each kind of URL of the projects whose builds
+   changed and of ``--crawl-projects`` more, the changed builds' own) is asked of both. A reply
+   differs when its status, a header (``Date`` aside) or its body does.
 
 Failed requests are counted in each phase under load (wrk's errors and non-2xx): the publisher's,
 the lag's (changesets in memory alone) and the memory's (folds and their reloads included).
@@ -36,6 +44,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -47,12 +56,12 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
+sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "tests")]
 import msgspec  # noqa: E402
+from crawl import crawl  # noqa: E402
 
 from docsrv.publish import read_head, write_head  # noqa: E402
-from docsrv.pull import FOLD_CHANGESETS  # noqa: E402
+from docsrv.pull import FOLD_CHANGESETS, fold_kept  # noqa: E402
 from docsrv.snapshot.changeset import FORMAT, FORMAT_VERSION, Header, Product  # noqa: E402
 from docsrv.snapshot.load import manifest_of  # noqa: E402
 from docsrv.snapshot.origin import CHANGESETS, PublishedChangeset, changeset_path  # noqa: E402
@@ -61,6 +70,7 @@ from docsrv.snapshot.write import write_manifest  # noqa: E402
 from docsrv.utils.files import clone_or_copy, replace_file  # noqa: E402
 from run import WORK, System, free_port, pinned, pss_kb, snapshot_path, tree  # noqa: E402
 
+BUILD_ID = re.compile(rb'\{"id":(\d+)[,}]')
 APPLIED = re.compile(r"worker (\d+) applied changeset (\d+): serving \S+, ([\d.]+) s after it was published")
 
 
@@ -89,10 +99,80 @@ def changed(previous: Path, new: Path, name: str, builds: int, turn: int) -> Non
     write_manifest(new, msgspec.structs.replace(manifest, name=name, index={}, sequence=0))
 
 
-def flipped(line: bytes) -> bytes:
+def flipped(line: bytes, date: str | None = None) -> bytes:
+    """A build's line with its state flipped (and its date set, with ``date``)."""
     build = json.loads(line)
     build["state"] = "building" if build.get("state", "finished") == "finished" else "finished"
+    if date is not None:
+        build["date"] = date
     return json.dumps(build, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def build_id(line: bytes) -> int:
+    """The id of a build's line, which begins with it (as ``docsrv`` writes records)."""
+    found = BUILD_ID.match(line)
+    assert found is not None, line[:80]
+    return int(found.group(1))
+
+
+def renumbered(line: bytes, identity: int, date: str) -> bytes:
+    """A new build like the one of ``line``: another id, triggered at ``date``."""
+    build = json.loads(line)
+    build.update(id=identity, date=date, state="triggered")
+    return json.dumps(build, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def equivalence(live: System, into: Path, base: Path, changed_builds: set[int], projects: int) -> dict:
+    """Fold the changesets kept after ``into/current`` into the snapshot they make, start a fresh
+    server on it, and ask both servers every URL of a crawl: the replies that differ."""
+    folded = fold_kept(into)
+    product = into / (folded.last.product if folded is not None else os.readlink(into / "current"))
+    port = free_port()
+    fresh = System("docsrv-fresh", [sys.executable, "-m", "docsrv", "serve", "--snapshot", str(product), "--workers", "1",
+                                    "--port", str(port)], port)
+    try:
+        builds = [json.loads(line) for line in (product / "builds.jsonl").read_bytes().splitlines() if line]
+        changed = [b for b in builds if b["id"] in changed_builds]
+        all_projects = sorted({b["project"] for b in builds})
+        kept = {b["project"] for b in changed} | set(random.Random(35).sample(all_projects, min(projects, len(all_projects))))
+        urls = crawl(base, product, projects_kept=kept, per_project=5)
+        urls += [f"/api/{api}/build/{b['id']}/" for b in changed for api in ("v2", "v1")]
+        urls = list(dict.fromkeys(urls))
+        differing = []
+        started = time.perf_counter()
+        host = {"Host": "replica.example.org"}  # one host for both: the links of a reply are made from it
+        for url in urls:
+            ours, theirs = live.get(url, host), fresh.get(url, host)
+            for _ in range(50):  # another worker of the live server may apply the last changeset a moment later
+                if ours[1].get("X-Snapshot", product.name) == product.name:
+                    break
+                time.sleep(0.1)
+                ours = live.get(url, host)
+            if without_date(ours) != without_date(theirs):
+                differing.append({"url": url, **first_difference(without_date(ours), without_date(theirs))})
+        return {"snapshot": product.name, "urls": len(urls), "projects": len(kept), "changed_builds": len(changed),
+                "crawl_s": round(time.perf_counter() - started, 1), "differing": len(differing), "first_differing": differing[:5]}
+    finally:
+        fresh.stop()
+        if folded is not None:
+            shutil.rmtree(product, ignore_errors=True)
+
+
+def first_difference(ours: tuple[int, dict, bytes], theirs: tuple[int, dict, bytes]) -> dict:
+    """Where two replies first differ: status, the headers that differ, or the body around the first byte that does."""
+    if ours[0] != theirs[0]:
+        return {"status": [ours[0], theirs[0]]}
+    headers = {name: [ours[1].get(name), theirs[1].get(name)] for name in ours[1].keys() | theirs[1].keys()
+               if ours[1].get(name) != theirs[1].get(name) and name != "ETag"}
+    at = next((i for i, (a, b) in enumerate(zip(ours[2], theirs[2], strict=False)) if a != b), min(len(ours[2]), len(theirs[2])))
+    body = {"at": at, "live": ours[2][max(0, at - 60):at + 60].decode(errors="replace"),
+            "fresh": theirs[2][max(0, at - 60):at + 60].decode(errors="replace")} if ours[2] != theirs[2] else {}
+    return {"headers": headers, "body": body}
+
+
+def without_date(reply: tuple[int, dict, bytes]) -> tuple[int, dict, bytes]:
+    status, headers, body = reply
+    return status, {name: value for name, value in headers.items() if name != "Date"}, body
 
 
 class Feed:
@@ -103,23 +183,39 @@ class Feed:
         self.origin = origin
         self.manifest = manifest_of(snapshot)
         self.lines = [line for line in (snapshot / "builds.jsonl").read_bytes().split(b"\n") if line]
+        self.loaded = len(self.lines)
         self.turn = 0
+        #: The id of the next build added (found at the first: decoding every build is seconds at large).
+        self.next_id = 0
+        #: The ids of the builds changed so far.
+        self.changed: set[int] = set()
 
-    def publish(self, builds: int) -> tuple[int, int, float]:
-        """Publish a changeset of ``builds`` builds: (its sequence, its bytes, when head.json was written)."""
+    def publish(self, builds: int, moved: int = 0, added: int = 0) -> tuple[int, int, float]:
+        """Publish a changeset of ``builds`` builds flipped, of which ``moved`` also get a new date
+        (they move to the top of their lists), and ``added`` new ones: (its sequence, its bytes,
+        when head.json was written)."""
         head = read_head(self.origin)
         assert head is not None
         sequence = head.sequence + 1
         self.turn += 1
         step = max(1, len(self.lines) // builds)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = []
-        for number in range(builds):
+        for number in range(builds + added):
             at = (number * step + self.turn) % len(self.lines)
-            self.lines[at] = flipped(self.lines[at])
+            if number < builds:
+                self.lines[at] = flipped(self.lines[at], now if number < moved else None)
+            else:
+                self.next_id = self.next_id or max(build_id(line) for line in self.lines) + 1
+                self.lines.append(renumbered(self.lines[at], self.next_id, now))
+                self.next_id += 1
+                at = len(self.lines) - 1
+            self.changed.add(build_id(self.lines[at]))
             body.append(b'{"op":"upsert","kind":"builds","record":%s}' % self.lines[at])
         name = f"feed-{sequence}"
         manifest = self.manifest
-        product = Product(name=name, created_at=datetime.now(UTC), public_url=manifest.public_url, counts=manifest.counts,
+        counts = {**manifest.counts, "builds": manifest.counts["builds"] + len(self.lines) - self.loaded}
+        product = Product(name=name, created_at=datetime.now(UTC), public_url=manifest.public_url, counts=counts,
                           description=manifest.description)
         header = Header(format=FORMAT, format_version=FORMAT_VERSION, sequence=sequence, follows=head.name, product=product,
                         changes=len(body))
@@ -245,7 +341,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=50, help="changesets of each size for the lag")
     parser.add_argument("--hot-seconds", type=int, default=10)
     parser.add_argument("--pss-changesets", type=int, default=1000)
-    parser.add_argument("--skip", nargs="*", default=[], choices=["publisher", "hot", "pss"], help="phases not to run")
+    parser.add_argument("--crawl-changesets", type=int, default=20, help="changesets applied before the equivalence crawl")
+    parser.add_argument("--crawl-projects", type=int, default=200, help="projects crawled beside those whose builds changed")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["publisher", "hot", "pss", "crawl"], help="phases not to run")
     args = parser.parse_args()
     base = snapshot_path(args.scale, 1)
     if not (base / "index" / "docsrv-index.json").exists():
@@ -345,6 +443,8 @@ def main() -> None:
                 feeder = subprocess.Popen([sys.executable, __file__, "--feed-only", str(origin), str(previous), "1"],
                                           start_new_session=True) if condition == "changesets" else None
                 try:
+                    if feeder is not None:  # its start (reading every build) is not the server's cost
+                        wait_for_sequence(server, read_head(origin).sequence + 1)
                     used = cpu_seconds(tree(server.process.pid))
                     ours, ours_errors = wrk_rps(server_port, hot, args.hot_seconds)
                     used = cpu_seconds(tree(server.process.pid)) - used
@@ -368,12 +468,7 @@ def main() -> None:
             pss = [{"changesets": 0, "pss_mb": round(pss_kb(tree(master)) / 1024, 1)}]
             for number in range(1, args.pss_changesets + 1):
                 sequence, _bytes, _written = feed.publish(10)
-                # A fold reloads the server onto the snapshot it makes: /readyz says what is served.
-                deadline = time.monotonic() + 300
-                while served() < sequence:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"changeset {sequence} not served within 300 s")
-                    time.sleep(0.02)
+                wait_for_sequence(server, sequence)
                 if number % 100 == 0:
                     pss.append({"changesets": number, "pss_mb": round(pss_kb(tree(master)) / 1024, 1)})
                     print("pss", pss[-1], flush=True)
@@ -381,6 +476,16 @@ def main() -> None:
             report["pss"] = pss
             under_load["pss"] = load.stop()
             load = None
+        # 5. Equivalence, by a crawl.
+        if "crawl" not in args.skip:
+            for _ in range(args.crawl_changesets):
+                sequence, _bytes, _written = feed.publish(100, moved=20, added=5)
+            wait_for_sequence(server, sequence)
+            os.killpg(sidecar.pid, signal.SIGTERM)
+            sidecar.wait(timeout=300)
+            report["crawl"] = equivalence(server, into, base, feed.changed, args.crawl_projects)
+            print("crawl", report["crawl"], flush=True)
+            save(report)
         hot_errors = sum(run["errors"] for runs in hot_path.values() for run in runs)
         report.update({"under_load": under_load, "hot_path_errors": hot_errors,
                        "failed_requests": sum(phase["failed"] for phase in under_load.values()) + hot_errors})
@@ -395,6 +500,15 @@ def main() -> None:
             if system is not None:
                 system.stop()
         http_origin.stop()
+
+
+def wait_for_sequence(server: System, sequence: int, timeout: float = 300.0) -> None:
+    """Until the server's /readyz says it serves ``sequence`` or later (a fold on the way reloads it)."""
+    deadline = time.monotonic() + timeout
+    while int(json.loads(server.get("/readyz")[2]).get("sequence", 0)) < sequence:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"changeset {sequence} not served within {timeout} s")
+        time.sleep(0.02)
 
 
 def settled(server: System, reloads: int) -> bool:

@@ -161,8 +161,10 @@ def test_readyz_counts_old_workers_draining_and_fleet_wait_waits_for_none(tmp_pa
     assert behind.stderr == f"docsrv: after 0.5 s, 1 of 1 replica(s) do not serve snapshot snap-b alone: {server.base}: serves snapshot snap-a\n"
     point(current, second)
     server.process.send_signal(signal.SIGHUP)
-    ready = poll(lambda: (body := json.loads(fresh_get(server.port, "/readyz")[2]))["snapshot"] == "snap-b" and body,
-                 what="the new snapshot served")
+    # A new worker answers as soon as it is ready; the swap that stops the old one (and counts it
+    # as draining) comes when every new worker is: its reload count says it has come.
+    ready = poll(lambda: (body := json.loads(fresh_get(server.port, "/readyz")[2]))["snapshot"] == "snap-b" and body["reloads"] == 1
+                 and body, what="the new snapshot served, the old worker told to stop")
     assert ready["draining_workers"] == 1  # the old worker keeps the connection above open a while
 
     def on_the_kept_connection():

@@ -263,8 +263,15 @@ def test_a_server_applies_changesets_of_builds_in_memory_and_serves_what_a_fresh
             fresh.stop()
         previous = new
     server.stop()
-    restarted = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1")
+    # A restart applies the three changesets kept, composed into one, before it forks: the same replies.
+    restarted = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", "https://api.example.org")
     assert (restarted.json("/readyz")["snapshot"], restarted.json("/readyz")["sequence"]) == ("snap-3", 4)
+    fresh = InProcessServer(previous, Settings(public_url="https://api.example.org"))
+    try:
+        assert restarted.json("/readyz")["counts"] == fresh.json("/readyz")["counts"]
+        assert_same_replies(restarted, fresh, urls)
+    finally:
+        fresh.stop()
 
 
 def test_a_kept_changeset_that_fails_its_seal_is_never_applied_and_a_new_worker_serves_what_its_peers_serve(

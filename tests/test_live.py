@@ -274,6 +274,40 @@ def test_a_server_applies_changesets_of_builds_in_memory_and_serves_what_a_fresh
         fresh.stop()
 
 
+def test_changesets_that_arrive_together_are_applied_at_once_and_serve_what_a_fresh_server_serves(tmp_path, origin, start_server):
+    """Two changesets kept by one pull are composed and applied in one step by a running worker,
+    which logs each; its replies are those of a fresh server on the second one's product."""
+    from docsrv.config import Settings
+
+    base = synth(tmp_path / "s0")
+    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    server = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", "https://api.example.org")
+    rng = random.Random(11)
+    first, second = tmp_path / "s1", tmp_path / "s2"
+    builds_change(base, first, "snap-1", rng, flips=5, moves=3)
+    builds_change(first, second, "snap-2", rng, flips=5, moves=3)
+    urls = crawl(base, first, second)
+    for url in urls:  # a warm cache
+        server.get(url)
+    for old, new in ((base, first), (first, second)):
+        assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(old)).returncode == 0
+    start = len(server.log)
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    assert [e["sequence"] for e in json.loads((into / "head.json").read_bytes())["changesets"]] == [2, 3]
+    poll(lambda: server.json("/readyz")["sequence"] == 3, what="changesets 2 and 3 applied")
+    applied = [line for line in server.log[start:] if "applied changeset" in line]
+    assert [line.split("applied changeset ")[1].split(":")[0] for line in applied] == ["2", "3"]
+    assert all(": serving snap-2, " in line for line in applied)  # one step: the state after both
+    fresh = InProcessServer(second, Settings(public_url="https://api.example.org"))
+    try:
+        assert server.json("/readyz")["counts"] == fresh.json("/readyz")["counts"]
+        assert_same_replies(server, fresh, urls)
+    finally:
+        fresh.stop()
+
+
 def test_a_kept_changeset_that_fails_its_seal_is_never_applied_and_a_new_worker_serves_what_its_peers_serve(
     tmp_path, origin, start_server
 ):

@@ -17,7 +17,7 @@ holds each (``pull.py``). A server started with ``--watch`` on ``DIR/current`` f
 
 A changeset that does not follow (another base, a gap), or fails its seal or its reading, is
 never applied: the worker says so in one line and serves what it has until ``head.json``
-changes. One that the store cannot take in memory (it changes projects, versions or pages) waits
+changes. One that the store cannot take in memory (it changes projects or pages, or versions not in place) waits
 for the pull, which writes the snapshot it makes and points ``current`` at it: the server then
 reloads onto it, as it does for any new snapshot.
 """
@@ -34,7 +34,7 @@ from typing import Protocol
 
 from .api.state import ApiState
 from .http.offload import offload
-from .http.purge import build_change_keys
+from .http.purge import applied_keys
 from .serving import Served
 from .snapshot.changeset import Changeset, composed, read_listed
 from .snapshot.errors import SnapshotError
@@ -122,8 +122,7 @@ def step(directory: Path, store: Store) -> Step:
         return Step(store, [], [], waits, error)
     done = applied(store, composed(changesets), entries[-1].published_at)
     assert done is not None  # each follows the one before (``decode_head``), the first the store (``pending``)
-    touched = [key for before, after in done.builds.values() for key in build_change_keys(before, after)]
-    return Step(done.store, touched, entries, waits, error)
+    return Step(done.store, applied_keys(done), entries, waits, error)
 
 
 def caught_up(served: Served, directory: Path | None) -> Served:

@@ -28,7 +28,7 @@ import msgspec
 
 from .edge.diff import compare
 from .errors import CommandError
-from .http.purge import build_change_keys
+from .http.purge import applied_keys
 from .snapshot.changeset import Changeset, compute, read_changeset, read_listed, with_purge_keys
 from .snapshot.load import manifest_of
 from .snapshot.origin import CHANGESETS, FORMAT, FORMAT_VERSION, HEAD, SNAPSHOTS, Head, PublishedChangeset, changeset_path, decode_head
@@ -105,7 +105,7 @@ def changed_keys(served: Store, old: Path, new: Path, changeset: Changeset) -> l
     done = applied(served, changeset) if in_memory(changeset, served.public_url) else None
     if done is None:
         return compare(old, new).all()
-    return sorted({key for before, after in done.builds.values() for key in build_change_keys(before, after)})
+    return sorted(set(applied_keys(done)))
 
 
 def published_keys(origin: Path, since: int | None = None) -> list[str]:

@@ -107,7 +107,7 @@ async def pull(
     deadlines: Deadlines = DEFAULT_DEADLINES, fold_at: int | None = FOLD_CHANGESETS,
 ) -> Pulled:
     """Pull the snapshot published at ``url`` into ``into`` and point ``into/current`` at it.
-    Changesets of builds are kept after it instead, up to ``fold_at`` (None: any number, which
+    Changesets of builds (and of versions in place) are kept after it instead, up to ``fold_at`` (None: any number, which
     a sidecar folds in the background: ``pull_every``).
 
     Every failure of the origin (refused, reset, redirected in a loop or off http(s), too slow)

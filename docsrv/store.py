@@ -80,13 +80,16 @@ class Store:
             self.subprojects.setdefault(relation.parent, []).append(self.projects[relation.child])
 
         versions: list[Version] = records["versions"]
-        self.versions: dict[int, Version] = {v.id: v for v in versions}
-        self.versions_ordered = versions
-        self.versions_of_project: dict[int, list[Version]] = self._grouped("versions", versions, "project")
-        self.versions_by_active: dict[bool, list[Version]] = self._grouped("versions", versions, "active")
-        self.versions_of_project_active: dict[tuple[int, bool], list[Version]] = self._grouped("versions", versions, "project", "active")
-        self.versions_by_slug: dict[str, list[Version]] = self._grouped("versions", versions, "slug")
-        self.versions_by_slug_active: dict[tuple[str, bool], list[Version]] = self._grouped("versions", versions, "slug", "active")
+        # A changeset applied in memory may edit versions in place (``store_changes.py``): these
+        # may then be overlays of the loaded ones, and the ordered list a ``Replaced`` view.
+        self.versions: Mapping[int, Version] = {v.id: v for v in versions}
+        self.versions_ordered: list[Version] | Replaced[Version] = versions
+        self.versions_of_project: Mapping[int, list[Version]] = self._grouped("versions", versions, "project")
+        self.versions_by_active: Mapping[bool, list[Version]] = self._grouped("versions", versions, "active")
+        self.versions_of_project_active: Mapping[tuple[int, bool], list[Version]] = self._grouped("versions", versions, "project", "active")
+        self.versions_by_slug: Mapping[str, list[Version]] = self._grouped("versions", versions, "slug")
+        self.versions_by_slug_active: Mapping[tuple[str, bool], list[Version]] = self._grouped("versions", versions, "slug", "active")
+        #: The loaded versions by project and slug, which an edit in place keeps: found by id in ``versions``.
         self._version_by_slug: SortedOrder[Version] = self._sorted("versions", versions, "project", "slug")
 
         builds: list[Build] = records["builds"]
@@ -155,7 +158,7 @@ class Store:
 
     def versions_where(
         self, *, projects: list[Project] | None = None, slug: str | None = None, active: bool | None = None
-    ) -> list[Version]:
+    ) -> Sequence[Version]:
         """Versions of ``projects`` (None: of any project), by slug and by whether they are active."""
         if projects is not None:
             if not projects:
@@ -186,7 +189,8 @@ class Store:
 
     def version_of(self, project: int, slug: str) -> Version | None:
         """A public version of a project, by slug."""
-        return self._version_by_slug.first((project, slug))
+        found = self._version_by_slug.first((project, slug))
+        return None if found is None else self.versions[found.id]
 
     def commands_of(self, build: Build) -> list[BuildCommand]:
         """The commands of a public build, by start time (read from disk)."""

@@ -2,58 +2,71 @@
 
 A server that follows a replica's changesets (``following.py``) applies each one in every worker,
 without a reload. What is applied in memory is what the service changes every few seconds:
-builds and their commands. A changeset that changes any other kind is not applied here: the pull
-writes the snapshot it makes, checks it whole, and points ``current`` at it (a reload).
+builds and their commands, and versions edited in place (as a build's end edits them: the same
+slug, project and privacy, so nothing becomes public or private and no address moves; the
+changeset's header says so, ``in_place``). A changeset that changes anything else is not applied
+here: the pull writes the snapshot it makes, checks it whole, and points ``current`` at it (a
+reload).
 
 The store made is a new one; the one it is made from is never changed, so a request in flight
-keeps reading one state. Builds by id and by project are overlays of the changes on the loaded
-dictionaries (``utils/positions.Overlay``); a build that keeps its place is replaced where it
-stands in the ordered list (``Replaced``); commit lookups resolve through the current builds
-(``PatchedOrder``). What a changeset costs is then what it changed, but for a build that joins,
-leaves or moves: the ordered list is copied, which touches every build and takes their pages out
-of the workers' copy-on-write sharing (``bench/live.py`` measures what that costs); a fold's
-reload shares them again.
+keeps reading one state. Records by id and their groupings are overlays of the changes on the
+loaded dictionaries (``utils/positions.Overlay``); a record that keeps its place is replaced
+where it stands in an ordered list (``Replaced``); lookups by commit, and by project and slug,
+resolve through the current records (``PatchedOrder``, ``Store.version_of``). What a changeset
+costs is then what it changed, but for a record that joins, leaves or moves in a list: the list
+is copied (``rearranged``), which touches every record of it and takes their pages out of the
+workers' copy-on-write sharing (``bench/live.py`` measures what that costs); a fold's reload
+shares them again.
 """
 
 from __future__ import annotations
 
 import copy
 from bisect import bisect_left
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from operator import attrgetter, itemgetter
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
 from .snapshot.changeset import Changeset, product_manifest
 from .snapshot.commands import ChangedCommands, CommandFile
-from .snapshot.records import Build, BuildCommand
+from .snapshot.records import Build, BuildCommand, Record, Version
 from .store import Store
 from .utils.positions import Overlay, PatchedOrder, Replaced
 
 #: The kinds a changeset may change to be applied in memory.
-LIVE_KINDS = frozenset({"builds", "build_commands"})
+LIVE_KINDS = frozenset({"builds", "build_commands", "versions"})
 #: Where a build stands among builds: served newest first, then by id (``served_records``).
 RANK = attrgetter("date", "id")
 
+#: A record of a list (it has an id) and a group's key.
+V = TypeVar("V", bound=Record)
+K = TypeVar("K")
+
 _build = msgspec.json.Decoder(Build)
 _command = msgspec.json.Decoder(BuildCommand)
+_version = msgspec.json.Decoder(Version)
 
 
 class Applied(msgspec.Struct, frozen=True):
-    """A changeset applied: the store it makes, and each changed build as served before and after
-    (the slug of its project and the build; None where it is not served)."""
+    """A changeset applied: the store it makes, each changed build as served before and after
+    (the slug of its project and the build; None where it is not served), and each served version
+    that changed (the slug of its project, the version before and after)."""
 
     store: Store
     builds: dict[int, tuple[tuple[str, Build] | None, tuple[str, Build] | None]]
+    versions: list[tuple[str, Version, Version]]
 
 
 def in_memory(changeset: Changeset, public_url: str) -> bool:
     """Whether a server applies ``changeset`` in memory to a snapshot published at ``public_url``:
-    it changes builds and their commands alone, names the build of each command it deletes, and
-    keeps the public URL (which every reply's links begin with)."""
-    return (changeset.kinds <= LIVE_KINDS and changeset.deletes["build_commands"] <= changeset.deleted_commands.keys()
+    it changes builds and their commands, and versions in place (each it upserts was there with
+    the same slug, project and privacy, and it deletes none: its header says so), names the build
+    of each command it deletes, and keeps the public URL (which every reply's links begin with)."""
+    return (changeset.kinds <= LIVE_KINDS and ("versions" not in changeset.kinds or changeset.header.in_place)
+            and changeset.deletes["build_commands"] <= changeset.deleted_commands.keys()
             and changeset.header.product.public_url.rstrip("/") == public_url.rstrip("/"))
 
 
@@ -82,8 +95,8 @@ def applied(store: Store, changeset: Changeset, published_at: datetime | None = 
     made = copy.copy(store)
     made.manifest, made.name, made.created_at, made.published_at = product, product.name, product.created_at, published_at
     made.builds = builds
-    made.builds_ordered = reordered(store.builds_ordered, gone, came, replaced)
-    made.builds_of_project = regrouped(store.builds_of_project, gone, came, replaced)
+    made.builds_ordered = reordered(store.builds_ordered, gone, came, list(replaced.values()), BUILDS)
+    made.builds_of_project = regrouped(store.builds_of_project, attrgetter("project"), gone, came, list(replaced.values()), BUILDS)
     moved = [b for b in came if b.id not in before or before[b.id].commit != b.commit]
     made.builds_by_commit = PatchedOrder.of(store.builds_by_commit, builds, moved, attrgetter("id"), attrgetter("commit"), RANK)
     made.commands = commands
@@ -93,7 +106,41 @@ def applied(store: Store, changeset: Changeset, published_at: datetime | None = 
     )}
     # A build whose commands changed shows otherwise: its replies and lists show its commands.
     shown = {identity: (served(store, store.builds.get(identity)), served(store, builds.get(identity))) for identity in counted}
-    return Applied(made, shown)
+    edited = [(store.versions[i], version) for i, line in changeset.upserts["versions"].items()
+              if i in store.versions and (version := _version.decode(line)) != store.versions[i]]
+    if edited:
+        versions_edited(made, store, edited)
+    return Applied(made, shown, [(store.projects[after.project].slug, before, after) for before, after in edited])
+
+
+def versions_edited(made: Store, store: Store, edited: list[tuple[Version, Version]]) -> None:
+    """Give ``made`` the versions of ``store`` with the served ones ``edited`` (before, after: in
+    place, so the same project, slug and privacy): each moves in the lists where its name (their
+    order) or whether it is active (their grouping) changed, and is replaced where it stands in
+    the others. The lookup by project and slug finds it by id (``Store.version_of``)."""
+    made.versions = Overlay.of(store.versions, {after.id: after for _before, after in edited})
+    made.versions_ordered = reordered(store.versions_ordered, *split(edited, None, VERSIONS), VERSIONS)
+    project, active, slug = attrgetter("project"), attrgetter("active"), attrgetter("slug")
+    project_active, slug_active = attrgetter("project", "active"), attrgetter("slug", "active")
+    made.versions_of_project = regrouped(store.versions_of_project, project, *split(edited, project, VERSIONS), VERSIONS)
+    made.versions_by_active = regrouped(store.versions_by_active, active, *split(edited, active, VERSIONS), VERSIONS)
+    made.versions_of_project_active = regrouped(store.versions_of_project_active, project_active,
+                                                *split(edited, project_active, VERSIONS), VERSIONS)
+    made.versions_by_slug = regrouped(store.versions_by_slug, slug, *split(edited, slug, VERSIONS), VERSIONS)
+    made.versions_by_slug_active = regrouped(store.versions_by_slug_active, slug_active, *split(edited, slug_active, VERSIONS), VERSIONS)
+
+
+def split(edited: list[tuple[V, V]], group_of: Callable[[V], Any] | None, order: Order[V]) -> tuple[list[V], list[V], list[V]]:
+    """Of records changed (before, after): those that leave a list, those that join one, and those
+    replaced where they stand (the same group, by ``group_of``, and the same rank)."""
+    gone, came, replaced = [], [], []
+    for before, after in edited:
+        if (group_of is None or group_of(before) == group_of(after)) and order.rank(before) == order.rank(after):
+            replaced.append(after)
+        else:
+            gone.append(before)
+            came.append(after)
+    return gone, came, replaced
 
 
 def served(store: Store, build: Build | None) -> tuple[str, Build] | None:
@@ -123,6 +170,17 @@ def changed_commands(store: Store, changeset: Changeset) -> tuple[CommandFile | 
     return ChangedCommands(base, changed), touched
 
 
+class Order(Generic[V]):
+    """How a store's lists of some records are sorted: ``rank`` is where a record stands (records
+    of equal rank stand in one place), ``key`` compares records in the lists' order, for bisection."""
+
+    __slots__ = ("key", "rank")
+
+    def __init__(self, rank: Callable[[V], Any], key: Callable[[V], Any]) -> None:
+        self.rank = rank
+        self.key = key
+
+
 class Newest:
     """A rank compared the other way round: bisection over a list sorted highest first."""
 
@@ -135,8 +193,27 @@ class Newest:
         return bool(self.rank > other.rank)
 
 
+class Listed:
+    """Where a version stands in the served lists: by verbose name, highest first, then by id."""
+
+    __slots__ = ("id", "name")
+
+    def __init__(self, version: Version) -> None:
+        self.name = version.verbose_name
+        self.id = version.id
+
+    def __lt__(self, other: Listed) -> bool:
+        return self.name > other.name or (self.name == other.name and self.id < other.id)
+
+
 def newest_key(build: Build) -> Newest:
     return Newest(RANK(build))
+
+
+#: The order of builds (``served_records``): newest first, then by id, highest first.
+BUILDS: Order[Build] = Order(RANK, newest_key)
+#: The order of versions (``served_records``).
+VERSIONS: Order[Version] = Order(attrgetter("verbose_name", "id"), Listed)
 
 
 def placement(build: Build) -> tuple:
@@ -144,59 +221,58 @@ def placement(build: Build) -> tuple:
     return build.project, build.date, build.id
 
 
-def reordered(items: list[Build] | Replaced[Build], gone: list[Build], came: list[Build],
-              replaced: dict[int, Build]) -> list[Build] | Replaced[Build]:
-    """``items`` (highest rank first) with the builds ``replaced`` in their places, without those
+def reordered(items: list[V] | Replaced[V], gone: list[V], came: list[V], replaced: list[V], order: Order[V]) -> list[V] | Replaced[V]:
+    """``items`` (in ``order``) with the records ``replaced`` in their places, without those
     ``gone``, and with those that ``came`` in theirs. Replacements alone make a ``Replaced`` of
     the list; a change of its members makes a new list (``rearranged``)."""
     if not (gone or came or replaced):
         return items
-    at = {bisect_left(items, newest_key(build), key=newest_key): build for build in replaced.values()}
+    at = {bisect_left(items, order.key(record), key=order.key): record for record in replaced}
     if not (gone or came):
         return Replaced.of(items, at)
     whole = Replaced.of(items, at)
-    return rearranged(whole.base, whole.at, gone, came)
+    return rearranged(whole.base, whole.at, gone, came, order)
 
 
-def regrouped(groups: Mapping[int, list[Build]], gone: list[Build], came: list[Build], replaced: dict[int, Build]) -> Overlay[list[Build]]:
-    """The builds of each project (highest rank first), with the lists of projects whose builds
-    changed made again; a project left without builds has no group, as in a store loaded whole."""
-    by_project: dict[int, tuple[list[Build], list[Build], list[Build]]] = {}
-    for place, builds in enumerate((gone, came, replaced.values())):
-        for build in builds:
-            by_project.setdefault(build.project, ([], [], []))[place].append(build)
-    changes: dict[int, list[Build] | None] = {}
-    for project, (left, joined, kept) in by_project.items():
-        items = groups.get(project, [])
-        at = {bisect_left(items, newest_key(build), key=newest_key): build for build in kept}
-        changes[project] = rearranged(items, at, left, joined) or None
+def regrouped(groups: Mapping[K, list[V]], group_of: Callable[[V], K], gone: list[V], came: list[V], replaced: list[V],
+              order: Order[V]) -> Overlay[K, list[V]]:
+    """The records of each group (``group_of``; in ``order`` within it), with the groups whose
+    records changed made again; a group left empty is no more, as in a store loaded whole."""
+    by_group: dict[K, tuple[list[V], list[V], list[V]]] = {}
+    for place, records in enumerate((gone, came, replaced)):
+        for record in records:
+            by_group.setdefault(group_of(record), ([], [], []))[place].append(record)
+    changes: dict[K, list[V] | None] = {}
+    for group, (left, joined, kept) in by_group.items():
+        items = groups.get(group, [])
+        at = {bisect_left(items, order.key(record), key=order.key): record for record in kept}
+        changes[group] = rearranged(items, at, left, joined, order) or None
     return Overlay.of(groups, changes)
 
 
-#: What ``rearranged`` does at a position of the list: put a build in before the one there,
+#: What ``rearranged`` does at a position of the list: put a record in before the one there,
 #: replace the one there, or leave it out (in this order at one position).
 _PUT_IN, _REPLACE, _LEAVE_OUT = 0, 1, 2
 
 
-def rearranged(items: list[Build], at: Mapping[int, Build], gone: list[Build], came: list[Build]) -> list[Build]:
-    """A new list of ``items`` (highest rank first) with the builds ``at`` positions replaced,
-    those ``gone`` left out and those that ``came`` put in their places. Each change is found by
+def rearranged(items: list[V], at: Mapping[int, V], gone: list[V], came: list[V], order: Order[V]) -> list[V]:
+    """A new list of ``items`` (in ``order``) with the records ``at`` positions replaced, those
+    ``gone`` left out and those that ``came`` put in their places. Each change is found by
     bisection and the list is assembled from the slices between them: one copy of the list
-    however many builds changed (changing a list in place moves its tail once a change: a
+    however many records changed (changing a list in place moves its tail once a change: a
     thousand changes of the two million builds of the large scale took over a second)."""
     replacing = dict(at)
-    edits: list[tuple[int, int, Build | None]] = []
-    for build in gone:
-        position = bisect_left(items, newest_key(build), key=newest_key)
-        if position < len(items) and items[position].id == build.id:
+    edits: list[tuple[int, int, V | None]] = []
+    for record in gone:
+        position = bisect_left(items, order.key(record), key=order.key)
+        if position < len(items) and items[position].id == record.id:
             replacing.pop(position, None)
             edits.append((position, _LEAVE_OUT, None))
-    edits += [(position, _REPLACE, build) for position, build in replacing.items()]
-    # Highest rank first, so that builds put in at one position keep that order (the sort is stable).
-    edits += [(bisect_left(items, newest_key(build), key=newest_key), _PUT_IN, build)
-              for build in sorted(came, key=RANK, reverse=True)]
+    edits += [(position, _REPLACE, record) for position, record in replacing.items()]
+    # In the list's order, so that records put in at one position keep it (the sort is stable).
+    edits += [(bisect_left(items, order.key(record), key=order.key), _PUT_IN, record) for record in sorted(came, key=order.key)]
     edits.sort(key=itemgetter(0, 1))
-    result: list[Build] = []
+    result: list[V] = []
     start = 0
     for position, edit, standing in edits:
         result += items[start:position]

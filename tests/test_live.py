@@ -308,6 +308,64 @@ def test_changesets_that_arrive_together_are_applied_at_once_and_serve_what_a_fr
         fresh.stop()
 
 
+def versions_edited(old: Path, new: Path, name: str, rng: random.Random, private: bool = False) -> None:
+    """``new``: ``old`` with versions edited in place, as a build's end edits them (a renamed one
+    moves in its lists, one made inactive or active changes lists, a new identifier, built), a
+    private version edited too (never served); with ``private``, a served version made private."""
+    shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
+    versions = read(new, "versions")
+    public = [v for v in versions if v.get("privacy_level", "public") == "public"]
+    renamed_one, flipped_one, rebuilt = rng.sample(public, 3)
+    renamed_one["verbose_name"] = f"v{rng.randrange(100)}.{rng.randrange(100)} (renamed)"
+    flipped_one["active"] = not flipped_one.get("active", True)
+    rebuilt.update(identifier=f"{rng.getrandbits(160):040x}", built=not rebuilt.get("built", False))
+    hidden = next(v for v in versions if v.get("privacy_level", "public") != "public")
+    hidden["verbose_name"] = "hidden, renamed"
+    if private:
+        next(v for v in public if v not in (renamed_one, flipped_one, rebuilt))["privacy_level"] = "private"
+    write(new, "versions", versions)
+    renamed(new, name)
+
+
+def test_versions_edited_in_place_are_applied_in_memory_and_one_made_private_is_folded(tmp_path, origin, start_server):
+    """A changeset that edits versions in place (its header says ``in_place``), with builds, is kept
+    and applied in memory by a worker with a warm cache: every crawled reply equals a fresh
+    server's. One that makes a version private is not in place: the pull folds it, the server
+    reloads, and the version has left every reply."""
+    from docsrv.config import Settings
+
+    base = synth(tmp_path / "s0")
+    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    server = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", "https://api.example.org")
+    worker = server.json("/readyz")["worker"]
+    rng = random.Random(12)
+    builds, edited, private = tmp_path / "s1", tmp_path / "s2", tmp_path / "s3"
+    builds_change(base, builds, "snap-1-builds", rng)
+    versions_edited(builds, edited, "snap-1", rng)
+    shutil.rmtree(builds)
+    versions_edited(edited, private, "snap-2", rng, private=True)
+    urls = crawl(base, edited, private)
+    for url in urls:  # a warm cache
+        server.get(url)
+    for sequence, (old, new, kept) in enumerate(((base, edited, True), (edited, private, False)), start=2):
+        assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(old)).returncode == 0
+        header = json.loads((origin.root / "changesets" / f"{sequence}.jsonl").read_bytes().split(b"\n", 1)[0])
+        assert header.get("in_place", False) is kept
+        assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+        assert ((into / "current").resolve().name == "demo") is kept  # kept beside the snapshot served, or folded
+        poll(lambda sequence=sequence: server.json("/readyz")["sequence"] == sequence, what=f"changeset {sequence} served")
+        ready = server.json("/readyz")
+        assert (ready["worker"] == worker) is kept  # in memory, or a reload onto the fold
+        fresh = InProcessServer(new, Settings(public_url="https://api.example.org"))
+        try:
+            assert ready["counts"] == fresh.json("/readyz")["counts"]
+            assert_same_replies(server, fresh, urls)
+        finally:
+            fresh.stop()
+
+
 def test_a_kept_changeset_that_fails_its_seal_is_never_applied_and_a_new_worker_serves_what_its_peers_serve(
     tmp_path, origin, start_server
 ):
@@ -544,7 +602,7 @@ def test_the_lists_of_builds_changed_in_memory_are_those_sorted_from_scratch(cha
     each round only changes states (builds replaced where they stand: a ``Replaced`` view, which
     the next round may move builds out of)."""
     from docsrv.snapshot.records import Build
-    from docsrv.store_changes import RANK, placement, regrouped, reordered
+    from docsrv.store_changes import BUILDS, RANK, placement, regrouped, reordered
     from docsrv.utils.positions import Overlay, PatchedOrder, SortedOrder
 
     rng = random.Random(changes + len(set(states_only)))
@@ -584,9 +642,9 @@ def test_the_lists_of_builds_changed_in_memory_are_those_sorted_from_scratch(cha
         replaced = {i: b for i, b in upserted.items() if i in before and placement(before[i]) == placement(b)}
         gone = [b for i, b in before.items() if i not in replaced]
         came = [b for i, b in upserted.items() if i not in replaced]
-        items = reordered(items, gone, came, replaced)
+        items = reordered(items, gone, came, list(replaced.values()), BUILDS)
         replaced_before = sorted(replaced) if only_states else []
-        groups = regrouped(groups, gone, came, replaced)
+        groups = regrouped(groups, attrgetter("project"), gone, came, list(replaced.values()), BUILDS)
         moved = [b for b in came if b.id not in before or before[b.id].commit != b.commit]
         lookup = PatchedOrder.of(lookup, current, moved, attrgetter("id"), attrgetter("commit"), RANK)
         by_id = Overlay.of(by_id, {**dict.fromkeys(set(builds) - set(current)), **upserted})

@@ -312,7 +312,7 @@ def select_projects(store: Store, filters: dict[str, str]) -> tuple[list[Project
     return store.projects_where(slug=slug, user=user), V1_PROJECTS.key({"slug": slug, "users": user})
 
 
-def select_versions(store: Store, filters: dict[str, str], query: MultiMapping[str]) -> tuple[list[Version], str]:
+def select_versions(store: Store, filters: dict[str, str], query: MultiMapping[str]) -> tuple[Sequence[Version], str]:
     """The versions the filters choose, and the key of their list."""
     active = boolean(query, "active", param_error)
     project_id = id_of(filters["project"], "project") if "project" in filters else None

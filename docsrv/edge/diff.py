@@ -36,6 +36,7 @@ from ..http.purge import (
     user_list_keys,
     version_key,
     version_list_keys,
+    version_placed,
 )
 from ..snapshot.errors import ProblemList
 from ..snapshot.lines import decoded_blocks, open_records
@@ -198,11 +199,6 @@ def build_lists(side: Side, build: BuildPlace) -> list[str]:
     return build_list_keys(side.project_slug(build.project), build.commit)
 
 
-def placed(version: Version) -> tuple:
-    """What decides which version lists a version is in, and where."""
-    return version.project, version.slug, version.active, version.verbose_name
-
-
 def version_key_on(side: Side, version: Version) -> str:
     """The key of a version, as ``side`` names its project."""
     return version_key(side.project_slug(version.project), version.slug)
@@ -283,7 +279,7 @@ def compare_versions(old: Side, new: Side, keys: Keys) -> None:
         if before == after:
             continue  # a renamed project's versions: under the project's keys
         keys.add("changed", {version_key_on(old, before), version_key_on(new, after)})
-        if placed(before) != placed(after):
+        if version_placed(before) != version_placed(after):
             keys.add("lists", version_lists(old, before) + version_lists(new, after))
         else:
             keys.big(version_lists(new, after))

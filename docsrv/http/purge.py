@@ -30,6 +30,7 @@ from itertools import combinations
 
 from ..snapshot.records import Build, PageHead, Project, User, Version
 from ..store import Store
+from ..store_changes import Applied
 
 MAX_BYTES = 8000
 #: Keys of one object (everything else names an API, a list, or a list's overflow).
@@ -184,6 +185,27 @@ def build_change_keys(before: tuple[str, Build] | None, after: tuple[str, Build]
     for slug, build in served:
         keys += build_list_keys(slug, build.commit)
     return keys
+
+
+def version_placed(version: Version) -> tuple:
+    """What decides which version lists a version is in, and where."""
+    return version.project, version.slug, version.active, version.verbose_name
+
+
+def version_change_keys(project_slug: str, before: Version, after: Version) -> list[str]:
+    """The keys of every reply that an edit of one served version in place touches (the same
+    project, slug and privacy): its own replies (and those that show it: its builds and files),
+    every page of its lists when it moves in them, else their pages that could not name it."""
+    keys = [version_key(project_slug, after.slug)]
+    if version_placed(before) != version_placed(after):
+        return keys + version_list_keys(project_slug, before) + version_list_keys(project_slug, after)
+    return keys + [BIG + key for key in version_list_keys(project_slug, after)]
+
+
+def applied_keys(done: Applied) -> list[str]:
+    """The keys of every reply a changeset applied in memory touches."""
+    keys = [key for before, after in done.builds.values() for key in build_change_keys(before, after)]
+    return keys + [key for slug, before, after in done.versions for key in version_change_keys(slug, before, after)]
 
 
 def placed(build: tuple[str, Build]) -> tuple:

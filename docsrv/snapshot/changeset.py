@@ -65,6 +65,10 @@ class Header(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defau
     #: The purge keys of every reply the changeset changes (``http/purge.py``), which the publisher
     #: computes: an edge cache is purged from them in time proportional to the change.
     purge_keys: list[str] = []
+    #: Whether every project and version it upserts was in the snapshot it follows with the same
+    #: slug, project and privacy, and it deletes none: nothing moves between what is public and
+    #: what is not, nor to another address (a replica may apply such a change in memory).
+    in_place: bool = False
 
 
 class Upsert(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="op", tag="upsert"):
@@ -81,6 +85,19 @@ class Delete(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defau
 
 
 Change = Upsert | Delete
+
+
+class Placed(msgspec.Struct, frozen=True):
+    """Where a project or version is: what decides its address and whether it is public."""
+
+    slug: str
+    project: int = 0
+    privacy_level: str = "public"
+
+
+#: The kinds whose records have a place (``Placed``): a changeset that moves none is ``in_place``.
+PLACED_KINDS = ("projects", "versions")
+_placed = msgspec.json.Decoder(Placed)
 
 
 class Identified(msgspec.Struct):
@@ -204,14 +221,20 @@ def compute(old: Path, old_manifest: Manifest, new: Path, new_manifest: Manifest
     not change."""
     sealed = [old_manifest.files, new_manifest.files]
     body: list[bytes] = []
+    in_place = True
     for kind in KINDS:
         names = [[path.name for path in record_file(directory, kind)] for directory in (old, new)]
         if names[0] == names[1] and all(name in sealed[0] and sealed[0][name] == sealed[1].get(name) for name in names[0]):
             continue
         before = {identity: (build, hashlib.blake2b(line, digest_size=16).digest()) for identity, build, line in _lines(old, kind)}
+        places = {identity: _placed.decode(line) for identity, _build, line in _lines(old, kind)} if kind in PLACED_KINDS else {}
         for identity, _build, line in _lines(new, kind):
             if before.pop(identity, (0, None))[1] != hashlib.blake2b(line, digest_size=16).digest():
                 body.append(b'{"op":"upsert","kind":"%s","record":%s}' % (kind.encode(), line))
+                if kind in PLACED_KINDS and places.get(identity) != _placed.decode(line):
+                    in_place = False
+        if kind in PLACED_KINDS and before:
+            in_place = False
         for identity in sorted(before):
             build = before[identity][0]
             named = b',"build":%d' % build if kind == "build_commands" else b""
@@ -219,7 +242,7 @@ def compute(old: Path, old_manifest: Manifest, new: Path, new_manifest: Manifest
     product = Product(name=new_manifest.name, created_at=new_manifest.created_at, public_url=new_manifest.public_url,
                       counts=new_manifest.counts, description=new_manifest.description)
     header = Header(format=FORMAT, format_version=FORMAT_VERSION, sequence=sequence, follows=old_manifest.name, product=product,
-                    changes=len(body))
+                    changes=len(body), in_place=in_place)
     return b"\n".join([msgspec.json.encode(header), *body]) + b"\n"
 
 
@@ -241,7 +264,8 @@ def composed(changesets: list[Changeset]) -> Changeset:
         deleted_commands.update(changeset.deleted_commands)
     last = changesets[-1].header
     header = msgspec.structs.replace(last, follows=changesets[0].header.follows,
-                                     changes=sum(map(len, upserts.values())) + sum(map(len, deletes.values())))
+                                     changes=sum(map(len, upserts.values())) + sum(map(len, deletes.values())),
+                                     in_place=all(c.header.in_place for c in changesets if c.kinds & set(PLACED_KINDS)))
     return Changeset(header, upserts, deletes, deleted_commands)
 
 

@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar, overload
 import msgspec
 
 T = TypeVar("T")
+K = TypeVar("K")
 #: Positions are unsigned 32-bit integers (``array`` type code "I").
 POSITION = "I"
 POSITION_BYTES = array(POSITION).itemsize
@@ -137,48 +138,48 @@ class PatchedOrder(Generic[T]):
 _MISSING: Any = object()
 
 
-class Overlay(Mapping[int, T]):
-    """A dictionary by id with some ids changed or removed since it was made (changesets applied
-    in memory): a read looks at the changes first. Copying a dictionary of two million builds for
+class Overlay(Mapping[K, T]):
+    """A dictionary (by id, or by a group's key) with some keys changed or removed since it was
+    made (changesets applied in memory): a read looks at the changes first. Copying a dictionary of two million builds for
     each changeset took a tenth of a second and touched every build (taking their pages out of
     the workers' copy-on-write sharing); the overlay costs what changed."""
 
     __slots__ = ("_length", "base", "changes")
 
-    def __init__(self, base: Mapping[int, T], changes: dict[int, T | None], length: int) -> None:
+    def __init__(self, base: Mapping[K, T], changes: dict[K, T | None], length: int) -> None:
         self.base = base
         #: By id: the item now, or None where it was removed.
         self.changes = changes
         self._length = length
 
     @classmethod
-    def of(cls, found: Mapping[int, T], changes: dict[int, T | None]) -> Overlay[T]:
+    def of(cls, found: Mapping[K, T], changes: dict[K, T | None]) -> Overlay[K, T]:
         """``found`` (a dictionary, or an overlay of one) with ``changes`` made."""
         length = len(found) + sum((value is not None) - (key in found) for key, value in changes.items())
         if isinstance(found, Overlay):
             return cls(found.base, {**found.changes, **changes}, length)
         return cls(found, changes, length)
 
-    def get(self, key: int, default: Any = None) -> Any:
+    def get(self, key: K, default: Any = None) -> Any:
         found = self.changes.get(key, _MISSING)
         if found is _MISSING:
             return self.base.get(key, default)
         return default if found is None else found
 
-    def __getitem__(self, key: int) -> T:
+    def __getitem__(self, key: K) -> T:
         found = self.get(key, _MISSING)
         if found is _MISSING:
             raise KeyError(key)
         return found
 
     def __contains__(self, key: object) -> bool:
-        found = self.changes.get(key, _MISSING)  # type: ignore[call-overload]
+        found = self.changes.get(key, _MISSING)  # type: ignore[arg-type]
         return key in self.base if found is _MISSING else found is not None
 
     def __len__(self) -> int:
         return self._length
 
-    def __iter__(self) -> Iterator[int]:
+    def __iter__(self) -> Iterator[K]:
         changes = self.changes
         yield from (key for key in self.base if changes.get(key, _MISSING) is not None)
         yield from (key for key, value in changes.items() if value is not None and key not in self.base)

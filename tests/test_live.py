@@ -10,7 +10,7 @@ import os
 import random
 import shutil
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 from pathlib import Path
@@ -31,6 +31,10 @@ def origin(tmp_path):
     running = Origin(tmp_path / "origin")
     yield running
     running.close()
+
+
+#: The public URL of the servers compared: links name it, not each server's port.
+PUBLIC_URL = "https://api.example.org"
 
 
 def synth(directory: Path) -> Path:
@@ -117,7 +121,7 @@ def assert_serves_the_same(replica: Path, fresh: Path) -> int:
     from docsrv.config import Settings
 
     urls = crawl(fresh)
-    settings = Settings(public_url="https://api.example.org")  # links name it, not each server's port
+    settings = Settings(public_url=PUBLIC_URL)
     followed, started = InProcessServer(replica, settings), InProcessServer(fresh, settings)
     try:
         assert_same_replies(followed, started, urls)
@@ -125,6 +129,29 @@ def assert_serves_the_same(replica: Path, fresh: Path) -> int:
         followed.stop()
         started.stop()
     return len(urls)
+
+
+def assert_serves_as_fresh(server: Client, snapshot: Path, urls: list[str]) -> None:
+    """``server`` (a replica following changesets, started with the public URL below) counts and
+    answers each URL as a server started fresh on ``snapshot`` does."""
+    from docsrv.config import Settings
+
+    fresh = InProcessServer(snapshot, Settings(public_url=PUBLIC_URL))
+    try:
+        assert server.json("/readyz")["counts"] == fresh.json("/readyz")["counts"]
+        assert_same_replies(server, fresh, urls)
+    finally:
+        fresh.stop()
+
+
+def followed_replica(tmp_path: Path, origin: Origin, start_server: Callable[..., Client]) -> tuple[Path, Path, Client]:
+    """A demo snapshot published whole, pulled into a replica, and a server following it (one
+    worker, ``--watch``): (the snapshot, the replica, the server)."""
+    base = synth(tmp_path / "s0")
+    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    return base, into, start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", PUBLIC_URL)
 
 
 def assert_same_replies(ours: Client, theirs: Client, urls: list[str]) -> None:
@@ -226,13 +253,7 @@ def test_a_server_applies_changesets_of_builds_in_memory_and_serves_what_a_fresh
     on the snapshot the changeset makes: status, headers (Date aside), body. Its reply cache was
     warm: a reply a changeset touched is made anew, every other keeps its body and takes the new
     snapshot's name. A restart serves the same state."""
-    from docsrv.config import Settings
-
-    base = synth(tmp_path / "s0")
-    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
-    into = tmp_path / "replica"
-    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
-    server = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", "https://api.example.org")
+    base, into, server = followed_replica(tmp_path, origin, start_server)
     worker = server.json("/readyz")["worker"]
     rng = random.Random(35)
     previous = base
@@ -255,35 +276,19 @@ def test_a_server_applies_changesets_of_builds_in_memory_and_serves_what_a_fresh
         metrics = server.get("/metrics").body.decode()
         assert f'docsrv_snapshot_sequence{{snapshot="snap-{round_}"}} {round_ + 1}' in metrics
         assert f'docsrv_changeset_age_seconds{{snapshot="snap-{round_}"}} ' in metrics
-        fresh = InProcessServer(new, Settings(public_url="https://api.example.org"))
-        try:
-            assert ready["counts"] == fresh.json("/readyz")["counts"]
-            assert_same_replies(server, fresh, urls)
-        finally:
-            fresh.stop()
+        assert_serves_as_fresh(server, new, urls)
         previous = new
     server.stop()
     # A restart applies the three changesets kept, composed into one, before it forks: the same replies.
-    restarted = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", "https://api.example.org")
+    restarted = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", PUBLIC_URL)
     assert (restarted.json("/readyz")["snapshot"], restarted.json("/readyz")["sequence"]) == ("snap-3", 4)
-    fresh = InProcessServer(previous, Settings(public_url="https://api.example.org"))
-    try:
-        assert restarted.json("/readyz")["counts"] == fresh.json("/readyz")["counts"]
-        assert_same_replies(restarted, fresh, urls)
-    finally:
-        fresh.stop()
+    assert_serves_as_fresh(restarted, previous, urls)
 
 
 def test_changesets_that_arrive_together_are_applied_at_once_and_serve_what_a_fresh_server_serves(tmp_path, origin, start_server):
     """Two changesets kept by one pull are composed and applied in one step by a running worker,
     which logs each; its replies are those of a fresh server on the second one's product."""
-    from docsrv.config import Settings
-
-    base = synth(tmp_path / "s0")
-    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
-    into = tmp_path / "replica"
-    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
-    server = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", "https://api.example.org")
+    base, into, server = followed_replica(tmp_path, origin, start_server)
     rng = random.Random(11)
     first, second = tmp_path / "s1", tmp_path / "s2"
     builds_change(base, first, "snap-1", rng, flips=5, moves=3)
@@ -300,12 +305,7 @@ def test_changesets_that_arrive_together_are_applied_at_once_and_serve_what_a_fr
     applied = [line for line in server.log[start:] if "applied changeset" in line]
     assert [line.split("applied changeset ")[1].split(":")[0] for line in applied] == ["2", "3"]
     assert all(": serving snap-2, " in line for line in applied)  # one step: the state after both
-    fresh = InProcessServer(second, Settings(public_url="https://api.example.org"))
-    try:
-        assert server.json("/readyz")["counts"] == fresh.json("/readyz")["counts"]
-        assert_same_replies(server, fresh, urls)
-    finally:
-        fresh.stop()
+    assert_serves_as_fresh(server, second, urls)
 
 
 def versions_edited(old: Path, new: Path, name: str, rng: random.Random, private: bool = False) -> None:
@@ -332,13 +332,7 @@ def test_versions_edited_in_place_are_applied_in_memory_and_one_made_private_is_
     and applied in memory by a worker with a warm cache: every crawled reply equals a fresh
     server's. One that makes a version private is not in place: the pull folds it, the server
     reloads, and the version has left every reply."""
-    from docsrv.config import Settings
-
-    base = synth(tmp_path / "s0")
-    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
-    into = tmp_path / "replica"
-    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
-    server = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", "https://api.example.org")
+    base, into, server = followed_replica(tmp_path, origin, start_server)
     worker = server.json("/readyz")["worker"]
     rng = random.Random(12)
     builds, edited, private = tmp_path / "s1", tmp_path / "s2", tmp_path / "s3"
@@ -358,12 +352,7 @@ def test_versions_edited_in_place_are_applied_in_memory_and_one_made_private_is_
         poll(lambda sequence=sequence: server.json("/readyz")["sequence"] == sequence, what=f"changeset {sequence} served")
         ready = server.json("/readyz")
         assert (ready["worker"] == worker) is kept  # in memory, or a reload onto the fold
-        fresh = InProcessServer(new, Settings(public_url="https://api.example.org"))
-        try:
-            assert ready["counts"] == fresh.json("/readyz")["counts"]
-            assert_same_replies(server, fresh, urls)
-        finally:
-            fresh.stop()
+        assert_serves_as_fresh(server, new, urls)
 
 
 def test_a_kept_changeset_that_fails_its_seal_is_never_applied_and_a_new_worker_serves_what_its_peers_serve(

@@ -28,7 +28,7 @@ follows the origin as a sidecar and wrk asks the server for a project list witho
    (the pull folds them into a snapshot every 200, and the server reloads onto it); the PSS of
    the server's processes every 100 changesets.
 5. Equivalence, by a crawl: ``--crawl-changesets`` changesets that flip, move (a new date) and
-   add builds, applied in memory; then the sidecar is stopped, the changesets kept are folded
+   add builds, and edit versions in place, applied in memory; then the sidecar is stopped, the changesets kept are folded
    into the snapshot they make (as the pull folds them), a fresh server is started on it, and
    every URL of a crawl (``tests/crawl.py``: each kind of URL of the projects whose builds
    changed and of ``--crawl-projects`` more, the changed builds' own) is asked of both. A reply
@@ -108,6 +108,19 @@ def flipped(line: bytes, date: str | None = None) -> bytes:
     return json.dumps(build, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def edited_in_place(line: bytes, how: int, mark: str) -> bytes:
+    """A version's line edited in place (its slug, project and privacy kept): renamed (``how`` 0),
+    made active or inactive (1), or given a new identifier (2)."""
+    version = json.loads(line)
+    if how == 0:
+        version["verbose_name"] = f"{version['verbose_name']} {mark}"
+    elif how == 1:
+        version["active"] = not version.get("active", True)
+    else:
+        version["identifier"] = hashlib.sha1(mark.encode()).hexdigest()
+    return json.dumps(version, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def build_id(line: bytes) -> int:
     """The id of a build's line, which begins with it (as ``docsrv`` writes records)."""
     found = BUILD_ID.match(line)
@@ -122,7 +135,7 @@ def renumbered(line: bytes, identity: int, date: str) -> bytes:
     return json.dumps(build, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def equivalence(live: System, into: Path, base: Path, changed_builds: set[int], projects: int) -> dict:
+def equivalence(live: System, into: Path, base: Path, changed_builds: set[int], version_projects: set[int], projects: int) -> dict:
     """Fold the changesets kept after ``into/current`` into the snapshot they make, start a fresh
     server on it, and ask both servers every URL of a crawl: the replies that differ."""
     folded = fold_kept(into)
@@ -134,7 +147,8 @@ def equivalence(live: System, into: Path, base: Path, changed_builds: set[int], 
         builds = [json.loads(line) for line in (product / "builds.jsonl").read_bytes().splitlines() if line]
         changed = [b for b in builds if b["id"] in changed_builds]
         all_projects = sorted({b["project"] for b in builds})
-        kept = {b["project"] for b in changed} | set(random.Random(35).sample(all_projects, min(projects, len(all_projects))))
+        kept = {b["project"] for b in changed} | version_projects
+        kept |= set(random.Random(35).sample(all_projects, min(projects, len(all_projects))))
         urls = crawl(base, product, projects_kept=kept, per_project=5)
         urls += [f"/api/{api}/build/{b['id']}/" for b in changed for api in ("v2", "v1")]
         urls = list(dict.fromkeys(urls))
@@ -151,7 +165,8 @@ def equivalence(live: System, into: Path, base: Path, changed_builds: set[int], 
             if without_date(ours) != without_date(theirs):
                 differing.append({"url": url, **first_difference(without_date(ours), without_date(theirs))})
         return {"snapshot": product.name, "urls": len(urls), "projects": len(kept), "changed_builds": len(changed),
-                "crawl_s": round(time.perf_counter() - started, 1), "differing": len(differing), "first_differing": differing[:5]}
+                "projects_of_edited_versions": len(version_projects), "crawl_s": round(time.perf_counter() - started, 1),
+                "differing": len(differing), "first_differing": differing[:5]}
     finally:
         fresh.stop()
         if folded is not None:
@@ -176,12 +191,17 @@ def without_date(reply: tuple[int, dict, bytes]) -> tuple[int, dict, bytes]:
 
 
 class Feed:
-    """The service's publisher, emitting changesets of builds from what it knows changed: each
-    written with docsrv's format code, then ``head.json`` in one rename, as ``publish`` does."""
+    """The service's publisher, emitting changesets of builds (and of versions edited in place)
+    from what it knows changed: each written with docsrv's format code, then ``head.json`` in one
+    rename, as ``publish`` does."""
 
     def __init__(self, origin: Path, snapshot: Path) -> None:
         self.origin = origin
+        self.snapshot = snapshot
         self.manifest = manifest_of(snapshot)
+        #: The versions' lines, read at the first edit of one, and the projects of those edited.
+        self.versions: list[bytes] = []
+        self.version_projects: set[int] = set()
         self.lines = [line for line in (snapshot / "builds.jsonl").read_bytes().split(b"\n") if line]
         self.loaded = len(self.lines)
         self.turn = 0
@@ -190,10 +210,11 @@ class Feed:
         #: The ids of the builds changed so far.
         self.changed: set[int] = set()
 
-    def publish(self, builds: int, moved: int = 0, added: int = 0) -> tuple[int, int, float]:
+    def publish(self, builds: int, moved: int = 0, added: int = 0, versions: int = 0) -> tuple[int, int, float]:
         """Publish a changeset of ``builds`` builds flipped, of which ``moved`` also get a new date
-        (they move to the top of their lists), and ``added`` new ones: (its sequence, its bytes,
-        when head.json was written)."""
+        (they move to the top of their lists), ``added`` new ones, and ``versions`` versions edited
+        in place (renamed, made active or inactive, or given a new identifier, in turn): (its
+        sequence, its bytes, when head.json was written)."""
         head = read_head(self.origin)
         assert head is not None
         sequence = head.sequence + 1
@@ -212,13 +233,20 @@ class Feed:
                 at = len(self.lines) - 1
             self.changed.add(build_id(self.lines[at]))
             body.append(b'{"op":"upsert","kind":"builds","record":%s}' % self.lines[at])
+        if versions and not self.versions:
+            self.versions = [line for line in (self.snapshot / "versions.jsonl").read_bytes().split(b"\n") if line]
+        for number in range(versions):
+            at = (number * max(1, len(self.versions) // versions) + self.turn * 7919) % len(self.versions)
+            self.versions[at] = edited_in_place(self.versions[at], number % 3, f"{self.turn}.{number}")
+            self.version_projects.add(json.loads(self.versions[at])["project"])
+            body.append(b'{"op":"upsert","kind":"versions","record":%s}' % self.versions[at])
         name = f"feed-{sequence}"
         manifest = self.manifest
         counts = {**manifest.counts, "builds": manifest.counts["builds"] + len(self.lines) - self.loaded}
         product = Product(name=name, created_at=datetime.now(UTC), public_url=manifest.public_url, counts=counts,
                           description=manifest.description)
         header = Header(format=FORMAT, format_version=FORMAT_VERSION, sequence=sequence, follows=head.name, product=product,
-                        changes=len(body))
+                        changes=len(body), in_place=True)
         data = b"\n".join([msgspec.json.encode(header), *body]) + b"\n"
         (self.origin / CHANGESETS).mkdir(exist_ok=True)
         replace_file(self.origin / changeset_path(sequence), data)
@@ -479,11 +507,11 @@ def main() -> None:
         # 5. Equivalence, by a crawl.
         if "crawl" not in args.skip:
             for _ in range(args.crawl_changesets):
-                sequence, _bytes, _written = feed.publish(100, moved=20, added=5)
+                sequence, _bytes, _written = feed.publish(100, moved=20, added=5, versions=10)
             wait_for_sequence(server, sequence)
             os.killpg(sidecar.pid, signal.SIGTERM)
             sidecar.wait(timeout=300)
-            report["crawl"] = equivalence(server, into, base, feed.changed, args.crawl_projects)
+            report["crawl"] = equivalence(server, into, base, feed.changed, feed.version_projects, args.crawl_projects)
             print("crawl", report["crawl"], flush=True)
             save(report)
         hot_errors = sum(run["errors"] for runs in hot_path.values() for run in runs)

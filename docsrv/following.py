@@ -118,10 +118,9 @@ def step(directory: Path, store: Store) -> Step:
             changesets.append(changeset)
     except ChainError as problem:
         error = str(problem)
-    if not entries:
-        return Step(store, [], [], waits, error)
-    done = applied(store, composed(changesets), entries[-1].published_at)
-    assert done is not None  # each follows the one before (``decode_head``), the first the store (``pending``)
+    done = applied(store, composed(changesets), entries[-1].published_at) if entries else None
+    if done is None:  # none, or one whose header claims what its records do not: waits for the pull's snapshot
+        return Step(store, [], [], entries[0].sequence if entries else waits, error)
     return Step(done.store, applied_keys(done), entries, waits, error)
 
 

@@ -72,7 +72,8 @@ def in_memory(changeset: Changeset, public_url: str) -> bool:
 
 def applied(store: Store, changeset: Changeset, published_at: datetime | None = None) -> Applied | None:
     """The store ``changeset`` makes of ``store``; None when it is not applied in memory
-    (``in_memory``) or does not follow ``store`` (by name: its sequence is the follower's to
+    (``in_memory``, or a served version it edits is not in place after all: privacy does not rest
+    on the header) or does not follow ``store`` (by name: its sequence is the follower's to
     check, ``following.pending``). A build of a version the store does not serve
     is not served (the version is private: the publisher checked the snapshot it made whole)."""
     header = changeset.header
@@ -108,9 +109,16 @@ def applied(store: Store, changeset: Changeset, published_at: datetime | None = 
     shown = {identity: (served(store, store.builds.get(identity)), served(store, builds.get(identity))) for identity in counted}
     edited = [(store.versions[i], version) for i, line in changeset.upserts["versions"].items()
               if i in store.versions and (version := _version.decode(line)) != store.versions[i]]
+    if any(address(before) != address(after) for before, after in edited):
+        return None  # not in place, whatever its header says: the pull's snapshot of it is loaded whole
     if edited:
         versions_edited(made, store, edited)
     return Applied(made, shown, [(store.projects[after.project].slug, before, after) for before, after in edited])
+
+
+def address(version: Version) -> tuple:
+    """What a version edited in place keeps: where it is served, and whether it is."""
+    return version.project, version.slug, version.privacy_level
 
 
 def versions_edited(made: Store, store: Store, edited: list[tuple[Version, Version]]) -> None:

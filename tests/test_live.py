@@ -355,6 +355,30 @@ def test_versions_edited_in_place_are_applied_in_memory_and_one_made_private_is_
         assert_serves_as_fresh(server, new, urls)
 
 
+def test_a_header_that_claims_in_place_for_a_version_made_private_is_not_believed(tmp_path, origin, start_server):
+    """Privacy does not rest on the header: a changeset whose header says ``in_place`` while it
+    makes a served version private is kept by the pull (which trusts its origin), but the worker
+    does not apply it in memory; it says so and serves the state before until the pull's fold."""
+    base, into, server = followed_replica(tmp_path, origin, start_server)
+    new = tmp_path / "s1"
+    versions_edited(base, new, "snap-1", random.Random(13), private=True)
+    assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(base)).returncode == 0
+    path = origin.root / "changesets" / "2.jsonl"
+    header, rest = path.read_bytes().split(b"\n", 1)
+    assert b'"in_place"' not in header
+    forged = header[:-1] + b',"in_place":true}\n' + rest
+    path.write_bytes(forged)
+    head = json.loads((origin.root / "head.json").read_bytes())
+    head["changesets"][-1].update(size=len(forged), sha256=hashlib.sha256(forged).hexdigest())
+    (origin.root / "head.json").write_text(json.dumps(head))
+    start = len(server.log)
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    assert (into / "current").resolve().name == "demo"  # kept: the pull believed the header
+    line = server.wait_for("changes what is not applied in memory", start=start)
+    assert line.rstrip().endswith("changeset 2 changes what is not applied in memory: serving demo until the pull's snapshot of it")
+    assert (server.json("/readyz")["snapshot"], server.json("/readyz")["sequence"]) == ("demo", 1)
+
+
 def test_a_kept_changeset_that_fails_its_seal_is_never_applied_and_a_new_worker_serves_what_its_peers_serve(
     tmp_path, origin, start_server
 ):

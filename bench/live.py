@@ -396,7 +396,7 @@ def main() -> None:
         log = ServerLog(WORK / "docsrv-live.log")
 
         def served() -> int:
-            return int(json.loads(server.get("/readyz")[2]).get("sequence", 0))
+            return served_sequence(server)
 
         with open(work / "sidecar.log", "w") as sidecar_log:
             sidecar = subprocess.Popen([sys.executable, "-m", "docsrv", "snapshot", "pull", url, "--into", str(into), "--every", "0.2"],
@@ -530,10 +530,15 @@ def main() -> None:
         http_origin.stop()
 
 
+def served_sequence(server: System) -> int:
+    """The sequence the server's /readyz says it serves (that of the worker which answers)."""
+    return int(json.loads(server.get("/readyz")[2]).get("sequence", 0))
+
+
 def wait_for_sequence(server: System, sequence: int, timeout: float = 300.0) -> None:
     """Until the server's /readyz says it serves ``sequence`` or later (a fold on the way reloads it)."""
     deadline = time.monotonic() + timeout
-    while int(json.loads(server.get("/readyz")[2]).get("sequence", 0)) < sequence:
+    while served_sequence(server) < sequence:
         if time.monotonic() > deadline:
             raise TimeoutError(f"changeset {sequence} not served within {timeout} s")
         time.sleep(0.02)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 from bisect import bisect_left
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from operator import attrgetter, itemgetter
 from typing import Any, Generic, TypeVar
@@ -87,17 +87,15 @@ def applied(store: Store, changeset: Changeset, published_at: datetime | None = 
     changes.update(upserted)
     builds = Overlay.of(store.builds, changes)
     commands, commanded = changed_commands(store, changeset)
+    changed = set(before) | set(upserted)
     # A build that keeps its project and its place among builds is replaced where it stands;
     # the others leave (``gone``) and join (``came``) the lists.
-    replaced = {i: b for i, b in upserted.items() if i in before and placement(before[i]) == placement(b)}
-    gone = [b for i, b in before.items() if i not in replaced]
-    came = [b for i, b in upserted.items() if i not in replaced]
-    changed = set(before) | set(upserted)
+    gone, came, replaced = split([(before.get(i), upserted.get(i)) for i in changed], attrgetter("project"), BUILDS)
     made = copy.copy(store)
     made.manifest, made.name, made.created_at, made.published_at = product, product.name, product.created_at, published_at
     made.builds = builds
-    made.builds_ordered = reordered(store.builds_ordered, gone, came, list(replaced.values()), BUILDS)
-    made.builds_of_project = regrouped(store.builds_of_project, attrgetter("project"), gone, came, list(replaced.values()), BUILDS)
+    made.builds_ordered = reordered(store.builds_ordered, gone, came, replaced, BUILDS)
+    made.builds_of_project = regrouped(store.builds_of_project, attrgetter("project"), gone, came, replaced, BUILDS)
     moved = [b for b in came if b.id not in before or before[b.id].commit != b.commit]
     made.builds_by_commit = PatchedOrder.of(store.builds_by_commit, builds, moved, attrgetter("id"), attrgetter("commit"), RANK)
     made.commands = commands
@@ -138,15 +136,22 @@ def versions_edited(made: Store, store: Store, edited: list[tuple[Version, Versi
     made.versions_by_slug_active = regrouped(store.versions_by_slug_active, slug_active, *split(edited, slug_active, VERSIONS), VERSIONS)
 
 
-def split(edited: list[tuple[V, V]], group_of: Callable[[V], Any] | None, order: Order[V]) -> tuple[list[V], list[V], list[V]]:
-    """Of records changed (before, after): those that leave a list, those that join one, and those
-    replaced where they stand (the same group, by ``group_of``, and the same rank)."""
-    gone, came, replaced = [], [], []
-    for before, after in edited:
-        if (group_of is None or group_of(before) == group_of(after)) and order.rank(before) == order.rank(after):
+def split(changed: Sequence[tuple[V | None, V | None]], group_of: Callable[[V], Any] | None,
+          order: Order[V]) -> tuple[list[V], list[V], list[V]]:
+    """Of records changed (before, after; None where a record is not served): those that leave
+    the lists, those that join them, and those replaced where they stand (the same group, by
+    ``group_of``, and the same rank)."""
+    gone: list[V] = []
+    came: list[V] = []
+    replaced: list[V] = []
+    for before, after in changed:
+        if before is not None and after is not None and (group_of is None or group_of(before) == group_of(after)) \
+                and order.rank(before) == order.rank(after):
             replaced.append(after)
-        else:
+            continue
+        if before is not None:
             gone.append(before)
+        if after is not None:
             came.append(after)
     return gone, came, replaced
 
@@ -222,11 +227,6 @@ def newest_key(build: Build) -> Newest:
 BUILDS: Order[Build] = Order(RANK, newest_key)
 #: The order of versions (``served_records``).
 VERSIONS: Order[Version] = Order(attrgetter("verbose_name", "id"), Listed)
-
-
-def placement(build: Build) -> tuple:
-    """What decides where a build stands in the store's lists: its project, and its rank."""
-    return build.project, build.date, build.id
 
 
 def reordered(items: list[V] | Replaced[V], gone: list[V], came: list[V], replaced: list[V], order: Order[V]) -> list[V] | Replaced[V]:

@@ -615,7 +615,7 @@ def test_the_lists_of_builds_changed_in_memory_are_those_sorted_from_scratch(cha
     each round only changes states (builds replaced where they stand: a ``Replaced`` view, which
     the next round may move builds out of)."""
     from docsrv.snapshot.records import Build
-    from docsrv.store_changes import BUILDS, RANK, placement, regrouped, reordered
+    from docsrv.store_changes import BUILDS, RANK, regrouped, reordered, split
     from docsrv.utils.positions import Overlay, PatchedOrder, SortedOrder
 
     rng = random.Random(changes + len(set(states_only)))
@@ -652,12 +652,10 @@ def test_the_lists_of_builds_changed_in_memory_are_those_sorted_from_scratch(cha
             current[identity] = build(identity)
         before = {i: builds[i] for i in changed if i in builds}
         upserted = {i: b for i, b in current.items() if i not in builds or b is not builds[i]}
-        replaced = {i: b for i, b in upserted.items() if i in before and placement(before[i]) == placement(b)}
-        gone = [b for i, b in before.items() if i not in replaced]
-        came = [b for i, b in upserted.items() if i not in replaced]
-        items = reordered(items, gone, came, list(replaced.values()), BUILDS)
-        replaced_before = sorted(replaced) if only_states else []
-        groups = regrouped(groups, attrgetter("project"), gone, came, list(replaced.values()), BUILDS)
+        gone, came, replaced = split([(before.get(i), upserted.get(i)) for i in set(before) | set(upserted)], attrgetter("project"), BUILDS)
+        items = reordered(items, gone, came, replaced, BUILDS)
+        replaced_before = sorted(b.id for b in replaced) if only_states else []
+        groups = regrouped(groups, attrgetter("project"), gone, came, replaced, BUILDS)
         moved = [b for b in came if b.id not in before or before[b.id].commit != b.commit]
         lookup = PatchedOrder.of(lookup, current, moved, attrgetter("id"), attrgetter("commit"), RANK)
         by_id = Overlay.of(by_id, {**dict.fromkeys(set(builds) - set(current)), **upserted})

@@ -140,15 +140,15 @@ _MISSING: Any = object()
 
 class Overlay(Mapping[K, T]):
     """A dictionary (by id, or by a group's key) with some keys changed or removed since it was
-    made (changesets applied in memory): a read looks at the changes first. Copying a dictionary of two million builds for
-    each changeset took a tenth of a second and touched every build (taking their pages out of
-    the workers' copy-on-write sharing); the overlay costs what changed."""
+    made (changesets applied in memory): a read looks at the changes first. Copying a dictionary
+    of two million builds for each changeset took a tenth of a second and touched every build
+    (taking their pages out of the workers' copy-on-write sharing); the overlay costs what changed."""
 
     __slots__ = ("_length", "base", "changes")
 
     def __init__(self, base: Mapping[K, T], changes: dict[K, T | None], length: int) -> None:
         self.base = base
-        #: By id: the item now, or None where it was removed.
+        #: By key: the item now, or None where it was removed.
         self.changes = changes
         self._length = length
 
@@ -204,13 +204,6 @@ class Replaced(Sequence[T]):
         if isinstance(found, Replaced):
             return cls(found.base, {**found.at, **at})
         return cls(found, at)
-
-    def whole(self) -> list[T]:
-        """A list of the items, each where it stands."""
-        items = list(self.base)
-        for position, item in self.at.items():
-            items[position] = item
-        return items
 
     def __len__(self) -> int:
         return len(self.base)

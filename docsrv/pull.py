@@ -107,8 +107,9 @@ async def pull(
     deadlines: Deadlines = DEFAULT_DEADLINES, fold_at: int | None = FOLD_CHANGESETS,
 ) -> Pulled:
     """Pull the snapshot published at ``url`` into ``into`` and point ``into/current`` at it.
-    Changesets of builds (and of versions in place) are kept after it instead, up to ``fold_at`` (None: any number, which
-    a sidecar folds in the background: ``pull_every``).
+    Changesets a server applies in memory (``store_changes.in_memory``) are kept after it
+    instead, up to ``fold_at`` (None: any number, which a sidecar folds in the background:
+    ``pull_every``).
 
     Every failure of the origin (refused, reset, redirected in a loop or off http(s), too slow)
     is a PullError of one line."""

@@ -60,28 +60,31 @@ class Store:
         self.public_url: str = manifest.public_url.rstrip("/")
         self.derived: dict[str, Derived] = {kind: Derived() for kind in records} if derived is None else derived
 
+        # A changeset applied in memory may change users, and edit projects and versions in place
+        # (``store_changes.py``): their dictionaries may then be overlays of the loaded ones, and
+        # their ordered lists ``Replaced`` views.
         users: list[User] = records["users"]
-        self.users: dict[int, User] = {u.id: u for u in users}
-        self.users_ordered = users
-        self.user_by_name: dict[str, User] = {u.username: u for u in users}
+        self.users: Mapping[int, User] = {u.id: u for u in users}
+        self.users_ordered: list[User] | Replaced[User] = users
+        self.user_by_name: Mapping[str, User] = {u.username: u for u in users}
 
         projects: list[Project] = records["projects"]
-        self.projects: dict[int, Project] = {p.id: p for p in projects}
-        self.projects_ordered = projects
-        self.project_by_slug: dict[str, Project] = {p.slug: p for p in projects}
-        self.projects_of_user: dict[int, list[Project]] = {}
+        self.projects: Mapping[int, Project] = {p.id: p for p in projects}
+        self.projects_ordered: list[Project] | Replaced[Project] = projects
+        self.project_by_slug: Mapping[str, Project] = {p.slug: p for p in projects}
+        projects_of_user: dict[int, list[Project]] = {}
         for project in projects:
             for user in project.users:
-                self.projects_of_user.setdefault(user, []).append(project)
+                projects_of_user.setdefault(user, []).append(project)
+        self.projects_of_user: Mapping[int, list[Project]] = projects_of_user
 
         #: Public subprojects of each public project, by alias (or slug): searched with it.
-        self.subprojects: dict[int, list[Project]] = {}
+        subprojects: dict[int, list[Project]] = {}
         for relation in records["relationships"]:
-            self.subprojects.setdefault(relation.parent, []).append(self.projects[relation.child])
+            subprojects.setdefault(relation.parent, []).append(self.projects[relation.child])
+        self.subprojects: Mapping[int, list[Project]] = subprojects
 
         versions: list[Version] = records["versions"]
-        # A changeset applied in memory may edit versions in place (``store_changes.py``): these
-        # may then be overlays of the loaded ones, and the ordered list a ``Replaced`` view.
         self.versions: Mapping[int, Version] = {v.id: v for v in versions}
         self.versions_ordered: list[Version] | Replaced[Version] = versions
         self.versions_of_project: Mapping[int, list[Version]] = self._grouped("versions", versions, "project")
@@ -105,6 +108,8 @@ class Store:
         pages: list[PageHead] = records["pages"]
         self.pages: dict[int, PageHead] = {p.id: p for p in pages}
         self.pages_ordered = pages
+        #: The projects with public pages (which a change of a project may move: ``http/purge.py``).
+        self.projects_with_pages = frozenset(p.project for p in pages)
 
         #: How many public records of each kind are served.
         self.counts = {
@@ -148,7 +153,7 @@ class Store:
         found = by_id or by_slug
         return [found] if found is not None else []
 
-    def projects_where(self, *, slug: str | None = None, user: int | None = None) -> list[Project]:
+    def projects_where(self, *, slug: str | None = None, user: int | None = None) -> Sequence[Project]:
         if slug is not None:
             found = self.project_by_slug.get(slug)
             return [found] if found is not None and (user is None or user in found.users) else []

@@ -2,11 +2,12 @@
 
 A server that follows a replica's changesets (``following.py``) applies each one in every worker,
 without a reload. What is applied in memory is what the service changes every few seconds:
-builds and their commands, and versions edited in place (as a build's end edits them: the same
-slug, project and privacy, so nothing becomes public or private and no address moves; the
-changeset's header says so, ``in_place``). A changeset that changes anything else is not applied
-here: the pull writes the snapshot it makes, checks it whole, and points ``current`` at it (a
-reload).
+builds and their commands, versions and projects edited in place (as a build's end, or a
+maintainer's settings, edit them: the same slug, project and privacy, so nothing becomes public
+or private and no address moves; the changeset's header says so, ``in_place``), and users. A
+changeset that changes anything else (relationships, pages, a project or version added, deleted,
+moved or made private or public) is not applied here: the pull writes the snapshot it makes,
+checks it whole, and points ``current`` at it (a reload).
 
 The store made is a new one; the one it is made from is never changed, so a request in flight
 keeps reading one state. Records by id and their groupings are overlays of the changes on the
@@ -30,14 +31,14 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from .snapshot.changeset import Changeset, product_manifest
+from .snapshot.changeset import PLACED_KINDS, Changeset, product_manifest
 from .snapshot.commands import ChangedCommands, CommandFile
-from .snapshot.records import Build, BuildCommand, Record, Version
+from .snapshot.records import Build, BuildCommand, Project, Record, User, Version
 from .store import Store
 from .utils.positions import Overlay, PatchedOrder, Replaced
 
 #: The kinds a changeset may change to be applied in memory.
-LIVE_KINDS = frozenset({"builds", "build_commands", "versions"})
+LIVE_KINDS = frozenset({"users", "projects", "versions", "builds", "build_commands"})
 #: Where a build stands among builds: served newest first, then by id (``served_records``).
 RANK = attrgetter("date", "id")
 
@@ -48,32 +49,39 @@ K = TypeVar("K")
 _build = msgspec.json.Decoder(Build)
 _command = msgspec.json.Decoder(BuildCommand)
 _version = msgspec.json.Decoder(Version)
+_project = msgspec.json.Decoder(Project)
+_user = msgspec.json.Decoder(User)
 
 
 class Applied(msgspec.Struct, frozen=True):
-    """A changeset applied: the store it makes, each changed build as served before and after
-    (the slug of its project and the build; None where it is not served), and each served version
-    that changed (the slug of its project, the version before and after)."""
+    """A changeset applied: the store it makes and the one it was made from, each changed build
+    as served before and after (the slug of its project and the build; None where it is not
+    served), each served version and project that changed (for a version, the slug of its
+    project; the record before and after), and each user (None where there is none)."""
 
     store: Store
+    was: Store
     builds: dict[int, tuple[tuple[str, Build] | None, tuple[str, Build] | None]]
     versions: list[tuple[str, Version, Version]]
+    projects: list[tuple[Project, Project]] = []
+    users: list[tuple[User | None, User | None]] = []
 
 
 def in_memory(changeset: Changeset, public_url: str) -> bool:
     """Whether a server applies ``changeset`` in memory to a snapshot published at ``public_url``:
-    it changes builds and their commands, and versions in place (each it upserts was there with
-    the same slug, project and privacy, and it deletes none: its header says so), names the build
-    of each command it deletes, and keeps the public URL (which every reply's links begin with)."""
-    return (changeset.kinds <= LIVE_KINDS and ("versions" not in changeset.kinds or changeset.header.in_place)
+    it changes users, builds and their commands, and projects and versions in place (each it
+    upserts was there with the same slug, project and privacy, and it deletes none: its header
+    says so), names the build of each command it deletes, and keeps the public URL (which every
+    reply's links begin with)."""
+    return (changeset.kinds <= LIVE_KINDS and (not changeset.kinds.intersection(PLACED_KINDS) or changeset.header.in_place)
             and changeset.deletes["build_commands"] <= changeset.deleted_commands.keys()
             and changeset.header.product.public_url.rstrip("/") == public_url.rstrip("/"))
 
 
 def applied(store: Store, changeset: Changeset, published_at: datetime | None = None) -> Applied | None:
     """The store ``changeset`` makes of ``store``; None when it is not applied in memory
-    (``in_memory``, or a served version it edits is not in place after all: privacy does not rest
-    on the header) or does not follow ``store`` (by name: its sequence is the follower's to
+    (``in_memory``, or a project or version it edits is not in place after all: privacy does not
+    rest on the header) or does not follow ``store`` (by name: its sequence is the follower's to
     check, ``following.pending``). A build of a version the store does not serve
     is not served (the version is private: the publisher checked the snapshot it made whole)."""
     header = changeset.header
@@ -105,18 +113,38 @@ def applied(store: Store, changeset: Changeset, published_at: datetime | None = 
     )}
     # A build whose commands changed shows otherwise: its replies and lists show its commands.
     shown = {identity: (served(store, store.builds.get(identity)), served(store, builds.get(identity))) for identity in counted}
-    edited = [(store.versions[i], version) for i, line in changeset.upserts["versions"].items()
-              if i in store.versions and (version := _version.decode(line)) != store.versions[i]]
-    if any(address(before) != address(after) for before, after in edited):
-        return None  # not in place, whatever its header says: the pull's snapshot of it is loaded whole
-    if edited:
-        versions_edited(made, store, edited)
-    return Applied(made, shown, [(store.projects[after.project].slug, before, after) for before, after in edited])
+    # Not in place, whatever its header says: the pull's snapshot of it is loaded whole.
+    projects = edited_in_place(store.projects, changeset.upserts["projects"], _project, attrgetter("slug", "privacy_level"))
+    versions = edited_in_place(store.versions, changeset.upserts["versions"], _version,
+                               attrgetter("project", "slug", "privacy_level"), lambda v: v.project in store.projects)
+    if projects is None or versions is None:
+        return None
+    if versions:
+        versions_edited(made, store, versions)
+    if projects:
+        projects_edited(made, store, projects)
+    users = users_changed(made, store, changeset)
+    return Applied(made, store, shown, [(store.projects[after.project].slug, before, after) for before, after in versions],
+                   projects, users)
 
 
-def address(version: Version) -> tuple:
-    """What a version edited in place keeps: where it is served, and whether it is."""
-    return version.project, version.slug, version.privacy_level
+def edited_in_place(served: Mapping[int, V], upserts: dict[int, bytes], decoder: msgspec.json.Decoder[V],
+                    address: Callable[[V], tuple], under_served: Callable[[V], bool] = lambda _record: True) -> list[tuple[V, V]] | None:
+    """The served records that ``upserts`` change (before, after); None when one of them would
+    not be in place: a served one whose ``address`` (where it is served, and whether it is public)
+    changes, or one not served that would be (public, under a served parent)."""
+    edited = []
+    for identity, line in upserts.items():
+        after = decoder.decode(line)
+        before = served.get(identity)
+        if before is None:
+            if after.privacy_level == "public" and under_served(after):  # type: ignore[attr-defined]
+                return None
+        elif address(before) != address(after):
+            return None
+        elif before != after:
+            edited.append((before, after))
+    return edited
 
 
 def versions_edited(made: Store, store: Store, edited: list[tuple[Version, Version]]) -> None:
@@ -134,6 +162,49 @@ def versions_edited(made: Store, store: Store, edited: list[tuple[Version, Versi
                                                 *split(edited, project_active, VERSIONS), VERSIONS)
     made.versions_by_slug = regrouped(store.versions_by_slug, slug, *split(edited, slug, VERSIONS), VERSIONS)
     made.versions_by_slug_active = regrouped(store.versions_by_slug_active, slug_active, *split(edited, slug_active, VERSIONS), VERSIONS)
+
+
+def projects_edited(made: Store, store: Store, edited: list[tuple[Project, Project]]) -> None:
+    """Give ``made`` the projects of ``store`` with the served ones ``edited`` (before, after: in
+    place, so the same slug and privacy): each is replaced where it stands (they are listed by
+    slug), moves between the lists of its users where those changed, and is replaced among the
+    subprojects of its parents."""
+    made.projects = Overlay.of(store.projects, {after.id: after for _before, after in edited})
+    afters = [after for _before, after in edited]
+    made.projects_ordered = reordered(store.projects_ordered, [], [], afters, PROJECTS)
+    made.project_by_slug = Overlay.of(store.project_by_slug, {after.slug: after for after in afters})
+    by_user: dict[int, tuple[list[Project], list[Project], list[Project]]] = {}
+    for before, after in edited:
+        for user in {*before.users, *after.users}:
+            gone, came, replaced = by_user.setdefault(user, ([], [], []))
+            if before.users.count(user) == after.users.count(user) == 1:
+                replaced.append(after)
+            else:  # as a load lists it: once for each time the project names the user
+                gone.extend([before] * before.users.count(user))
+                came.extend([after] * after.users.count(user))
+    made.projects_of_user = regroup(store.projects_of_user, by_user, PROJECTS)
+    changed = {after.id: after for after in afters}
+    made.subprojects = Overlay.of(store.subprojects, {
+        parent: [changed.get(child.id, child) for child in children] for parent, children in store.subprojects.items()
+        if any(child.id in changed for child in children)
+    })
+
+
+def users_changed(made: Store, store: Store, changeset: Changeset) -> list[tuple[User | None, User | None]]:
+    """Give ``made`` the users of ``store`` with those ``changeset`` upserts and deletes (all are
+    served); return each that changed, before and after (None where there is none)."""
+    upserts, deletes = changeset.upserts["users"], changeset.deletes["users"]
+    changed: list[tuple[User | None, User | None]] = [(store.users[i], None) for i in deletes if i in store.users]
+    changed += [(before, after) for i, line in upserts.items() if (after := _user.decode(line)) != (before := store.users.get(i))]
+    if not changed:
+        return []
+    now: dict[int, User | None] = dict.fromkeys(deletes)
+    made.users = Overlay.of(store.users, now | {after.id: after for _before, after in changed if after is not None})
+    made.users_ordered = reordered(store.users_ordered, *split(changed, None, USERS), USERS)
+    names: dict[str, User | None] = {before.username: None for before, _after in changed if before is not None}
+    made.user_by_name = Overlay.of(store.user_by_name, names | {after.username: after for _before, after in changed if after is not None})
+    made.counts = {**made.counts, "users": len(made.users)}
+    return changed
 
 
 def split(changed: Sequence[tuple[V | None, V | None]], group_of: Callable[[V], Any] | None,
@@ -227,6 +298,9 @@ def newest_key(build: Build) -> Newest:
 BUILDS: Order[Build] = Order(RANK, newest_key)
 #: The order of versions (``served_records``).
 VERSIONS: Order[Version] = Order(attrgetter("verbose_name", "id"), Listed)
+#: The order of projects, and of users (``served_records``).
+PROJECTS: Order[Project] = Order(attrgetter("slug"), attrgetter("slug"))
+USERS: Order[User] = Order(attrgetter("id"), attrgetter("id"))
 
 
 def reordered(items: list[V] | Replaced[V], gone: list[V], came: list[V], replaced: list[V], order: Order[V]) -> list[V] | Replaced[V]:
@@ -250,6 +324,12 @@ def regrouped(groups: Mapping[K, list[V]], group_of: Callable[[V], K], gone: lis
     for place, records in enumerate((gone, came, replaced)):
         for record in records:
             by_group.setdefault(group_of(record), ([], [], []))[place].append(record)
+    return regroup(groups, by_group, order)
+
+
+def regroup(groups: Mapping[K, list[V]], by_group: dict[K, tuple[list[V], list[V], list[V]]], order: Order[V]) -> Overlay[K, list[V]]:
+    """``groups`` with the records of each group in ``by_group`` changed: those that left it, those
+    that joined it, those replaced where they stand (``rearranged``)."""
     changes: dict[K, list[V] | None] = {}
     for group, (left, joined, kept) in by_group.items():
         items = groups.get(group, [])
@@ -271,10 +351,14 @@ def rearranged(items: list[V], at: Mapping[int, V], gone: list[V], came: list[V]
     thousand changes of the two million builds of the large scale took over a second)."""
     replacing = dict(at)
     edits: list[tuple[int, int, V | None]] = []
+    left_out: set[int] = set()
     for record in gone:
         position = bisect_left(items, order.key(record), key=order.key)
+        while position in left_out:  # a record a group lists more than once (a project naming a user twice)
+            position += 1
         if position < len(items) and items[position].id == record.id:
             replacing.pop(position, None)
+            left_out.add(position)
             edits.append((position, _LEAVE_OUT, None))
     edits += [(position, _REPLACE, record) for position, record in replacing.items()]
     # In the list's order, so that records put in at one position keep it (the sort is stable).

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 from collections.abc import Callable, Mapping
@@ -144,10 +145,12 @@ def assert_serves_as_fresh(server: Client, snapshot: Path, urls: list[str]) -> N
         fresh.stop()
 
 
-def followed_replica(tmp_path: Path, origin: Origin, start_server: Callable[..., Client]) -> tuple[Path, Path, Client]:
-    """A demo snapshot published whole, pulled into a replica, and a server following it (one
-    worker, ``--watch``): (the snapshot, the replica, the server)."""
+def followed_replica(tmp_path: Path, origin: Origin, start_server: Callable[..., Client],
+                     made: Callable[[Path], None] = lambda _base: None) -> tuple[Path, Path, Client]:
+    """A demo snapshot (changed by ``made``) published whole, pulled into a replica, and a server
+    following it (one worker, ``--watch``): (the snapshot, the replica, the server)."""
     base = synth(tmp_path / "s0")
+    made(base)
     assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
     into = tmp_path / "replica"
     assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
@@ -355,13 +358,83 @@ def test_versions_edited_in_place_are_applied_in_memory_and_one_made_private_is_
         assert_serves_as_fresh(server, new, urls)
 
 
-def test_a_header_that_claims_in_place_for_a_version_made_private_is_not_believed(tmp_path, origin, start_server):
+def with_subproject(base: Path) -> None:
+    """``base`` with a project whose page says "install" a subproject of another public project
+    that has a version of the same slug (whose doc search for "install", as crawled, then finds
+    the subproject's page)."""
+    public = {p["id"] for p in read(base, "projects") if p.get("privacy_level", "public") == "public"}
+    versions = {v["id"]: v for v in read(base, "versions")}
+    page = next(p for p in read(base, "pages") if p["project"] in public and re.search(r"\binstall\b", p.get("text", "")))
+    slug = versions[page["version"]]["slug"]
+    parent = next(v["project"] for v in versions.values() if v["slug"] == slug and v["project"] in public - {page["project"]})
+    write(base, "relationships", [{"id": 1, "parent": parent, "child": page["project"]}])
+    renamed(base, "demo")
+
+
+def projects_and_users_changed(old: Path, new: Path, name: str, rng: random.Random, private: bool = False) -> None:
+    """``new``: ``old`` with projects edited in place (a subproject's language, another's
+    description, one losing a user and gaining a new one, a private one) and users changed (one
+    renamed, one added, one deleted); with ``private``, a served project made private."""
+    shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
+    projects, users = read(new, "projects"), read(new, "users")
+    public = [p for p in projects if p.get("privacy_level", "public") == "public"]
+    children = {r["child"] for r in read(new, "relationships")}
+    relanguaged = next(p for p in public if p["id"] in children)
+    described = rng.choice([p for p in public if p is not relanguaged])
+    regrouped = rng.choice([p for p in public if p.get("users") and p not in (described, relanguaged)])
+    described.update(description=f"Edited {rng.randrange(1000)}.", modified_date=stamp(datetime(2026, 11, 26, tzinfo=UTC)))
+    relanguaged["language"] = "fr" if relanguaged.get("language", "en") != "fr" else "de"
+    newcomer = {"id": max(u["id"] for u in users) + 1, "username": f"newcomer-{rng.randrange(1000)}"}
+    leaving = regrouped["users"][0]
+    regrouped["users"] = [*regrouped["users"][1:], newcomer["id"]]
+    next(p for p in projects if p.get("privacy_level", "public") != "public")["description"] = "Private, edited."
+    named = {user for p in projects for user in p.get("users", [])}
+    renamed_user = rng.choice([u for u in users if u["id"] != leaving])
+    renamed_user["username"] += "-renamed"
+    users = [u for u in users if u["id"] != leaving or u["id"] in named] + [newcomer]
+    if private:
+        next(p for p in public if p not in (described, relanguaged, regrouped))["privacy_level"] = "private"
+    write(new, "projects", projects)
+    write(new, "users", users)
+    renamed(new, name)
+
+
+def test_projects_and_users_changed_in_place_are_applied_in_memory_and_a_project_made_private_is_folded(
+    tmp_path, origin, start_server
+):
+    """A changeset that edits projects in place (a subproject, a new language, users moved) and
+    changes users (renamed, added, deleted), with builds, is applied in memory by a worker with a
+    warm cache: every crawled reply equals a fresh server's. One that makes a project private is
+    not in place: the pull folds it and the server reloads onto it."""
+    base, into, server = followed_replica(tmp_path, origin, start_server, with_subproject)
+    worker = server.json("/readyz")["worker"]
+    rng = random.Random(21)
+    builds, edited, private = tmp_path / "s1", tmp_path / "s2", tmp_path / "s3"
+    builds_change(base, builds, "snap-1-builds", rng)
+    projects_and_users_changed(builds, edited, "snap-1", rng)
+    shutil.rmtree(builds)
+    projects_and_users_changed(edited, private, "snap-2", rng, private=True)
+    urls = crawl(base, edited, private)
+    for url in urls:  # a warm cache
+        server.get(url)
+    for sequence, (old, new, kept) in enumerate(((base, edited, True), (edited, private, False)), start=2):
+        assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(old)).returncode == 0
+        assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+        assert ((into / "current").resolve().name == "demo") is kept  # kept beside the snapshot served, or folded
+        poll(lambda sequence=sequence: server.json("/readyz")["sequence"] == sequence, what=f"changeset {sequence} served")
+        assert (server.json("/readyz")["worker"] == worker) is kept  # in memory, or a reload onto the fold
+        assert_serves_as_fresh(server, new, urls)
+
+
+@pytest.mark.parametrize("change", [versions_edited, projects_and_users_changed])
+def test_a_header_that_claims_in_place_for_a_version_or_project_made_private_is_not_believed(tmp_path, origin, start_server, change):
     """Privacy does not rest on the header: a changeset whose header says ``in_place`` while it
-    makes a served version private is kept by the pull (which trusts its origin), but the worker
-    does not apply it in memory; it says so and serves the state before until the pull's fold."""
-    base, into, server = followed_replica(tmp_path, origin, start_server)
+    makes a served version or project private is kept by the pull (which trusts its origin), but
+    the worker does not apply it in memory; it says so and serves the state before until the
+    pull's fold."""
+    base, into, server = followed_replica(tmp_path, origin, start_server, with_subproject)
     new = tmp_path / "s1"
-    versions_edited(base, new, "snap-1", random.Random(13), private=True)
+    change(base, new, "snap-1", random.Random(13), private=True)
     assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(base)).returncode == 0
     path = origin.root / "changesets" / "2.jsonl"
     header, rest = path.read_bytes().split(b"\n", 1)
@@ -419,7 +492,7 @@ def test_a_kept_changeset_that_fails_its_seal_is_never_applied_and_a_new_worker_
 
 
 def test_a_changeset_of_other_kinds_is_folded_into_a_snapshot_that_shares_the_search_index(tmp_path, origin):
-    """A changeset that a server does not apply in memory (a user changed, here with a build) is
+    """A changeset that a server does not apply in memory (a subproject linked, here with a build) is
     folded with those kept before it into the snapshot they make, which ``current`` then names.
     Its projects, versions and pages are those of the snapshot before: it shares that one's index
     files (the same inodes), and no index is built."""
@@ -434,9 +507,8 @@ def test_a_changeset_of_other_kinds_is_folded_into_a_snapshot_that_shares_the_se
     assert (into / "current").resolve().name == "demo" and (into / "changesets" / "2.jsonl").is_file()
     second = tmp_path / "s2"
     shutil.copytree(first, second)
-    users = read(second, "users")
-    users[0] = dict(users[0], username=f"{users[0]['username']}-renamed")
-    write(second, "users", users)
+    parent, child = [p["id"] for p in read(second, "projects") if p.get("privacy_level", "public") == "public"][:2]
+    write(second, "relationships", [*read(second, "relationships"), {"id": 9001, "parent": parent, "child": child}])
     renamed(second, "snap-2")
     docsrv("snapshot", "publish", str(second), str(origin.root), "--since", str(first))
     assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
@@ -586,22 +658,25 @@ def test_a_full_disk_applies_nothing_and_publishes_nothing(tmp_path, origin):
 def test_the_purge_keys_of_a_changeset_are_read_from_it_and_equal_those_of_the_diff(tmp_path, origin):
     """The publisher writes into each changeset the purge keys of the replies it changes:
     ``snapshot keys`` reads them back (the time of reading one file), and they are the keys
-    ``snapshot diff`` names for the same two snapshots, for a change of builds (which a server
-    applies in memory: the keys it drops from its own cache) and for a change of every kind."""
+    ``snapshot diff`` names for the same two snapshots, for a change of builds and one of projects
+    and users (which a server applies in memory: the keys it drops from its own cache) and for a
+    change of every kind."""
     base = synth(tmp_path / "s0")
+    with_subproject(base)
     assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
-    first, second = tmp_path / "s1", tmp_path / "s2"
+    first, second, third = tmp_path / "s1", tmp_path / "s2", tmp_path / "s3"
     builds_change(base, first, "snap-1", random.Random(3))
-    random_change(first, second, "snap-2", random.Random(4))
-    for old, new in ((base, first), (first, second)):
+    projects_and_users_changed(first, second, "snap-2", random.Random(4))
+    random_change(second, third, "snap-3", random.Random(5))
+    for old, new in ((base, first), (first, second), (second, third)):
         assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(old)).returncode == 0
         keys = docsrv("snapshot", "keys", str(origin.root))
         assert keys.returncode == 0, keys.stderr
         diff = docsrv("snapshot", "diff", str(old), str(new)).stdout
         assert keys.stdout == diff and len(diff.splitlines()) > 5
-    both = docsrv("snapshot", "keys", str(origin.root), "--since", "1").stdout.splitlines()
-    assert both == sorted(set(docsrv("snapshot", "diff", str(base), str(first)).stdout.splitlines())
-                          | set(docsrv("snapshot", "diff", str(first), str(second)).stdout.splitlines()))
+    since = docsrv("snapshot", "keys", str(origin.root), "--since", "2").stdout.splitlines()
+    assert since == sorted(set(docsrv("snapshot", "diff", str(first), str(second)).stdout.splitlines())
+                           | set(docsrv("snapshot", "diff", str(second), str(third)).stdout.splitlines()))
     gone = docsrv("snapshot", "keys", str(origin.root), "--since", "0")
     assert gone.returncode == 1
     assert gone.stderr.strip().endswith("no longer lists the changesets after sequence 0: purge every key of the API instead")

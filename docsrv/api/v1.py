@@ -305,7 +305,7 @@ def id_of(value: str, name: str) -> int:
 # Selecting the objects of a list: every filter is a ready index of the store.
 
 
-def select_projects(store: Store, filters: dict[str, str]) -> tuple[list[Project], str]:
+def select_projects(store: Store, filters: dict[str, str]) -> tuple[Sequence[Project], str]:
     """The projects the filters choose, and the key of their list."""
     user = id_of(filters["users"], "users") if "users" in filters else None
     slug = filters.get("slug")

@@ -138,7 +138,7 @@ async def project_list(request: ApiRequest, state: ApiState) -> Reply:
     return await paginated(request, state, items, state.serializer(V2Serializer).project, project_keys, list_key)
 
 
-async def numbered_page(request: ApiRequest, state: ApiState, items: list[Project], list_key: str) -> Reply:
+async def numbered_page(request: ApiRequest, state: ApiState, items: Sequence[Project], list_key: str) -> Reply:
     """Projects as the original paged them: ``page=N``, PROJECTS_PER_PAGE a page (DECISIONS.md section 2)."""
     number = positive_id(last(request.query, "page") or "")
     pages = max(1, -(-len(items) // PROJECTS_PER_PAGE))

@@ -27,13 +27,15 @@ import msgspec
 from ..http.purge import (
     BIG,
     V1_FILES,
+    Grouped,
+    ProjectShown,
     build_key,
     build_list_keys,
     file_key,
+    project_change_keys,
     project_key,
     project_list_keys,
-    user_key,
-    user_list_keys,
+    user_change_keys,
     version_key,
     version_list_keys,
     version_placed,
@@ -79,6 +81,13 @@ class Keys:
         """The ``big-`` keys of these lists: their pages that could not name a changed object."""
         self.groups["changed"].update(BIG + key for key in keys)
 
+    def extend(self, grouped: Grouped) -> None:
+        for group, keys in grouped:
+            if group == "big":
+                self.big(keys)
+            else:
+                self.add(group, keys)
+
     def all(self) -> list[str]:
         return sorted(set().union(*self.groups.values()))
 
@@ -121,6 +130,11 @@ class Side:
 
     def project_slug(self, project_id: int) -> str:
         return self.projects[project_id].slug
+
+    def shown(self, project: int) -> ProjectShown:
+        """What shows a project here."""
+        return ProjectShown(self.of("versions", "project", project), (b.commit for b in self.of("builds", "project", project)),
+                            bool(self.of("pages", "project", project)))
 
     def of(self, kind: str, field: str, ident: int) -> list[Any]:
         """The public versions, builds or pages whose ``field`` (project, version) is ``ident``,
@@ -237,32 +251,8 @@ def compare_projects(old: Side, new: Side, keys: Keys) -> None:
         keys.add("lists", project_list_keys(project))
     for pid in old.projects.keys() & new.projects.keys():
         before, after = old.projects[pid], new.projects[pid]
-        if before == after:
-            continue
-        keys.add("changed", {project_key(before.slug), project_key(after.slug)})
-        if (before.slug, before.users) != (after.slug, after.users):
-            keys.add("lists", project_list_keys(before) + project_list_keys(after))
-        else:
-            keys.big(project_list_keys(after))
-        # What shows the project inside other objects: its versions and files embed it; its
-        # builds show its slug and language (in docs_url). Their own replies carry the
-        # project's key; their lists' pages may carry only a big- key, or, when the slug
-        # changed, are lists filtered by it.
-        moved = before.slug != after.slug
-        relocated = moved or before.language != after.language
-        for side in (old, new):
-            lists = [version_lists(side, v) for v in side.of("versions", "project", pid)]
-            if relocated:
-                lists += [build_lists(side, b) for b in side.of("builds", "project", pid)]
-            for keys_of_lists in lists:
-                if moved:
-                    keys.add("lists", keys_of_lists)
-                else:
-                    keys.big(keys_of_lists)
-            if side.of("pages", "project", pid):
-                keys.big([V1_FILES.key({})])
-                if relocated:
-                    keys.add("changed", ("search",))
+        if before != after:
+            keys.extend(project_change_keys(before, after, (old.shown(pid), new.shown(pid))))
 
 
 def compare_versions(old: Side, new: Side, keys: Keys) -> None:
@@ -330,18 +320,7 @@ def compare_pages(old: Side, new: Side, keys: Keys, helper: Executor) -> None:
 
 
 def compare_users(old: Side, new: Side, keys: Keys) -> None:
-    for uid in old.users.keys() - new.users.keys():
-        keys.add("removed", [user_key(uid)])
-        keys.add("lists", user_list_keys(old.users[uid]))
-    for uid in new.users.keys() - old.users.keys():
-        keys.add("added", [user_key(uid)])
-        keys.add("lists", user_list_keys(new.users[uid]))
-    for uid in old.users.keys() & new.users.keys():
-        before, after = old.users[uid], new.users[uid]
-        if before == after:
-            continue
-        keys.add("changed", [user_key(uid)])
-        if before.username != after.username:
-            keys.add("lists", user_list_keys(before) + user_list_keys(after))
-        else:
-            keys.big(user_list_keys(after))
+    for uid in old.users.keys() | new.users.keys():
+        before, after = old.users.get(uid), new.users.get(uid)
+        if before != after:
+            keys.extend(user_change_keys(before, after))

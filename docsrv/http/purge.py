@@ -27,6 +27,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import combinations
+from typing import NamedTuple
 
 from ..snapshot.records import Build, PageHead, Project, User, Version
 from ..store import Store
@@ -202,10 +203,73 @@ def version_change_keys(project_slug: str, before: Version, after: Version) -> l
     return keys + [BIG + key for key in version_list_keys(project_slug, after)]
 
 
+#: Keys by why they are purged, as ``snapshot diff --json`` groups them: ``changed``, ``added``,
+#: ``removed`` (an object's own keys), ``lists`` (lists whose members or order changed), and
+#: ``big`` (lists whose pages could not name a changed object: their ``big-`` keys are purged).
+Grouped = list[tuple[str, list[str]]]
+
+
+class ProjectShown(NamedTuple):
+    """What shows a project on one side of a change: its public versions, the commits of its
+    public builds (read only when its address moves), and whether it has public pages."""
+
+    versions: Iterable[Version]
+    commits: Iterable[str]
+    pages: bool
+
+
+def project_change_keys(before: Project, after: Project, sides: Iterable[ProjectShown]) -> Grouped:
+    """The keys of every reply that a change of one public project touches, public before and
+    after: its own, its lists (all their pages when its slug or users changed), and the lists of
+    what shows it inside: its versions and files embed it, its builds show its slug and language
+    (in ``docs_url``), search hits link to its pages. Their own replies carry the project's key;
+    their lists' pages may carry only a ``big-`` key, or, when the slug changed, are lists
+    filtered by it."""
+    found: Grouped = [("changed", list({project_key(before.slug), project_key(after.slug)}))]
+    if (before.slug, before.users) != (after.slug, after.users):
+        found.append(("lists", project_list_keys(before) + project_list_keys(after)))
+    else:
+        found.append(("big", project_list_keys(after)))
+    moved = before.slug != after.slug
+    relocated = moved or before.language != after.language
+    for slug, shown in zip((before.slug, after.slug), sides, strict=True):
+        lists = [key for version in shown.versions for key in version_list_keys(slug, version)]
+        if relocated:
+            lists += [key for commit in shown.commits for key in build_list_keys(slug, commit)]
+        found.append(("lists" if moved else "big", lists))
+        if shown.pages:
+            found.append(("big", [V1_FILES.key({})]))
+            if relocated:
+                found.append(("changed", ["search"]))
+    return found
+
+
+def user_change_keys(before: User | None, after: User | None) -> Grouped:
+    """The keys of every reply that a change of one user touches (None where there is none):
+    its own, and its lists (all their pages when it came, went or changed its name)."""
+    if before is None or after is None:
+        user = after or before
+        assert user is not None
+        return [("added" if before is None else "removed", [user_key(user.id)]), ("lists", user_list_keys(user))]
+    if before.username != after.username:
+        return [("changed", [user_key(after.id)]), ("lists", user_list_keys(before) + user_list_keys(after))]
+    return [("changed", [user_key(after.id)]), ("big", user_list_keys(after))]
+
+
+def flat(grouped: Grouped) -> list[str]:
+    """The keys to purge, whatever their group (a ``big`` list purged by its ``big-`` key)."""
+    return [BIG + key if group == "big" else key for group, keys in grouped for key in keys]
+
+
 def applied_keys(done: Applied) -> list[str]:
     """The keys of every reply a changeset applied in memory touches."""
     keys = [key for before, after in done.builds.values() for key in build_change_keys(before, after)]
-    return keys + [key for slug, before, after in done.versions for key in version_change_keys(slug, before, after)]
+    keys += [key for slug, before, after in done.versions for key in version_change_keys(slug, before, after)]
+    for before, after in done.projects:
+        sides = [ProjectShown(store.versions_of_project.get(after.id, []), (b.commit for b in store.builds_of_project.get(after.id, [])),
+                              after.id in store.projects_with_pages) for store in (done.was, done.store)]
+        keys += flat(project_change_keys(before, after, sides))
+    return keys + [key for before, after in done.users for key in flat(user_change_keys(before, after))]
 
 
 def placed(build: tuple[str, Build]) -> tuple:

@@ -28,10 +28,12 @@ follows the origin as a sidecar and wrk asks the server for a project list witho
    (the pull folds them into a snapshot every 200, and the server reloads onto it); the PSS of
    the server's processes every 100 changesets.
 5. Equivalence, by a crawl: ``--crawl-changesets`` changesets that flip, move (a new date) and
-   add builds, and edit versions in place, applied in memory; then the sidecar is stopped, the changesets kept are folded
-   into the snapshot they make (as the pull folds them), a fresh server is started on it, and
-   every URL of a crawl (``tests/crawl.py``: each kind of URL of the projects whose builds
-   changed and of ``--crawl-projects`` more, the changed builds' own) is asked of both. A reply
+   add builds, edit versions and projects in place and rename users, applied in memory; then
+   the sidecar is stopped, the changesets kept are folded into the snapshot they make (as the
+   pull folds them), a fresh server is started on it, and every URL of a crawl
+   (``tests/crawl.py``: each kind of URL of the projects whose builds, versions or settings
+   changed and of ``--crawl-projects`` more, the changed builds' own, the renamed users') is
+   asked of both. A reply
    differs when its status, a header (``Date`` aside) or its body does.
 
 Failed requests are counted in each phase under load (wrk's errors and non-2xx): the publisher's,
@@ -108,6 +110,22 @@ def flipped(line: bytes, date: str | None = None) -> bytes:
     return json.dumps(build, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def project_edited(line: bytes, mark: str, user: int, now: str) -> bytes:
+    """A project's line edited in place, as a maintainer's settings edit it: a new description,
+    its first user (if any) replaced by ``user``, and its ``modified_date``."""
+    project = json.loads(line)
+    project.update(description=f"{project.get('description', '')} {mark}".strip(), modified_date=now)
+    if project.get("users"):
+        project["users"] = list(dict.fromkeys([user, *project["users"][1:]]))
+    return json.dumps(project, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def user_renamed(line: bytes, mark: str) -> bytes:
+    user = json.loads(line)
+    user["username"] = f"{user['username']}-{mark}"
+    return json.dumps(user, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def edited_in_place(line: bytes, how: int, mark: str) -> bytes:
     """A version's line edited in place (its slug, project and privacy kept): renamed (``how`` 0),
     made active or inactive (1), or given a new identifier (2)."""
@@ -135,7 +153,7 @@ def renumbered(line: bytes, identity: int, date: str) -> bytes:
     return json.dumps(build, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def equivalence(live: System, into: Path, base: Path, changed_builds: set[int], version_projects: set[int], projects: int) -> dict:
+def equivalence(live: System, into: Path, base: Path, feed: Feed, projects: int) -> dict:
     """Fold the changesets kept after ``into/current`` into the snapshot they make, start a fresh
     server on it, and ask both servers every URL of a crawl: the replies that differ."""
     folded = fold_kept(into)
@@ -145,11 +163,11 @@ def equivalence(live: System, into: Path, base: Path, changed_builds: set[int], 
                                     "--port", str(port)], port)
     try:
         builds = [json.loads(line) for line in (product / "builds.jsonl").read_bytes().splitlines() if line]
-        changed = [b for b in builds if b["id"] in changed_builds]
+        changed = [b for b in builds if b["id"] in feed.changed]
         all_projects = sorted({b["project"] for b in builds})
-        kept = {b["project"] for b in changed} | version_projects
+        kept = {b["project"] for b in changed} | feed.edited_projects
         kept |= set(random.Random(35).sample(all_projects, min(projects, len(all_projects))))
-        urls = crawl(base, product, projects_kept=kept, per_project=5)
+        urls = crawl(base, product, projects_kept=kept, per_project=5, users_kept=frozenset(feed.edited_users))
         urls += [f"/api/{api}/build/{b['id']}/" for b in changed for api in ("v2", "v1")]
         urls = list(dict.fromkeys(urls))
         differing = []
@@ -165,7 +183,8 @@ def equivalence(live: System, into: Path, base: Path, changed_builds: set[int], 
             if without_date(ours) != without_date(theirs):
                 differing.append({"url": url, **first_difference(without_date(ours), without_date(theirs))})
         return {"snapshot": product.name, "urls": len(urls), "projects": len(kept), "changed_builds": len(changed),
-                "projects_of_edited_versions": len(version_projects), "crawl_s": round(time.perf_counter() - started, 1),
+                "edited_projects": len(feed.edited_projects), "renamed_users": len(feed.edited_users),
+                "crawl_s": round(time.perf_counter() - started, 1),
                 "differing": len(differing), "first_differing": differing[:5]}
     finally:
         fresh.stop()
@@ -191,7 +210,7 @@ def without_date(reply: tuple[int, dict, bytes]) -> tuple[int, dict, bytes]:
 
 
 class Feed:
-    """The service's publisher, emitting changesets of builds (and of versions edited in place)
+    """The service's publisher, emitting changesets of builds (and of versions and projects edited in place, and users)
     from what it knows changed: each written with docsrv's format code, then ``head.json`` in one
     rename, as ``publish`` does."""
 
@@ -199,9 +218,11 @@ class Feed:
         self.origin = origin
         self.snapshot = snapshot
         self.manifest = manifest_of(snapshot)
-        #: The versions' lines, read at the first edit of one, and the projects of those edited.
-        self.versions: list[bytes] = []
-        self.version_projects: set[int] = set()
+        #: The lines of versions, projects and users, each read at the first edit of one.
+        self.others: dict[str, list[bytes]] = {}
+        #: The projects whose versions or settings were edited, and the users renamed.
+        self.edited_projects: set[int] = set()
+        self.edited_users: set[int] = set()
         self.lines = [line for line in (snapshot / "builds.jsonl").read_bytes().split(b"\n") if line]
         self.loaded = len(self.lines)
         self.turn = 0
@@ -210,11 +231,13 @@ class Feed:
         #: The ids of the builds changed so far.
         self.changed: set[int] = set()
 
-    def publish(self, builds: int, moved: int = 0, added: int = 0, versions: int = 0) -> tuple[int, int, float]:
+    def publish(self, builds: int, moved: int = 0, added: int = 0, versions: int = 0, projects: int = 0,
+                users: int = 0) -> tuple[int, int, float]:
         """Publish a changeset of ``builds`` builds flipped, of which ``moved`` also get a new date
-        (they move to the top of their lists), ``added`` new ones, and ``versions`` versions edited
-        in place (renamed, made active or inactive, or given a new identifier, in turn): (its
-        sequence, its bytes, when head.json was written)."""
+        (they move to the top of their lists), ``added`` new ones, ``versions`` versions edited
+        in place (renamed, made active or inactive, or given a new identifier, in turn),
+        ``projects`` projects edited in place (``project_edited``) and ``users`` users renamed:
+        (its sequence, its bytes, when head.json was written)."""
         head = read_head(self.origin)
         assert head is not None
         sequence = head.sequence + 1
@@ -233,13 +256,22 @@ class Feed:
                 at = len(self.lines) - 1
             self.changed.add(build_id(self.lines[at]))
             body.append(b'{"op":"upsert","kind":"builds","record":%s}' % self.lines[at])
-        if versions and not self.versions:
-            self.versions = [line for line in (self.snapshot / "versions.jsonl").read_bytes().split(b"\n") if line]
-        for number in range(versions):
-            at = (number * max(1, len(self.versions) // versions) + self.turn * 7919) % len(self.versions)
-            self.versions[at] = edited_in_place(self.versions[at], number % 3, f"{self.turn}.{number}")
-            self.version_projects.add(json.loads(self.versions[at])["project"])
-            body.append(b'{"op":"upsert","kind":"versions","record":%s}' % self.versions[at])
+        for kind, count in (("versions", versions), ("projects", projects), ("users", users)):
+            lines = self.lines_of(kind) if count else []
+            for number in range(count):
+                at = (number * max(1, len(lines) // count) + self.turn * 7919) % len(lines)
+                mark = f"{self.turn}-{number}"
+                if kind == "versions":
+                    lines[at] = edited_in_place(lines[at], number % 3, mark)
+                    self.edited_projects.add(json.loads(lines[at])["project"])
+                elif kind == "projects":
+                    user = self.lines_of("users")[(at * 31 + self.turn) % len(self.lines_of("users"))]
+                    lines[at] = project_edited(lines[at], mark, json.loads(user)["id"], now)
+                    self.edited_projects.add(json.loads(lines[at])["id"])
+                else:
+                    lines[at] = user_renamed(lines[at], mark)
+                    self.edited_users.add(json.loads(lines[at])["id"])
+                body.append(b'{"op":"upsert","kind":"%s","record":%s}' % (kind.encode(), lines[at]))
         name = f"feed-{sequence}"
         manifest = self.manifest
         counts = {**manifest.counts, "builds": manifest.counts["builds"] + len(self.lines) - self.loaded}
@@ -255,6 +287,13 @@ class Feed:
                                    sha256=hashlib.sha256(data).hexdigest(), published_at=now)
         write_head(self.origin, msgspec.structs.replace(head, changesets=[*head.changesets, entry], published_at=now))
         return sequence, len(data), time.time()
+
+
+    def lines_of(self, kind: str) -> list[bytes]:
+        """The lines of ``kind`` as edited so far (read from the snapshot the first time)."""
+        if kind not in self.others:
+            self.others[kind] = [line for line in (self.snapshot / f"{kind}.jsonl").read_bytes().split(b"\n") if line]
+        return self.others[kind]
 
 
 class ServerLog:
@@ -507,11 +546,11 @@ def main() -> None:
         # 5. Equivalence, by a crawl.
         if "crawl" not in args.skip:
             for _ in range(args.crawl_changesets):
-                sequence, _bytes, _written = feed.publish(100, moved=20, added=5, versions=10)
+                sequence, _bytes, _written = feed.publish(100, moved=20, added=5, versions=10, projects=10, users=10)
             wait_for_sequence(server, sequence)
             os.killpg(sidecar.pid, signal.SIGTERM)
             sidecar.wait(timeout=300)
-            report["crawl"] = equivalence(server, into, base, feed.changed, feed.version_projects, args.crawl_projects)
+            report["crawl"] = equivalence(server, into, base, feed, args.crawl_projects)
             print("crawl", report["crawl"], flush=True)
             save(report)
         hot_errors = sum(run["errors"] for runs in hot_path.values() for run in runs)

@@ -9,16 +9,18 @@ from urllib.parse import quote
 from snapshot_change import read
 
 
-def crawl(*snapshots: Path, projects_kept: set[int] | None = None, per_project: int | None = None) -> list[str]:
+def crawl(*snapshots: Path, projects_kept: set[int] | None = None, per_project: int | None = None,
+          users_kept: frozenset[int] = frozenset()) -> list[str]:
     """The URLs of every object of the snapshots; with ``projects_kept``, of those projects only
-    (and at most ``per_project`` versions and builds of each), as a sample of a large snapshot."""
+    (and at most ``per_project`` versions and builds of each) and of the first 50 users and those
+    ``users_kept``, as a sample of a large snapshot."""
     projects = {p["id"]: p for s in snapshots for p in read(s, "projects") if projects_kept is None or p["id"] in projects_kept}
     versions = sample({v["id"]: v for s in snapshots for v in read(s, "versions") if v["project"] in projects}, per_project)
     builds = sample({b["id"]: b for s in snapshots for b in read(s, "builds") if b["project"] in projects}, per_project)
     pages = sample({p["id"]: p for s in snapshots for p in read(s, "pages") if p["project"] in projects}, per_project)
     users = {u["id"]: u for s in snapshots for u in read(s, "users")}
     if projects_kept is not None:
-        users = dict(list(users.items())[:50])
+        users = {identity: user for number, (identity, user) in enumerate(users.items()) if number < 50 or identity in users_kept}
     urls = ["/api/v1/", "/openapi.json"]
     for paging in ("", "?limit=5", "?limit=5&offset=5", "?offset=1000", "?limit=1000"):
         urls += [f"/api/v2/{kind}/{paging}" for kind in ("project", "version", "build")]

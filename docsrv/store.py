@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from .snapshot.binary import Derived, write_binary
 from .snapshot.commands import ChangedCommands, CommandFile
 from .snapshot.load import RawSnapshot, read_snapshot
-from .snapshot.records import Build, BuildCommand, Manifest, PageHead, Project, User, Version
+from .snapshot.records import Build, BuildCommand, Manifest, PageHead, Project, ProjectRelationship, User, Version
 from .snapshot.validate import check_snapshot
 from .snapshot.verified import record_check
 from .utils.positions import Grouping, PatchedOrder, Replaced, SortedOrder
@@ -78,11 +78,13 @@ class Store:
                 projects_of_user.setdefault(user, []).append(project)
         self.projects_of_user: Mapping[int, list[Project]] = projects_of_user
 
+        relationships: list[ProjectRelationship] = records["relationships"]
+        self.relationships: Mapping[int, ProjectRelationship] = {r.id: r for r in relationships}
+        self.relationships_of_parent: Mapping[int, list[ProjectRelationship]] = self._grouped("relationships", relationships, "parent")
         #: Public subprojects of each public project, by alias (or slug): searched with it.
-        subprojects: dict[int, list[Project]] = {}
-        for relation in records["relationships"]:
-            subprojects.setdefault(relation.parent, []).append(self.projects[relation.child])
-        self.subprojects: Mapping[int, list[Project]] = subprojects
+        self.subprojects: Mapping[int, list[Project]] = {
+            parent: [self.projects[r.child] for r in related] for parent, related in self.relationships_of_parent.items()
+        }
 
         versions: list[Version] = records["versions"]
         self.versions: Mapping[int, Version] = {v.id: v for v in versions}
@@ -115,7 +117,7 @@ class Store:
         self.counts = {
             "users": len(self.users),
             "projects": len(self.projects),
-            "relationships": len(records["relationships"]),
+            "relationships": len(relationships),
             "versions": len(self.versions),
             "builds": len(self.builds),
             "build_commands": public_commands,

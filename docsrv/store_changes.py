@@ -4,8 +4,8 @@ A server that follows a replica's changesets (``following.py``) applies each one
 without a reload. What is applied in memory is what the service changes every few seconds:
 builds and their commands, versions and projects edited in place (as a build's end, or a
 maintainer's settings, edit them: the same slug, project and privacy, so nothing becomes public
-or private and no address moves; the changeset's header says so, ``in_place``), and users. A
-changeset that changes anything else (relationships, pages, a project or version added, deleted,
+or private and no address moves; the changeset's header says so, ``in_place``), users, and
+subprojects. A changeset that changes anything else (pages, a project or version added, deleted,
 moved or made private or public) is not applied here: the pull writes the snapshot it makes,
 checks it whole, and points ``current`` at it (a reload).
 
@@ -33,12 +33,12 @@ import msgspec
 
 from .snapshot.changeset import PLACED_KINDS, Changeset, product_manifest
 from .snapshot.commands import ChangedCommands, CommandFile
-from .snapshot.records import Build, BuildCommand, Project, Record, User, Version
+from .snapshot.records import Build, BuildCommand, Project, ProjectRelationship, Record, User, Version
 from .store import Store
 from .utils.positions import Overlay, PatchedOrder, Replaced
 
 #: The kinds a changeset may change to be applied in memory.
-LIVE_KINDS = frozenset({"users", "projects", "versions", "builds", "build_commands"})
+LIVE_KINDS = frozenset({"users", "projects", "relationships", "versions", "builds", "build_commands"})
 #: Where a build stands among builds: served newest first, then by id (``served_records``).
 RANK = attrgetter("date", "id")
 
@@ -51,13 +51,15 @@ _command = msgspec.json.Decoder(BuildCommand)
 _version = msgspec.json.Decoder(Version)
 _project = msgspec.json.Decoder(Project)
 _user = msgspec.json.Decoder(User)
+_relationship = msgspec.json.Decoder(ProjectRelationship)
 
 
 class Applied(msgspec.Struct, frozen=True):
     """A changeset applied: the store it makes and the one it was made from, each changed build
     as served before and after (the slug of its project and the build; None where it is not
     served), each served version and project that changed (for a version, the slug of its
-    project; the record before and after), and each user (None where there is none)."""
+    project; the record before and after), each user (None where there is none), and whether
+    subprojects changed."""
 
     store: Store
     was: Store
@@ -65,11 +67,12 @@ class Applied(msgspec.Struct, frozen=True):
     versions: list[tuple[str, Version, Version]]
     projects: list[tuple[Project, Project]] = []
     users: list[tuple[User | None, User | None]] = []
+    relationships: bool = False
 
 
 def in_memory(changeset: Changeset, public_url: str) -> bool:
     """Whether a server applies ``changeset`` in memory to a snapshot published at ``public_url``:
-    it changes users, builds and their commands, and projects and versions in place (each it
+    it changes users, subprojects, builds and their commands, and projects and versions in place (each it
     upserts was there with the same slug, project and privacy, and it deletes none: its header
     says so), names the build of each command it deletes, and keeps the public URL (which every
     reply's links begin with)."""
@@ -124,8 +127,9 @@ def applied(store: Store, changeset: Changeset, published_at: datetime | None = 
     if projects:
         projects_edited(made, store, projects)
     users = users_changed(made, store, changeset)
+    relationships = relationships_changed(made, store, changeset)
     return Applied(made, store, shown, [(store.projects[after.project].slug, before, after) for before, after in versions],
-                   projects, users)
+                   projects, users, relationships)
 
 
 def edited_in_place(served: Mapping[int, V], upserts: dict[int, bytes], decoder: msgspec.json.Decoder[V],
@@ -205,6 +209,29 @@ def users_changed(made: Store, store: Store, changeset: Changeset) -> list[tuple
     made.user_by_name = Overlay.of(store.user_by_name, names | {after.username: after for _before, after in changed if after is not None})
     made.counts = {**made.counts, "users": len(made.users)}
     return changed
+
+
+def relationships_changed(made: Store, store: Store, changeset: Changeset) -> bool:
+    """Give ``made`` (its projects changed already) the subprojects of ``store`` with the
+    relationships ``changeset`` upserts and deletes (one between projects not both served is not
+    served); return whether it changes any (which doc searches cover which projects)."""
+    upserts, deletes = changeset.upserts["relationships"], changeset.deletes["relationships"]
+    if not upserts and not deletes:
+        return False
+    now: dict[int, ProjectRelationship | None] = dict.fromkeys(deletes)
+    for identity, line in upserts.items():
+        relationship = _relationship.decode(line)
+        now[identity] = relationship if relationship.parent in made.projects and relationship.child in made.projects else None
+    changed = [(store.relationships.get(i), after) for i, after in now.items() if store.relationships.get(i) != after]
+    made.relationships = Overlay.of(store.relationships, now)
+    made.relationships_of_parent = regrouped(store.relationships_of_parent, attrgetter("parent"),
+                                             *split(changed, attrgetter("parent"), RELATIONSHIPS), RELATIONSHIPS)
+    parents = {r.parent for pair in changed for r in pair if r is not None}
+    made.subprojects = Overlay.of(made.subprojects, {
+        parent: [made.projects[r.child] for r in made.relationships_of_parent.get(parent, [])] or None for parent in parents
+    })
+    made.counts = {**made.counts, "relationships": len(made.relationships)}
+    return True
 
 
 def split(changed: Sequence[tuple[V | None, V | None]], group_of: Callable[[V], Any] | None,
@@ -301,6 +328,8 @@ VERSIONS: Order[Version] = Order(attrgetter("verbose_name", "id"), Listed)
 #: The order of projects, and of users (``served_records``).
 PROJECTS: Order[Project] = Order(attrgetter("slug"), attrgetter("slug"))
 USERS: Order[User] = Order(attrgetter("id"), attrgetter("id"))
+#: The order of subprojects: by alias (or none), then by id.
+RELATIONSHIPS: Order[ProjectRelationship] = Order(lambda r: (r.alias or "", r.id), lambda r: (r.alias or "", r.id))
 
 
 def reordered(items: list[V] | Replaced[V], gone: list[V], came: list[V], replaced: list[V], order: Order[V]) -> list[V] | Replaced[V]:

@@ -23,6 +23,8 @@ from snapshot_change import KINDS, read, realistic_change, stamp, write
 
 from conftest import Client, InProcessServer
 from docsrv.serving import signature
+from docsrv.snapshot.records import Manifest
+from docsrv.snapshot.write import write_manifest
 from docsrv.store import load_store
 from helpers import Origin, docsrv, poll
 
@@ -44,9 +46,6 @@ def synth(directory: Path) -> Path:
 
 
 def renamed(directory: Path, name: str) -> None:
-    from docsrv.snapshot.records import Manifest
-    from docsrv.snapshot.write import write_manifest
-
     manifest = msgspec.json.decode((directory / "manifest.json").read_bytes(), type=Manifest)
     counts = {kind: len(read(directory, kind)) for kind in KINDS if kind != "relationships" or read(directory, kind)}
     write_manifest(directory, msgspec.structs.replace(manifest, name=name, counts={**manifest.counts, **counts}))
@@ -374,12 +373,17 @@ def with_subproject(base: Path) -> None:
 def projects_and_users_changed(old: Path, new: Path, name: str, rng: random.Random, private: bool = False) -> None:
     """``new``: ``old`` with projects edited in place (a subproject's language, another's
     description, one losing a user and gaining a new one, a private one) and users changed (one
-    renamed, one added, one deleted); with ``private``, a served project made private."""
+    renamed, one added, one deleted), the subproject moved to another parent that has a version
+    of the same slug; with ``private``, a served project made private."""
     shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
-    projects, users = read(new, "projects"), read(new, "users")
+    projects, users, versions = read(new, "projects"), read(new, "users"), read(new, "versions")
     public = [p for p in projects if p.get("privacy_level", "public") == "public"]
-    children = {r["child"] for r in read(new, "relationships")}
-    relanguaged = next(p for p in public if p["id"] in children)
+    (relationship,) = read(new, "relationships")
+    relanguaged = next(p for p in public if p["id"] == relationship["child"])
+    slugs = {v["slug"] for v in versions if v["project"] == relationship["child"]}
+    parent = rng.choice([p for p in public if p["id"] not in (relationship["parent"], relationship["child"])
+                         and any(v["project"] == p["id"] and v["slug"] in slugs for v in versions)])
+    write(new, "relationships", [dict(relationship, id=relationship["id"] + 1, parent=parent["id"], alias="moved")])
     described = rng.choice([p for p in public if p is not relanguaged])
     regrouped = rng.choice([p for p in public if p.get("users") and p not in (described, relanguaged)])
     described.update(description=f"Edited {rng.randrange(1000)}.", modified_date=stamp(datetime(2026, 11, 26, tzinfo=UTC)))
@@ -399,12 +403,12 @@ def projects_and_users_changed(old: Path, new: Path, name: str, rng: random.Rand
     renamed(new, name)
 
 
-def test_projects_and_users_changed_in_place_are_applied_in_memory_and_a_project_made_private_is_folded(
+def test_projects_users_and_subprojects_changed_in_place_are_applied_in_memory_and_a_project_made_private_is_folded(
     tmp_path, origin, start_server
 ):
-    """A changeset that edits projects in place (a subproject, a new language, users moved) and
-    changes users (renamed, added, deleted), with builds, is applied in memory by a worker with a
-    warm cache: every crawled reply equals a fresh server's. One that makes a project private is
+    """A changeset that edits projects in place (a subproject, a new language, users moved),
+    changes users (renamed, added, deleted) and moves a subproject, with builds, is applied in
+    memory by a worker with a warm cache: every crawled reply equals a fresh server's. One that makes a project private is
     not in place: the pull folds it and the server reloads onto it."""
     base, into, server = followed_replica(tmp_path, origin, start_server, with_subproject)
     worker = server.json("/readyz")["worker"]
@@ -492,7 +496,7 @@ def test_a_kept_changeset_that_fails_its_seal_is_never_applied_and_a_new_worker_
 
 
 def test_a_changeset_of_other_kinds_is_folded_into_a_snapshot_that_shares_the_search_index(tmp_path, origin):
-    """A changeset that a server does not apply in memory (a subproject linked, here with a build) is
+    """A changeset that a server does not apply in memory (a new public URL, here with a build) is
     folded with those kept before it into the snapshot they make, which ``current`` then names.
     Its projects, versions and pages are those of the snapshot before: it shares that one's index
     files (the same inodes), and no index is built."""
@@ -507,9 +511,9 @@ def test_a_changeset_of_other_kinds_is_folded_into_a_snapshot_that_shares_the_se
     assert (into / "current").resolve().name == "demo" and (into / "changesets" / "2.jsonl").is_file()
     second = tmp_path / "s2"
     shutil.copytree(first, second)
-    parent, child = [p["id"] for p in read(second, "projects") if p.get("privacy_level", "public") == "public"][:2]
-    write(second, "relationships", [*read(second, "relationships"), {"id": 9001, "parent": parent, "child": child}])
     renamed(second, "snap-2")
+    manifest = msgspec.json.decode((second / "manifest.json").read_bytes(), type=Manifest)
+    write_manifest(second, msgspec.structs.replace(manifest, public_url="https://docs.example.net"))
     docsrv("snapshot", "publish", str(second), str(origin.root), "--since", str(first))
     assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
     assert (into / "current").resolve().name == "snap-2"

@@ -269,7 +269,8 @@ def applied_keys(done: Applied) -> list[str]:
         sides = [ProjectShown(store.versions_of_project.get(after.id, []), (b.commit for b in store.builds_of_project.get(after.id, [])),
                               after.id in store.projects_with_pages) for store in (done.was, done.store)]
         keys += flat(project_change_keys(before, after, sides))
-    return keys + [key for before, after in done.users for key in flat(user_change_keys(before, after))]
+    keys += [key for before, after in done.users for key in flat(user_change_keys(before, after))]
+    return [*keys, "search"] if done.relationships else keys  # which subprojects a doc search covers, as the diff names it
 
 
 def placed(build: tuple[str, Build]) -> tuple:

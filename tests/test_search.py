@@ -587,6 +587,13 @@ def test_a_concept_ranks_first_at_the_section_that_defines_it_before_the_glossar
     assert paths(search(server, "stale widget"))[:2] == ["glossary", "guide/caching"]
 
 
+def test_a_word_of_where_a_page_sits_counts_with_its_own(server):
+    """Issue 34: "caching guide" is the caching page of the guide (``guide/caching``), whose text
+    never says "guide"; the index page names both words in passing. The document name's
+    words count with the page's: the guide's page first."""
+    assert paths(search(server, "caching guide"))[:2] == ["guide/caching", "index"]
+
+
 def test_an_operator_the_general_index_names_is_searched_as_written(server):
     """Issue 34: the general index names "|>", so the build's text is searched for it as written:
     "chart |> table" finds the API page, where the glossary, holding "chart" and "table" in a

@@ -94,8 +94,9 @@ class Store:
         self.versions_of_project_active: Mapping[tuple[int, bool], list[Version]] = self._grouped("versions", versions, "project", "active")
         self.versions_by_slug: Mapping[str, list[Version]] = self._grouped("versions", versions, "slug")
         self.versions_by_slug_active: Mapping[tuple[str, bool], list[Version]] = self._grouped("versions", versions, "slug", "active")
-        #: The loaded versions by project and slug, which an edit in place keeps: found by id in ``versions``.
-        self._version_by_slug: SortedOrder[Version] = self._sorted("versions", versions, "project", "slug")
+        #: The versions by project and slug: those loaded, which an edit in place keeps (found by id
+        #: in ``versions``), and those added since (``PatchedOrder``).
+        self.version_by_slug: SortedOrder[Version] | PatchedOrder[Version] = self._sorted("versions", versions, "project", "slug")
 
         builds: list[Build] = records["builds"]
         self.builds: Mapping[int, Build] = {b.id: b for b in builds}
@@ -196,7 +197,7 @@ class Store:
 
     def version_of(self, project: int, slug: str) -> Version | None:
         """A public version of a project, by slug."""
-        found = self._version_by_slug.first((project, slug))
+        found = self.version_by_slug.first((project, slug))
         return None if found is None else self.versions[found.id]
 
     def commands_of(self, build: Build) -> list[BuildCommand]:

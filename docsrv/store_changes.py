@@ -2,12 +2,13 @@
 
 A server that follows a replica's changesets (``following.py``) applies each one in every worker,
 without a reload. What is applied in memory is what the service changes every few seconds:
-builds and their commands, versions and projects edited in place (as a build's end, or a
-maintainer's settings, edit them: the same slug, project and privacy, so nothing becomes public
-or private and no address moves; the changeset's header says so, ``in_place``), users, and
-subprojects. A changeset that changes anything else (pages, a project or version added, deleted,
-moved or made private or public) is not applied here: the pull writes the snapshot it makes,
-checks it whole, and points ``current`` at it (a reload).
+builds and their commands, projects and versions added (as people import a project or push a
+tag; without pages, which come with a build's end) or edited in place (as a build's end, or a
+maintainer's settings, edit them: the same slug, project and privacy, so nothing that was there
+becomes public or private and no address moves; the changeset's header says so, ``in_place``),
+users, and subprojects. A changeset that changes anything else (pages, a project or version
+deleted, moved, or made private or public) is not applied here: the pull writes the snapshot it
+makes, checks it whole, and points ``current`` at it (a reload).
 
 The store made is a new one; the one it is made from is never changed, so a request in flight
 keeps reading one state. Records by id and their groupings are overlays of the changes on the
@@ -57,25 +58,25 @@ _relationship = msgspec.json.Decoder(ProjectRelationship)
 class Applied(msgspec.Struct, frozen=True):
     """A changeset applied: the store it makes and the one it was made from, each changed build
     as served before and after (the slug of its project and the build; None where it is not
-    served), each served version and project that changed (for a version, the slug of its
-    project; the record before and after), each user (None where there is none), and whether
-    subprojects changed."""
+    served), each served version and project that changed or came (for a version, the slug of
+    its project; the record before, None for a new one, and after), each user (None where there
+    is none), and whether subprojects changed."""
 
     store: Store
     was: Store
     builds: dict[int, tuple[tuple[str, Build] | None, tuple[str, Build] | None]]
-    versions: list[tuple[str, Version, Version]]
-    projects: list[tuple[Project, Project]] = []
+    versions: list[tuple[str, Version | None, Version]]
+    projects: list[tuple[Project | None, Project]] = []
     users: list[tuple[User | None, User | None]] = []
     relationships: bool = False
 
 
 def in_memory(changeset: Changeset, public_url: str) -> bool:
     """Whether a server applies ``changeset`` in memory to a snapshot published at ``public_url``:
-    it changes users, subprojects, builds and their commands, and projects and versions in place (each it
-    upserts was there with the same slug, project and privacy, and it deletes none: its header
-    says so), names the build of each command it deletes, and keeps the public URL (which every
-    reply's links begin with)."""
+    it changes users, subprojects, builds and their commands, and projects and versions in place
+    (each it upserts is new or was there with the same slug, project and privacy, and it deletes
+    none: its header says so), names the build of each command it deletes, and keeps the public
+    URL (which every reply's links begin with)."""
     return (changeset.kinds <= LIVE_KINDS and (not changeset.kinds.intersection(PLACED_KINDS) or changeset.header.in_place)
             and changeset.deletes["build_commands"] <= changeset.deleted_commands.keys()
             and changeset.header.product.public_url.rstrip("/") == public_url.rstrip("/"))
@@ -91,8 +92,36 @@ def applied(store: Store, changeset: Changeset, published_at: datetime | None = 
     product = product_manifest(changeset)
     if not in_memory(changeset, store.public_url) or header.follows != store.name:
         return None
+    if changeset.deletes["projects"] or changeset.deletes["versions"]:
+        return None  # not in place, whatever its header says: the pull's snapshot of it is loaded whole
+    made = copy.copy(store)
+    made.manifest, made.name, made.created_at, made.published_at = product, product.name, product.created_at, published_at
+    # Projects, then versions, then builds: which are served depends on what they belong to.
+    projects = changed_in_place(store.projects, changeset.upserts["projects"], _project, attrgetter("slug", "privacy_level"))
+    if projects is None:
+        return None
+    if projects:
+        projects_changed(made, store, projects)
+    versions = changed_in_place(store.versions, changeset.upserts["versions"], _version,
+                                attrgetter("project", "slug", "privacy_level"), lambda v: v.project in made.projects)
+    if versions is None:
+        return None
+    if versions:
+        versions_changed(made, store, versions)
+    shown = builds_changed(made, store, changeset)
+    users = users_changed(made, store, changeset)
+    relationships = relationships_changed(made, store, changeset)
+    return Applied(made, store, shown, [(made.projects[after.project].slug, before, after) for before, after in versions],
+                   projects, users, relationships)
+
+
+def builds_changed(made: Store, store: Store, changeset: Changeset) -> dict[int, tuple[tuple[str, Build] | None, tuple[str, Build] | None]]:
+    """Give ``made`` (its versions changed already) the builds of ``store`` and their commands
+    with those ``changeset`` upserts and deletes; return each build whose replies change, as
+    served before and after (``Applied.builds``). A build of a version ``made`` does not serve
+    is not served (the version is private: the publisher checked the snapshot it made whole)."""
     upserted = {identity: build for identity, line in changeset.upserts["builds"].items()
-                if (build := _build.decode(line)).version in store.versions}
+                if (build := _build.decode(line)).version in made.versions}
     before = {i: store.builds[i] for i in (*changeset.upserts["builds"], *changeset.deletes["builds"]) if i in store.builds}
     changes: dict[int, Build | None] = dict.fromkeys((*changeset.deletes["builds"], *changeset.upserts["builds"]))
     changes.update(upserted)
@@ -102,8 +131,6 @@ def applied(store: Store, changeset: Changeset, published_at: datetime | None = 
     # A build that keeps its project and its place among builds is replaced where it stands;
     # the others leave (``gone``) and join (``came``) the lists.
     gone, came, replaced = split([(before.get(i), upserted.get(i)) for i in changed], attrgetter("project"), BUILDS)
-    made = copy.copy(store)
-    made.manifest, made.name, made.created_at, made.published_at = product, product.name, product.created_at, published_at
     made.builds = builds
     made.builds_ordered = reordered(store.builds_ordered, gone, came, replaced, BUILDS)
     made.builds_of_project = regrouped(store.builds_of_project, attrgetter("project"), gone, came, replaced, BUILDS)
@@ -111,87 +138,85 @@ def applied(store: Store, changeset: Changeset, published_at: datetime | None = 
     made.builds_by_commit = PatchedOrder.of(store.builds_by_commit, builds, moved, attrgetter("id"), attrgetter("commit"), RANK)
     made.commands = commands
     counted = changed | commanded
-    made.counts = {**store.counts, "builds": len(builds), "build_commands": store.counts["build_commands"] + sum(
+    made.counts = {**made.counts, "builds": len(builds), "build_commands": store.counts["build_commands"] + sum(
         (commands.count_of(b) if b in builds else 0) - (store.commands.count_of(b) if b in store.builds else 0) for b in counted
     )}
     # A build whose commands changed shows otherwise: its replies and lists show its commands.
-    shown = {identity: (served(store, store.builds.get(identity)), served(store, builds.get(identity))) for identity in counted}
-    # Not in place, whatever its header says: the pull's snapshot of it is loaded whole.
-    projects = edited_in_place(store.projects, changeset.upserts["projects"], _project, attrgetter("slug", "privacy_level"))
-    versions = edited_in_place(store.versions, changeset.upserts["versions"], _version,
-                               attrgetter("project", "slug", "privacy_level"), lambda v: v.project in store.projects)
-    if projects is None or versions is None:
-        return None
-    if versions:
-        versions_edited(made, store, versions)
-    if projects:
-        projects_edited(made, store, projects)
-    users = users_changed(made, store, changeset)
-    relationships = relationships_changed(made, store, changeset)
-    return Applied(made, store, shown, [(store.projects[after.project].slug, before, after) for before, after in versions],
-                   projects, users, relationships)
+    return {identity: (served(store, store.builds.get(identity)), served(made, builds.get(identity))) for identity in counted}
 
 
-def edited_in_place(served: Mapping[int, V], upserts: dict[int, bytes], decoder: msgspec.json.Decoder[V],
-                    address: Callable[[V], tuple], under_served: Callable[[V], bool] = lambda _record: True) -> list[tuple[V, V]] | None:
-    """The served records that ``upserts`` change (before, after); None when one of them would
-    not be in place: a served one whose ``address`` (where it is served, and whether it is public)
-    changes, or one not served that would be (public, under a served parent)."""
-    edited = []
+def changed_in_place(served: Mapping[int, V], upserts: dict[int, bytes], decoder: msgspec.json.Decoder[V],
+                     address: Callable[[V], tuple], under_served: Callable[[V], bool] = lambda _record: True,
+                     ) -> list[tuple[V | None, V]] | None:
+    """The records that ``upserts`` change and that are served after (before, after; None before
+    for a new one); None when one of them is not in place: a served one whose ``address`` (where
+    it is served, and whether it is public) changes. One served after that the store does not
+    serve before is new: the changeset's header says that none that was there moved (a private
+    one made public under a forged header would be served without what it holds until the
+    pull's snapshot; nothing private is ever shown)."""
+    changed: list[tuple[V | None, V]] = []
     for identity, line in upserts.items():
         after = decoder.decode(line)
         before = served.get(identity)
         if before is None:
             if after.privacy_level == "public" and under_served(after):  # type: ignore[attr-defined]
-                return None
+                changed.append((None, after))
         elif address(before) != address(after):
             return None
         elif before != after:
-            edited.append((before, after))
-    return edited
+            changed.append((before, after))
+    return changed
 
 
-def versions_edited(made: Store, store: Store, edited: list[tuple[Version, Version]]) -> None:
-    """Give ``made`` the versions of ``store`` with the served ones ``edited`` (before, after: in
-    place, so the same project, slug and privacy): each moves in the lists where its name (their
-    order) or whether it is active (their grouping) changed, and is replaced where it stands in
-    the others. The lookup by project and slug finds it by id (``Store.version_of``)."""
-    made.versions = Overlay.of(store.versions, {after.id: after for _before, after in edited})
-    made.versions_ordered = reordered(store.versions_ordered, *split(edited, None, VERSIONS), VERSIONS)
+def versions_changed(made: Store, store: Store, changed: list[tuple[Version | None, Version]]) -> None:
+    """Give ``made`` the versions of ``store`` with the served ones ``changed`` (before, after:
+    in place, so the same project, slug and privacy; or new): each moves in the lists where its
+    name (their order) or whether it is active (their grouping) changed, and is replaced where
+    it stands in the others; a new one is put in its places. The lookup by project and slug
+    finds a version by id (``Store.version_of``), and a new one through a patch of it."""
+    made.versions = Overlay.of(store.versions, {after.id: after for _before, after in changed})
+    made.versions_ordered = reordered(store.versions_ordered, *split(changed, None, VERSIONS), VERSIONS)
     project, active, slug = attrgetter("project"), attrgetter("active"), attrgetter("slug")
     project_active, slug_active = attrgetter("project", "active"), attrgetter("slug", "active")
-    made.versions_of_project = regrouped(store.versions_of_project, project, *split(edited, project, VERSIONS), VERSIONS)
-    made.versions_by_active = regrouped(store.versions_by_active, active, *split(edited, active, VERSIONS), VERSIONS)
+    made.versions_of_project = regrouped(store.versions_of_project, project, *split(changed, project, VERSIONS), VERSIONS)
+    made.versions_by_active = regrouped(store.versions_by_active, active, *split(changed, active, VERSIONS), VERSIONS)
     made.versions_of_project_active = regrouped(store.versions_of_project_active, project_active,
-                                                *split(edited, project_active, VERSIONS), VERSIONS)
-    made.versions_by_slug = regrouped(store.versions_by_slug, slug, *split(edited, slug, VERSIONS), VERSIONS)
-    made.versions_by_slug_active = regrouped(store.versions_by_slug_active, slug_active, *split(edited, slug_active, VERSIONS), VERSIONS)
+                                                *split(changed, project_active, VERSIONS), VERSIONS)
+    made.versions_by_slug = regrouped(store.versions_by_slug, slug, *split(changed, slug, VERSIONS), VERSIONS)
+    made.versions_by_slug_active = regrouped(store.versions_by_slug_active, slug_active, *split(changed, slug_active, VERSIONS), VERSIONS)
+    added = [after for before, after in changed if before is None]
+    if added:
+        made.version_by_slug = PatchedOrder.of(store.version_by_slug, made.versions, added, attrgetter("id"),
+                                               attrgetter("project", "slug"), VERSIONS.rank)
+        made.counts = {**made.counts, "versions": len(made.versions)}
 
 
-def projects_edited(made: Store, store: Store, edited: list[tuple[Project, Project]]) -> None:
-    """Give ``made`` the projects of ``store`` with the served ones ``edited`` (before, after: in
-    place, so the same slug and privacy): each is replaced where it stands (they are listed by
-    slug), moves between the lists of its users where those changed, and is replaced among the
-    subprojects of its parents."""
-    made.projects = Overlay.of(store.projects, {after.id: after for _before, after in edited})
-    afters = [after for _before, after in edited]
-    made.projects_ordered = reordered(store.projects_ordered, [], [], afters, PROJECTS)
+def projects_changed(made: Store, store: Store, changed: list[tuple[Project | None, Project]]) -> None:
+    """Give ``made`` the projects of ``store`` with the served ones ``changed`` (before, after: in
+    place, so the same slug and privacy; or new): each is replaced where it stands (they are
+    listed by slug) or put in its place, moves between the lists of its users where those
+    changed, and is replaced among the subprojects of its parents."""
+    afters = [after for _before, after in changed]
+    made.projects = Overlay.of(store.projects, {after.id: after for after in afters})
+    made.projects_ordered = reordered(store.projects_ordered, *split(changed, None, PROJECTS), PROJECTS)
     made.project_by_slug = Overlay.of(store.project_by_slug, {after.slug: after for after in afters})
     by_user: dict[int, tuple[list[Project], list[Project], list[Project]]] = {}
-    for before, after in edited:
-        for user in {*before.users, *after.users}:
+    for before, after in changed:
+        named = before.users if before is not None else ()
+        for user in {*named, *after.users}:
             gone, came, replaced = by_user.setdefault(user, ([], [], []))
-            if before.users.count(user) == after.users.count(user) == 1:
+            if before is not None and named.count(user) == after.users.count(user) == 1:
                 replaced.append(after)
             else:  # as a load lists it: once for each time the project names the user
-                gone.extend([before] * before.users.count(user))
+                gone.extend([before] * named.count(user) if before is not None else [])
                 came.extend([after] * after.users.count(user))
     made.projects_of_user = regroup(store.projects_of_user, by_user, PROJECTS)
-    changed = {after.id: after for after in afters}
+    edited = {after.id: after for before, after in changed if before is not None}
     made.subprojects = Overlay.of(store.subprojects, {
-        parent: [changed.get(child.id, child) for child in children] for parent, children in store.subprojects.items()
-        if any(child.id in changed for child in children)
+        parent: [edited.get(child.id, child) for child in children] for parent, children in store.subprojects.items()
+        if any(child.id in edited for child in children)
     })
+    made.counts = {**made.counts, "projects": len(made.projects)}
 
 
 def users_changed(made: Store, store: Store, changeset: Changeset) -> list[tuple[User | None, User | None]]:

@@ -374,7 +374,9 @@ def projects_and_users_changed(old: Path, new: Path, name: str, rng: random.Rand
     """``new``: ``old`` with projects edited in place (a subproject's language, another's
     description, one losing a user and gaining a new one, a private one) and users changed (one
     renamed, one added, one deleted), the subproject moved to another parent that has a version
-    of the same slug; with ``private``, a served project made private."""
+    of the same slug, and new records as the service makes them: a project with its first
+    version and build, and a version of another project; with ``private``, a served project made
+    private."""
     shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
     projects, users, versions = read(new, "projects"), read(new, "users"), read(new, "versions")
     public = [p for p in projects if p.get("privacy_level", "public") == "public"]
@@ -398,7 +400,19 @@ def projects_and_users_changed(old: Path, new: Path, name: str, rng: random.Rand
     users = [u for u in users if u["id"] != leaving or u["id"] in named] + [newcomer]
     if private:
         next(p for p in public if p not in (described, relanguaged, regrouped))["privacy_level"] = "private"
-    write(new, "projects", projects)
+    builds = read(new, "builds")
+    ids = {kind: max(r["id"] for r in records) + 1 for kind, records in (("projects", projects), ("versions", versions),
+                                                                          ("builds", builds))}
+    created = {"id": ids["projects"], "name": "Created", "slug": f"created-{ids['projects']}", "users": [newcomer["id"]],
+               "pub_date": "2026-11-26T00:00:00Z", "modified_date": "2026-11-26T00:00:00Z"}
+    first = {"id": ids["versions"], "project": created["id"], "slug": "latest", "verbose_name": "latest", "active": True}
+    tagged = {"id": ids["versions"] + 1, "project": described["id"], "slug": "v99.0", "verbose_name": "v99.0", "active": True,
+              "type": "tag"}
+    build = {"id": ids["builds"], "project": created["id"], "version": first["id"], "date": "2026-11-26T00:00:01Z",
+             "state": "building", "commit": f"{rng.getrandbits(160):040x}"}
+    write(new, "projects", [*projects, created])
+    write(new, "versions", [*versions, first, tagged])
+    write(new, "builds", [*builds, build])
     write(new, "users", users)
     renamed(new, name)
 
@@ -407,8 +421,9 @@ def test_projects_users_and_subprojects_changed_in_place_are_applied_in_memory_a
     tmp_path, origin, start_server
 ):
     """A changeset that edits projects in place (a subproject, a new language, users moved),
-    changes users (renamed, added, deleted) and moves a subproject, with builds, is applied in
-    memory by a worker with a warm cache: every crawled reply equals a fresh server's. One that makes a project private is
+    changes users (renamed, added, deleted), moves a subproject and adds a project and versions,
+    with builds, is applied in memory by a worker with a warm cache: every crawled reply equals a
+    fresh server's. One that makes a project private is
     not in place: the pull folds it and the server reloads onto it."""
     base, into, server = followed_replica(tmp_path, origin, start_server, with_subproject)
     worker = server.json("/readyz")["worker"]
@@ -430,12 +445,26 @@ def test_projects_users_and_subprojects_changed_in_place_are_applied_in_memory_a
         assert_serves_as_fresh(server, new, urls)
 
 
-@pytest.mark.parametrize("change", [versions_edited, projects_and_users_changed])
+def version_deleted(old: Path, new: Path, name: str, rng: random.Random, private: bool = True) -> None:
+    """``new``: ``old`` without one of its served versions, and what it holds."""
+    shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
+    versions = read(new, "versions")
+    doomed = rng.choice([v for v in versions if v.get("privacy_level", "public") == "public"])["id"]
+    builds = read(new, "builds")
+    gone = {b["id"] for b in builds if b["version"] == doomed}
+    write(new, "versions", [v for v in versions if v["id"] != doomed])
+    write(new, "builds", [b for b in builds if b["id"] not in gone])
+    write(new, "build_commands", [c for c in read(new, "build_commands") if c["build"] not in gone])
+    write(new, "pages", [p for p in read(new, "pages") if p["version"] != doomed])
+    renamed(new, name)
+
+
+@pytest.mark.parametrize("change", [versions_edited, projects_and_users_changed, version_deleted])
 def test_a_header_that_claims_in_place_for_a_version_or_project_made_private_is_not_believed(tmp_path, origin, start_server, change):
     """Privacy does not rest on the header: a changeset whose header says ``in_place`` while it
-    makes a served version or project private is kept by the pull (which trusts its origin), but
-    the worker does not apply it in memory; it says so and serves the state before until the
-    pull's fold."""
+    makes a served version or project private, or deletes a version, is kept by the pull (which
+    trusts its origin), but the worker does not apply it in memory; it says so and serves the
+    state before until the pull's fold."""
     base, into, server = followed_replica(tmp_path, origin, start_server, with_subproject)
     new = tmp_path / "s1"
     change(base, new, "snap-1", random.Random(13), private=True)

@@ -33,8 +33,6 @@ from ..http.purge import (
     build_list_keys,
     file_key,
     project_change_keys,
-    project_key,
-    project_list_keys,
     user_change_keys,
     version_key,
     version_list_keys,
@@ -241,16 +239,8 @@ def compare_with(old_dir: Path, new_dir: Path, helper: Executor) -> Keys:
 
 
 def compare_projects(old: Side, new: Side, keys: Keys) -> None:
-    for pid in old.projects.keys() - new.projects.keys():
-        project = old.projects[pid]
-        keys.add("removed", [project_key(project.slug)])
-        keys.add("lists", project_list_keys(project))
-    for pid in new.projects.keys() - old.projects.keys():
-        project = new.projects[pid]
-        keys.add("added", [project_key(project.slug)])
-        keys.add("lists", project_list_keys(project))
-    for pid in old.projects.keys() & new.projects.keys():
-        before, after = old.projects[pid], new.projects[pid]
+    for pid in old.projects.keys() | new.projects.keys():
+        before, after = old.projects.get(pid), new.projects.get(pid)
         if before != after:
             keys.extend(project_change_keys(before, after, (old.shown(pid), new.shown(pid))))
 

@@ -193,11 +193,14 @@ def version_placed(version: Version) -> tuple:
     return version.project, version.slug, version.active, version.verbose_name
 
 
-def version_change_keys(project_slug: str, before: Version, after: Version) -> list[str]:
+def version_change_keys(project_slug: str, before: Version | None, after: Version) -> list[str]:
     """The keys of every reply that an edit of one served version in place touches (the same
-    project, slug and privacy): its own replies (and those that show it: its builds and files),
-    every page of its lists when it moves in them, else their pages that could not name it."""
+    project, slug and privacy), or a new one (``before`` None): its own replies (and those that
+    show it: its builds and files), every page of its lists when it joins or moves in them, else
+    their pages that could not name it."""
     keys = [version_key(project_slug, after.slug)]
+    if before is None:
+        return keys + version_list_keys(project_slug, after)
     if version_placed(before) != version_placed(after):
         return keys + version_list_keys(project_slug, before) + version_list_keys(project_slug, after)
     return keys + [BIG + key for key in version_list_keys(project_slug, after)]
@@ -218,13 +221,18 @@ class ProjectShown(NamedTuple):
     pages: bool
 
 
-def project_change_keys(before: Project, after: Project, sides: Iterable[ProjectShown]) -> Grouped:
-    """The keys of every reply that a change of one public project touches, public before and
-    after: its own, its lists (all their pages when its slug or users changed), and the lists of
-    what shows it inside: its versions and files embed it, its builds show its slug and language
+def project_change_keys(before: Project | None, after: Project | None, sides: Iterable[ProjectShown] = ()) -> Grouped:
+    """The keys of every reply that a change of one public project touches (None where it is not
+    public): its own, its lists (all their pages when it came, went, or its slug or users
+    changed), and, for one public before and after, the lists of what shows it inside (``sides``,
+    before and after): its versions and files embed it, its builds show its slug and language
     (in ``docs_url``), search hits link to its pages. Their own replies carry the project's key;
     their lists' pages may carry only a ``big-`` key, or, when the slug changed, are lists
     filtered by it."""
+    if before is None or after is None:
+        project = after or before
+        assert project is not None
+        return [("added" if before is None else "removed", [project_key(project.slug)]), ("lists", project_list_keys(project))]
     found: Grouped = [("changed", list({project_key(before.slug), project_key(after.slug)}))]
     if (before.slug, before.users) != (after.slug, after.users):
         found.append(("lists", project_list_keys(before) + project_list_keys(after)))

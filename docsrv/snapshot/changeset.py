@@ -65,9 +65,10 @@ class Header(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defau
     #: The purge keys of every reply the changeset changes (``http/purge.py``), which the publisher
     #: computes: an edge cache is purged from them in time proportional to the change.
     purge_keys: list[str] = []
-    #: Whether every project and version it upserts was in the snapshot it follows with the same
-    #: slug, project and privacy, and it deletes none: nothing moves between what is public and
-    #: what is not, nor to another address (a replica may apply such a change in memory).
+    #: Whether every project and version it upserts is new or was in the snapshot it follows with
+    #: the same slug, project and privacy, and it deletes none: nothing that was there moves
+    #: between what is public and what is not, nor to another address (a replica may apply such
+    #: a change in memory).
     in_place: bool = False
 
 
@@ -231,7 +232,7 @@ def compute(old: Path, old_manifest: Manifest, new: Path, new_manifest: Manifest
         for identity, _build, line in _lines(new, kind):
             if before.pop(identity, (0, None))[1] != hashlib.blake2b(line, digest_size=16).digest():
                 body.append(b'{"op":"upsert","kind":"%s","record":%s}' % (kind.encode(), line))
-                if kind in PLACED_KINDS and places.get(identity) != _placed.decode(line):
+                if kind in PLACED_KINDS and identity in places and places[identity] != _placed.decode(line):
                     in_place = False
         if kind in PLACED_KINDS and before:
             in_place = False

@@ -134,6 +134,10 @@ class PatchedOrder(Generic[T]):
             items.sort(key=self.rank, reverse=True)
         return items
 
+    def first(self, key: Any) -> T | None:
+        found = self.find(key)
+        return found[0] if found else None
+
 
 _MISSING: Any = object()
 

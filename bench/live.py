@@ -28,7 +28,7 @@ follows the origin as a sidecar and wrk asks the server for a project list witho
    (the pull folds them into a snapshot every 200, and the server reloads onto it); the PSS of
    the server's processes every 100 changesets.
 5. Equivalence, by a crawl: ``--crawl-changesets`` changesets that flip, move (a new date) and
-   add builds, edit versions and projects in place and rename users, applied in memory; then
+   add builds, add projects and versions, edit them in place and rename users, applied in memory; then
    the sidecar is stopped, the changesets kept are folded into the snapshot they make (as the
    pull folds them), a fresh server is started on it, and every URL of a crawl
    (``tests/crawl.py``: each kind of URL of the projects whose builds, versions or settings
@@ -223,6 +223,8 @@ class Feed:
         #: The projects whose versions or settings were edited, and the users renamed.
         self.edited_projects: set[int] = set()
         self.edited_users: set[int] = set()
+        #: How many projects and versions were created.
+        self.made = {"projects": 0, "versions": 0}
         self.lines = [line for line in (snapshot / "builds.jsonl").read_bytes().split(b"\n") if line]
         self.loaded = len(self.lines)
         self.turn = 0
@@ -232,12 +234,13 @@ class Feed:
         self.changed: set[int] = set()
 
     def publish(self, builds: int, moved: int = 0, added: int = 0, versions: int = 0, projects: int = 0,
-                users: int = 0) -> tuple[int, int, float]:
+                users: int = 0, created: int = 0) -> tuple[int, int, float]:
         """Publish a changeset of ``builds`` builds flipped, of which ``moved`` also get a new date
         (they move to the top of their lists), ``added`` new ones, ``versions`` versions edited
         in place (renamed, made active or inactive, or given a new identifier, in turn),
-        ``projects`` projects edited in place (``project_edited``) and ``users`` users renamed:
-        (its sequence, its bytes, when head.json was written)."""
+        ``projects`` projects edited in place (``project_edited``), ``users`` users renamed, and
+        ``created`` new projects, each with its first version, and as many new versions of
+        existing projects (a tag pushed): (its sequence, its bytes, when head.json was written)."""
         head = read_head(self.origin)
         assert head is not None
         sequence = head.sequence + 1
@@ -272,9 +275,12 @@ class Feed:
                     lines[at] = user_renamed(lines[at], mark)
                     self.edited_users.add(json.loads(lines[at])["id"])
                 body.append(b'{"op":"upsert","kind":"%s","record":%s}' % (kind.encode(), lines[at]))
+        for number in range(created):
+            body += self.created(f"{self.turn}-{number}", now)
         name = f"feed-{sequence}"
         manifest = self.manifest
-        counts = {**manifest.counts, "builds": manifest.counts["builds"] + len(self.lines) - self.loaded}
+        counts = {**manifest.counts, "builds": manifest.counts["builds"] + len(self.lines) - self.loaded,
+                  **{kind: manifest.counts[kind] + self.made[kind] for kind in ("projects", "versions")}}
         product = Product(name=name, created_at=datetime.now(UTC), public_url=manifest.public_url, counts=counts,
                           description=manifest.description)
         header = Header(format=FORMAT, format_version=FORMAT_VERSION, sequence=sequence, follows=head.name, product=product,
@@ -288,6 +294,27 @@ class Feed:
         write_head(self.origin, msgspec.structs.replace(head, changesets=[*head.changesets, entry], published_at=now))
         return sequence, len(data), time.time()
 
+
+    def created(self, mark: str, now: str) -> list[bytes]:
+        """The change lines of a new project with its first version, and of a new version of an
+        existing project (the projects and versions of ``lines_of`` are written in order of id)."""
+        projects, versions = self.lines_of("projects"), self.lines_of("versions")
+        project_id = json.loads(projects[-1])["id"] + 1
+        version_id = json.loads(versions[-1])["id"] + 1
+        tagged = json.loads(projects[(project_id * 7919) % (len(projects) - self.made["projects"])])["id"]
+        new = [
+            ("projects", {"id": project_id, "name": f"Feed {mark}", "slug": f"feed-{mark}", "pub_date": now, "modified_date": now}),
+            ("versions", {"id": version_id, "project": project_id, "slug": "latest", "verbose_name": "latest"}),
+            ("versions", {"id": version_id + 1, "project": tagged, "slug": f"v{mark}", "verbose_name": f"v{mark}", "type": "tag"}),
+        ]
+        lines = []
+        for kind, record in new:
+            line = json.dumps(record, separators=(",", ":")).encode()
+            self.lines_of(kind).append(line)
+            self.made[kind] += 1
+            self.edited_projects.add(record.get("project", record["id"]))
+            lines.append(b'{"op":"upsert","kind":"%s","record":%s}' % (kind.encode(), line))
+        return lines
 
     def lines_of(self, kind: str) -> list[bytes]:
         """The lines of ``kind`` as edited so far (read from the snapshot the first time)."""
@@ -546,7 +573,7 @@ def main() -> None:
         # 5. Equivalence, by a crawl.
         if "crawl" not in args.skip:
             for _ in range(args.crawl_changesets):
-                sequence, _bytes, _written = feed.publish(100, moved=20, added=5, versions=10, projects=10, users=10)
+                sequence, _bytes, _written = feed.publish(100, moved=20, added=5, versions=10, projects=10, users=10, created=2)
             wait_for_sequence(server, sequence)
             os.killpg(sidecar.pid, signal.SIGTERM)
             sidecar.wait(timeout=300)

@@ -17,8 +17,8 @@ holds each (``pull.py``). A server started with ``--watch`` on ``DIR/current`` f
 
 A changeset that does not follow (another base, a gap), or fails its seal or its reading, is
 never applied: the worker says so in one line and serves what it has until ``head.json``
-changes. One that the store cannot take in memory (it changes pages, or deletes or moves projects or
-versions) waits for the pull, which writes the snapshot it makes and points ``current`` at
+changes. One that the store cannot take in memory (it changes pages, moves a project or version, or
+takes one away that holds pages) waits for the pull, which writes the snapshot it makes and points ``current`` at
 it: the server then reloads onto it, as it does for any new snapshot.
 """
 

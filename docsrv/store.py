@@ -111,8 +111,11 @@ class Store:
         pages: list[PageHead] = records["pages"]
         self.pages: dict[int, PageHead] = {p.id: p for p in pages}
         self.pages_ordered = pages
-        #: The projects with public pages (which a change of a project may move: ``http/purge.py``).
+        #: The projects and versions with public pages: the search index holds them, so a change
+        #: in memory may not take such a one away (``store_changes.py``), and a change of a
+        #: project's language moves its hits (``http/purge.py``).
         self.projects_with_pages = frozenset(p.project for p in pages)
+        self.versions_with_pages = frozenset(p.version for p in pages)
 
         #: How many public records of each kind are served.
         self.counts = {
@@ -198,7 +201,7 @@ class Store:
     def version_of(self, project: int, slug: str) -> Version | None:
         """A public version of a project, by slug."""
         found = self.version_by_slug.first((project, slug))
-        return None if found is None else self.versions[found.id]
+        return None if found is None else self.versions.get(found.id)
 
     def commands_of(self, build: Build) -> list[BuildCommand]:
         """The commands of a public build, by start time (read from disk)."""

@@ -2,13 +2,15 @@
 
 A server that follows a replica's changesets (``following.py``) applies each one in every worker,
 without a reload. What is applied in memory is what the service changes every few seconds:
-builds and their commands, projects and versions added (as people import a project or push a
-tag; without pages, which come with a build's end) or edited in place (as a build's end, or a
-maintainer's settings, edit them: the same slug, project and privacy, so nothing that was there
-becomes public or private and no address moves; the changeset's header says so, ``in_place``),
-users, and subprojects. A changeset that changes anything else (pages, a project or version
-deleted, moved, or made private or public) is not applied here: the pull writes the snapshot it
-makes, checks it whole, and points ``current`` at it (a reload).
+builds and their commands, users, subprojects, and projects and versions added (as people
+import a project or push a tag; without pages, which come with a build's end), edited in place
+(as a build's end, or a maintainer's settings, edit them: the same slug and project), or made
+private or deleted when they hold no pages (what they hold leaves with them). Nothing that was
+there becomes public, no address moves, and nothing the search index holds goes: the
+changeset's header says so (``in_place``), and what it takes away is checked here (privacy does
+not rest on the header). A changeset that changes anything else (pages, a project or version
+moved or made public, or one with pages made private or deleted) is not applied here: the pull
+writes the snapshot it makes, checks it whole, and points ``current`` at it (a reload).
 
 The store made is a new one; the one it is made from is never changed, so a request in flight
 keeps reading one state. Records by id and their groupings are overlays of the changes on the
@@ -58,15 +60,15 @@ _relationship = msgspec.json.Decoder(ProjectRelationship)
 class Applied(msgspec.Struct, frozen=True):
     """A changeset applied: the store it makes and the one it was made from, each changed build
     as served before and after (the slug of its project and the build; None where it is not
-    served), each served version and project that changed or came (for a version, the slug of
-    its project; the record before, None for a new one, and after), each user (None where there
-    is none), and whether subprojects changed."""
+    served), each served version and project that changed, came or left (for a version, the
+    slug of its project; the record before and after, None where it is not served), each user
+    (None where there is none), and whether the changeset changes relationships."""
 
     store: Store
     was: Store
     builds: dict[int, tuple[tuple[str, Build] | None, tuple[str, Build] | None]]
-    versions: list[tuple[str, Version | None, Version]]
-    projects: list[tuple[Project | None, Project]] = []
+    versions: list[tuple[str, Version | None, Version | None]]
+    projects: list[tuple[Project | None, Project | None]] = []
     users: list[tuple[User | None, User | None]] = []
     relationships: bool = False
 
@@ -74,9 +76,8 @@ class Applied(msgspec.Struct, frozen=True):
 def in_memory(changeset: Changeset, public_url: str) -> bool:
     """Whether a server applies ``changeset`` in memory to a snapshot published at ``public_url``:
     it changes users, subprojects, builds and their commands, and projects and versions in place
-    (each it upserts is new or was there with the same slug, project and privacy, and it deletes
-    none: its header says so), names the build of each command it deletes, and keeps the public
-    URL (which every reply's links begin with)."""
+    (its header says so: ``Header.in_place``), names the build of each command it deletes, and
+    keeps the public URL (which every reply's links begin with)."""
     return (changeset.kinds <= LIVE_KINDS and (not changeset.kinds.intersection(PLACED_KINDS) or changeset.header.in_place)
             and changeset.deletes["build_commands"] <= changeset.deleted_commands.keys()
             and changeset.header.product.public_url.rstrip("/") == public_url.rstrip("/"))
@@ -92,38 +93,47 @@ def applied(store: Store, changeset: Changeset, published_at: datetime | None = 
     product = product_manifest(changeset)
     if not in_memory(changeset, store.public_url) or header.follows != store.name:
         return None
-    if changeset.deletes["projects"] or changeset.deletes["versions"]:
-        return None  # not in place, whatever its header says: the pull's snapshot of it is loaded whole
     made = copy.copy(store)
     made.manifest, made.name, made.created_at, made.published_at = product, product.name, product.created_at, published_at
-    # Projects, then versions, then builds: which are served depends on what they belong to.
-    projects = changed_in_place(store.projects, changeset.upserts["projects"], _project, attrgetter("slug", "privacy_level"))
+    # Projects, then versions, then builds: which are served depends on what they belong to. One
+    # that leaves, or moves, and holds pages is not in place, whatever the header says: the pull's
+    # snapshot of it is loaded whole (the search index holds its pages).
+    projects = changed_in_place(store.projects, changeset.upserts["projects"], changeset.deletes["projects"], _project,
+                                attrgetter("slug"), lambda p: p.id in store.projects_with_pages)
     if projects is None:
         return None
     if projects:
         projects_changed(made, store, projects)
-    versions = changed_in_place(store.versions, changeset.upserts["versions"], _version,
-                                attrgetter("project", "slug", "privacy_level"), lambda v: v.project in made.projects)
+    versions = changed_in_place(store.versions, changeset.upserts["versions"], changeset.deletes["versions"], _version,
+                                attrgetter("project", "slug"), lambda v: v.id in store.versions_with_pages, made.projects)
     if versions is None:
         return None
+    listed = {before.id for before, _after in versions if before is not None}
+    versions += [(version, None) for before, after in projects if after is None
+                 for version in store.versions_of_project.get(before.id, []) if version.id not in listed]  # type: ignore[union-attr]
     if versions:
         versions_changed(made, store, versions)
-    shown = builds_changed(made, store, changeset)
+    shown = builds_changed(made, store, changeset, {before.id for before, after in versions if after is None and before is not None})
     users = users_changed(made, store, changeset)
-    relationships = relationships_changed(made, store, changeset)
-    return Applied(made, store, shown, [(made.projects[after.project].slug, before, after) for before, after in versions],
+    relationships = relationships_changed(made, store, changeset, {before.id for before, after in projects if after is None and before})
+    return Applied(made, store, shown, [((made.projects.get(v.project) or store.projects[v.project]).slug, before, after)
+                                        for before, after in versions if (v := after or before) is not None],
                    projects, users, relationships)
 
 
-def builds_changed(made: Store, store: Store, changeset: Changeset) -> dict[int, tuple[tuple[str, Build] | None, tuple[str, Build] | None]]:
+def builds_changed(made: Store, store: Store, changeset: Changeset,
+                   hidden: set[int]) -> dict[int, tuple[tuple[str, Build] | None, tuple[str, Build] | None]]:
     """Give ``made`` (its versions changed already) the builds of ``store`` and their commands
-    with those ``changeset`` upserts and deletes; return each build whose replies change, as
-    served before and after (``Applied.builds``). A build of a version ``made`` does not serve
-    is not served (the version is private: the publisher checked the snapshot it made whole)."""
+    with those ``changeset`` upserts and deletes, and without those of the versions ``hidden``
+    (served before, not after); return each build whose replies change, as served before and
+    after (``Applied.builds``). A build of a version ``made`` does not serve is not served (the
+    version is private: the publisher checked the snapshot it made whole)."""
     upserted = {identity: build for identity, line in changeset.upserts["builds"].items()
                 if (build := _build.decode(line)).version in made.versions}
-    before = {i: store.builds[i] for i in (*changeset.upserts["builds"], *changeset.deletes["builds"]) if i in store.builds}
-    changes: dict[int, Build | None] = dict.fromkeys((*changeset.deletes["builds"], *changeset.upserts["builds"]))
+    left = [b.id for project in {store.versions[v].project for v in hidden} for b in store.builds_of_project.get(project, [])
+            if b.version in hidden]
+    before = {i: store.builds[i] for i in (*changeset.upserts["builds"], *changeset.deletes["builds"], *left) if i in store.builds}
+    changes: dict[int, Build | None] = dict.fromkeys((*left, *changeset.deletes["builds"], *changeset.upserts["builds"]))
     changes.update(upserted)
     builds = Overlay.of(store.builds, changes)
     commands, commanded = changed_commands(store, changeset)
@@ -145,36 +155,51 @@ def builds_changed(made: Store, store: Store, changeset: Changeset) -> dict[int,
     return {identity: (served(store, store.builds.get(identity)), served(made, builds.get(identity))) for identity in counted}
 
 
-def changed_in_place(served: Mapping[int, V], upserts: dict[int, bytes], decoder: msgspec.json.Decoder[V],
-                     address: Callable[[V], tuple], under_served: Callable[[V], bool] = lambda _record: True,
-                     ) -> list[tuple[V | None, V]] | None:
-    """The records that ``upserts`` change and that are served after (before, after; None before
-    for a new one); None when one of them is not in place: a served one whose ``address`` (where
-    it is served, and whether it is public) changes. One served after that the store does not
-    serve before is new: the changeset's header says that none that was there moved (a private
-    one made public under a forged header would be served without what it holds until the
-    pull's snapshot; nothing private is ever shown)."""
-    changed: list[tuple[V | None, V]] = []
+def changed_in_place(served: Mapping[int, V], upserts: dict[int, bytes], deletes: set[int], decoder: msgspec.json.Decoder[V],
+                     address: Callable[[V], tuple], holds_pages: Callable[[V], bool],
+                     parents: Mapping[int, Project] | None = None) -> list[tuple[V | None, V | None]] | None:
+    """The records that ``upserts`` and ``deletes`` change, as served before and after (None
+    where one is not: a new one, one deleted or made private); None when one is not in place: a
+    served one whose ``address`` (where it is served) changes, or one that leaves and holds
+    pages. A version is served under a served project (``parents``). One served after that the
+    store does not serve before is new: the changeset's header says that none that was there
+    was made public (a private one made public under a forged header would be served without
+    what it holds until the pull's snapshot; nothing private is ever shown)."""
+    changed: list[tuple[V | None, V | None]] = []
+    for identity in deletes:
+        gone = served.get(identity)
+        if gone is not None:
+            if holds_pages(gone):
+                return None
+            changed.append((gone, None))
     for identity, line in upserts.items():
-        after = decoder.decode(line)
+        after: V | None = decoder.decode(line)
+        shown = after.privacy_level == "public" and (parents is None or after.project in parents)  # type: ignore[union-attr]
         before = served.get(identity)
-        if before is None:
-            if after.privacy_level == "public" and under_served(after):  # type: ignore[attr-defined]
-                changed.append((None, after))
-        elif address(before) != address(after):
+        if not shown:
+            after = None
+        elif before is not None and address(before) != address(after):  # type: ignore[arg-type]
             return None
+        if before is None:
+            if after is not None:
+                changed.append((None, after))
+        elif after is None:
+            if holds_pages(before):
+                return None
+            changed.append((before, None))
         elif before != after:
             changed.append((before, after))
     return changed
 
 
-def versions_changed(made: Store, store: Store, changed: list[tuple[Version | None, Version]]) -> None:
+def versions_changed(made: Store, store: Store, changed: list[tuple[Version | None, Version | None]]) -> None:
     """Give ``made`` the versions of ``store`` with the served ones ``changed`` (before, after:
-    in place, so the same project, slug and privacy; or new): each moves in the lists where its
-    name (their order) or whether it is active (their grouping) changed, and is replaced where
-    it stands in the others; a new one is put in its places. The lookup by project and slug
-    finds a version by id (``Store.version_of``), and a new one through a patch of it."""
-    made.versions = Overlay.of(store.versions, {after.id: after for _before, after in changed})
+    in place, so the same project and slug; None before for a new one, after for one that
+    leaves): each moves in the lists where its name (their order) or whether it is active (their
+    grouping) changed, and is replaced where it stands in the others; a new one is put in its
+    places, one that leaves is left out. The lookup by project and slug finds a version by id
+    (``Store.version_of``), and a new one through a patch of it."""
+    made.versions = Overlay.of(store.versions, {(after or before).id: after for before, after in changed})  # type: ignore[union-attr]
     made.versions_ordered = reordered(store.versions_ordered, *split(changed, None, VERSIONS), VERSIONS)
     project, active, slug = attrgetter("project"), attrgetter("active"), attrgetter("slug")
     project_active, slug_active = attrgetter("project", "active"), attrgetter("slug", "active")
@@ -184,34 +209,35 @@ def versions_changed(made: Store, store: Store, changed: list[tuple[Version | No
                                                 *split(changed, project_active, VERSIONS), VERSIONS)
     made.versions_by_slug = regrouped(store.versions_by_slug, slug, *split(changed, slug, VERSIONS), VERSIONS)
     made.versions_by_slug_active = regrouped(store.versions_by_slug_active, slug_active, *split(changed, slug_active, VERSIONS), VERSIONS)
-    added = [after for before, after in changed if before is None]
+    added = [after for before, after in changed if before is None and after is not None]
     if added:
         made.version_by_slug = PatchedOrder.of(store.version_by_slug, made.versions, added, attrgetter("id"),
                                                attrgetter("project", "slug"), VERSIONS.rank)
-        made.counts = {**made.counts, "versions": len(made.versions)}
+    made.counts = {**made.counts, "versions": len(made.versions)}
 
 
-def projects_changed(made: Store, store: Store, changed: list[tuple[Project | None, Project]]) -> None:
+def projects_changed(made: Store, store: Store, changed: list[tuple[Project | None, Project | None]]) -> None:
     """Give ``made`` the projects of ``store`` with the served ones ``changed`` (before, after: in
-    place, so the same slug and privacy; or new): each is replaced where it stands (they are
-    listed by slug) or put in its place, moves between the lists of its users where those
-    changed, and is replaced among the subprojects of its parents."""
-    afters = [after for _before, after in changed]
-    made.projects = Overlay.of(store.projects, {after.id: after for after in afters})
+    place, so the same slug; None before for a new one, after for one that leaves): each is
+    replaced where it stands (they are listed by slug), put in its place or left out, moves
+    between the lists of its users where those changed, and is replaced among the subprojects
+    of its parents (``relationships_changed`` takes one that leaves out of them)."""
+    made.projects = Overlay.of(store.projects, {(after or before).id: after for before, after in changed})  # type: ignore[union-attr]
     made.projects_ordered = reordered(store.projects_ordered, *split(changed, None, PROJECTS), PROJECTS)
-    made.project_by_slug = Overlay.of(store.project_by_slug, {after.slug: after for after in afters})
+    slugs: dict[str, Project | None] = {before.slug: None for before, _after in changed if before is not None}
+    made.project_by_slug = Overlay.of(store.project_by_slug, slugs | {after.slug: after for _before, after in changed if after is not None})
     by_user: dict[int, tuple[list[Project], list[Project], list[Project]]] = {}
     for before, after in changed:
-        named = before.users if before is not None else ()
-        for user in {*named, *after.users}:
+        named, naming = (before.users if before is not None else ()), (after.users if after is not None else ())
+        for user in {*named, *naming}:
             gone, came, replaced = by_user.setdefault(user, ([], [], []))
-            if before is not None and named.count(user) == after.users.count(user) == 1:
+            if before is not None and after is not None and named.count(user) == naming.count(user) == 1:
                 replaced.append(after)
             else:  # as a load lists it: once for each time the project names the user
                 gone.extend([before] * named.count(user) if before is not None else [])
-                came.extend([after] * after.users.count(user))
+                came.extend([after] * naming.count(user) if after is not None else [])
     made.projects_of_user = regroup(store.projects_of_user, by_user, PROJECTS)
-    edited = {after.id: after for before, after in changed if before is not None}
+    edited = {after.id: after for before, after in changed if before is not None and after is not None}
     made.subprojects = Overlay.of(store.subprojects, {
         parent: [edited.get(child.id, child) for child in children] for parent, children in store.subprojects.items()
         if any(child.id in edited for child in children)
@@ -236,27 +262,30 @@ def users_changed(made: Store, store: Store, changeset: Changeset) -> list[tuple
     return changed
 
 
-def relationships_changed(made: Store, store: Store, changeset: Changeset) -> bool:
+def relationships_changed(made: Store, store: Store, changeset: Changeset, hidden: set[int]) -> bool:
     """Give ``made`` (its projects changed already) the subprojects of ``store`` with the
-    relationships ``changeset`` upserts and deletes (one between projects not both served is not
-    served); return whether it changes any (which doc searches cover which projects)."""
+    relationships ``changeset`` upserts and deletes, and without those of the projects ``hidden``
+    (served before, not after; one between projects not both served is not served); return
+    whether the changeset changes any (which doc searches cover which projects: the diff names
+    a change of the relationships' file)."""
     upserts, deletes = changeset.upserts["relationships"], changeset.deletes["relationships"]
-    if not upserts and not deletes:
-        return False
     now: dict[int, ProjectRelationship | None] = dict.fromkeys(deletes)
+    if hidden:
+        now.update((r.id, None) for r in store.relationships.values() if r.parent in hidden or r.child in hidden)
     for identity, line in upserts.items():
         relationship = _relationship.decode(line)
         now[identity] = relationship if relationship.parent in made.projects and relationship.child in made.projects else None
     changed = [(store.relationships.get(i), after) for i, after in now.items() if store.relationships.get(i) != after]
-    made.relationships = Overlay.of(store.relationships, now)
-    made.relationships_of_parent = regrouped(store.relationships_of_parent, attrgetter("parent"),
-                                             *split(changed, attrgetter("parent"), RELATIONSHIPS), RELATIONSHIPS)
-    parents = {r.parent for pair in changed for r in pair if r is not None}
-    made.subprojects = Overlay.of(made.subprojects, {
-        parent: [made.projects[r.child] for r in made.relationships_of_parent.get(parent, [])] or None for parent in parents
-    })
-    made.counts = {**made.counts, "relationships": len(made.relationships)}
-    return True
+    if changed:
+        made.relationships = Overlay.of(store.relationships, now)
+        made.relationships_of_parent = regrouped(store.relationships_of_parent, attrgetter("parent"),
+                                                 *split(changed, attrgetter("parent"), RELATIONSHIPS), RELATIONSHIPS)
+        parents = {r.parent for pair in changed for r in pair if r is not None}
+        made.subprojects = Overlay.of(made.subprojects, {
+            parent: [made.projects[r.child] for r in made.relationships_of_parent.get(parent, [])] or None for parent in parents
+        })
+        made.counts = {**made.counts, "relationships": len(made.relationships)}
+    return bool(upserts or deletes)
 
 
 def split(changed: Sequence[tuple[V | None, V | None]], group_of: Callable[[V], Any] | None,

@@ -313,7 +313,8 @@ def test_changesets_that_arrive_together_are_applied_at_once_and_serve_what_a_fr
 def versions_edited(old: Path, new: Path, name: str, rng: random.Random, private: bool = False) -> None:
     """``new``: ``old`` with versions edited in place, as a build's end edits them (a renamed one
     moves in its lists, one made inactive or active changes lists, a new identifier, built), a
-    private version edited too (never served); with ``private``, a served version made private."""
+    private version edited too (never served); with ``private``, a served version that has pages
+    made private."""
     shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
     versions = read(new, "versions")
     public = [v for v in versions if v.get("privacy_level", "public") == "public"]
@@ -324,7 +325,8 @@ def versions_edited(old: Path, new: Path, name: str, rng: random.Random, private
     hidden = next(v for v in versions if v.get("privacy_level", "public") != "public")
     hidden["verbose_name"] = "hidden, renamed"
     if private:
-        next(v for v in public if v not in (renamed_one, flipped_one, rebuilt))["privacy_level"] = "private"
+        paged = {p["version"] for p in read(new, "pages")}
+        next(v for v in public if v not in (renamed_one, flipped_one, rebuilt) and v["id"] in paged)["privacy_level"] = "private"
     write(new, "versions", versions)
     renamed(new, name)
 
@@ -360,34 +362,41 @@ def test_versions_edited_in_place_are_applied_in_memory_and_one_made_private_is_
 def with_subproject(base: Path) -> None:
     """``base`` with a project whose page says "install" a subproject of another public project
     that has a version of the same slug (whose doc search for "install", as crawled, then finds
-    the subproject's page)."""
+    the subproject's page), and a project without pages a subproject of it too."""
     public = {p["id"] for p in read(base, "projects") if p.get("privacy_level", "public") == "public"}
     versions = {v["id"]: v for v in read(base, "versions")}
     page = next(p for p in read(base, "pages") if p["project"] in public and re.search(r"\binstall\b", p.get("text", "")))
     slug = versions[page["version"]]["slug"]
     parent = next(v["project"] for v in versions.values() if v["slug"] == slug and v["project"] in public - {page["project"]})
-    write(base, "relationships", [{"id": 1, "parent": parent, "child": page["project"]}])
+    paged = {p["project"] for p in read(base, "pages")}
+    pageless = min(public - paged - {parent})
+    write(base, "relationships", [{"id": 1, "parent": parent, "child": page["project"]}, {"id": 2, "parent": parent, "child": pageless}])
     renamed(base, "demo")
 
 
 def projects_and_users_changed(old: Path, new: Path, name: str, rng: random.Random, private: bool = False) -> None:
     """``new``: ``old`` with projects edited in place (a subproject's language, another's
-    description, one losing a user and gaining a new one, a private one) and users changed (one
+    description, one losing a user and gaining a new one, a private one), users changed (one
     renamed, one added, one deleted), the subproject moved to another parent that has a version
-    of the same slug, and new records as the service makes them: a project with its first
-    version and build, and a version of another project; with ``private``, a served project made
-    private."""
+    of the same slug, new records as the service makes them (a project with its first version
+    and build, a version of another project), and records without pages taken away: a project
+    made private (with its versions and builds), a version made private and one deleted (with
+    its builds); with ``private``, a served project that has pages made private."""
     shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
-    projects, users, versions = read(new, "projects"), read(new, "users"), read(new, "versions")
+    projects, users, versions, builds = (read(new, kind) for kind in ("projects", "users", "versions", "builds"))
+    pages = read(new, "pages")
     public = [p for p in projects if p.get("privacy_level", "public") == "public"]
-    (relationship,) = read(new, "relationships")
+    relationships = read(new, "relationships")
+    relationship = next(r for r in relationships if r["child"] in {p["project"] for p in pages})
+    rest = [r for r in relationships if r is not relationship]
     relanguaged = next(p for p in public if p["id"] == relationship["child"])
     slugs = {v["slug"] for v in versions if v["project"] == relationship["child"]}
     parent = rng.choice([p for p in public if p["id"] not in (relationship["parent"], relationship["child"])
                          and any(v["project"] == p["id"] and v["slug"] in slugs for v in versions)])
-    write(new, "relationships", [dict(relationship, id=relationship["id"] + 1, parent=parent["id"], alias="moved")])
-    described = rng.choice([p for p in public if p is not relanguaged])
-    regrouped = rng.choice([p for p in public if p.get("users") and p not in (described, relanguaged)])
+    moved = dict(relationship, id=max(r["id"] for r in relationships) + 1, parent=parent["id"], alias="moved")
+    write(new, "relationships", [*rest, moved])
+    described = rng.choice([p for p in public if p not in (relanguaged, parent)])
+    regrouped = rng.choice([p for p in public if p.get("users") and p not in (described, relanguaged, parent)])
     described.update(description=f"Edited {rng.randrange(1000)}.", modified_date=stamp(datetime(2026, 11, 26, tzinfo=UTC)))
     relanguaged["language"] = "fr" if relanguaged.get("language", "en") != "fr" else "de"
     newcomer = {"id": max(u["id"] for u in users) + 1, "username": f"newcomer-{rng.randrange(1000)}"}
@@ -398,21 +407,31 @@ def projects_and_users_changed(old: Path, new: Path, name: str, rng: random.Rand
     renamed_user = rng.choice([u for u in users if u["id"] != leaving])
     renamed_user["username"] += "-renamed"
     users = [u for u in users if u["id"] != leaving or u["id"] in named] + [newcomer]
+    kept = (relanguaged, parent, described, regrouped)
+    paged = {p["project"] for p in pages} | {p["version"] for p in pages}
+    pageless = [p for p in public if p not in kept and p["id"] not in paged]  # a subproject first
+    next((p for p in pageless if p["id"] in {r["child"] for r in rest}), rng.choice(pageless))["privacy_level"] = "private"
+    shown = {p["id"] for p in projects if p.get("privacy_level", "public") == "public"}
+    spare = [v for v in versions if v.get("privacy_level", "public") == "public" and v["project"] in shown
+             and v["project"] not in {p["id"] for p in kept} and v["id"] not in paged]
+    hidden, deleted = rng.sample(spare, 2)
+    hidden["privacy_level"] = "private"
+    gone = {b["id"] for b in builds if b["version"] == deleted["id"]}
+    write(new, "build_commands", [c for c in read(new, "build_commands") if c["build"] not in gone])
     if private:
-        next(p for p in public if p not in (described, relanguaged, regrouped))["privacy_level"] = "private"
-    builds = read(new, "builds")
+        next(p for p in public if p not in kept and p["id"] in paged)["privacy_level"] = "private"
     ids = {kind: max(r["id"] for r in records) + 1 for kind, records in (("projects", projects), ("versions", versions),
                                                                           ("builds", builds))}
     created = {"id": ids["projects"], "name": "Created", "slug": f"created-{ids['projects']}", "users": [newcomer["id"]],
                "pub_date": "2026-11-26T00:00:00Z", "modified_date": "2026-11-26T00:00:00Z"}
     first = {"id": ids["versions"], "project": created["id"], "slug": "latest", "verbose_name": "latest", "active": True}
-    tagged = {"id": ids["versions"] + 1, "project": described["id"], "slug": "v99.0", "verbose_name": "v99.0", "active": True,
-              "type": "tag"}
+    tagged = {"id": ids["versions"] + 1, "project": described["id"], "slug": f"v{ids['versions']}.0", "verbose_name": f"v{ids['versions']}.0",
+              "active": True, "type": "tag"}
     build = {"id": ids["builds"], "project": created["id"], "version": first["id"], "date": "2026-11-26T00:00:01Z",
              "state": "building", "commit": f"{rng.getrandbits(160):040x}"}
     write(new, "projects", [*projects, created])
-    write(new, "versions", [*versions, first, tagged])
-    write(new, "builds", [*builds, build])
+    write(new, "versions", [*(v for v in versions if v is not deleted), first, tagged])
+    write(new, "builds", [*(b for b in builds if b["id"] not in gone), build])
     write(new, "users", users)
     renamed(new, name)
 
@@ -445,26 +464,12 @@ def test_projects_users_and_subprojects_changed_in_place_are_applied_in_memory_a
         assert_serves_as_fresh(server, new, urls)
 
 
-def version_deleted(old: Path, new: Path, name: str, rng: random.Random, private: bool = True) -> None:
-    """``new``: ``old`` without one of its served versions, and what it holds."""
-    shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
-    versions = read(new, "versions")
-    doomed = rng.choice([v for v in versions if v.get("privacy_level", "public") == "public"])["id"]
-    builds = read(new, "builds")
-    gone = {b["id"] for b in builds if b["version"] == doomed}
-    write(new, "versions", [v for v in versions if v["id"] != doomed])
-    write(new, "builds", [b for b in builds if b["id"] not in gone])
-    write(new, "build_commands", [c for c in read(new, "build_commands") if c["build"] not in gone])
-    write(new, "pages", [p for p in read(new, "pages") if p["version"] != doomed])
-    renamed(new, name)
-
-
-@pytest.mark.parametrize("change", [versions_edited, projects_and_users_changed, version_deleted])
+@pytest.mark.parametrize("change", [versions_edited, projects_and_users_changed])
 def test_a_header_that_claims_in_place_for_a_version_or_project_made_private_is_not_believed(tmp_path, origin, start_server, change):
     """Privacy does not rest on the header: a changeset whose header says ``in_place`` while it
-    makes a served version or project private, or deletes a version, is kept by the pull (which
-    trusts its origin), but the worker does not apply it in memory; it says so and serves the
-    state before until the pull's fold."""
+    makes a served version or project that has pages private is kept by the pull (which trusts
+    its origin), but the worker does not apply it in memory; it says so and serves the state
+    before until the pull's fold."""
     base, into, server = followed_replica(tmp_path, origin, start_server, with_subproject)
     new = tmp_path / "s1"
     change(base, new, "snap-1", random.Random(13), private=True)

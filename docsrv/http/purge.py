@@ -193,14 +193,16 @@ def version_placed(version: Version) -> tuple:
     return version.project, version.slug, version.active, version.verbose_name
 
 
-def version_change_keys(project_slug: str, before: Version | None, after: Version) -> list[str]:
-    """The keys of every reply that an edit of one served version in place touches (the same
-    project, slug and privacy), or a new one (``before`` None): its own replies (and those that
-    show it: its builds and files), every page of its lists when it joins or moves in them, else
-    their pages that could not name it."""
+def version_change_keys(project_slug: str, before: Version | None, after: Version | None) -> list[str]:
+    """The keys of every reply that a change of one served version touches (in place: the same
+    project and slug; None where it is not served, new or gone): its own replies (and those that
+    show it: its builds and files), every page of its lists when it joins, leaves or moves in
+    them, else their pages that could not name it."""
+    if before is None or after is None:
+        version = after or before
+        assert version is not None
+        return [version_key(project_slug, version.slug), *version_list_keys(project_slug, version)]
     keys = [version_key(project_slug, after.slug)]
-    if before is None:
-        return keys + version_list_keys(project_slug, after)
     if version_placed(before) != version_placed(after):
         return keys + version_list_keys(project_slug, before) + version_list_keys(project_slug, after)
     return keys + [BIG + key for key in version_list_keys(project_slug, after)]
@@ -274,8 +276,9 @@ def applied_keys(done: Applied) -> list[str]:
     keys = [key for before, after in done.builds.values() for key in build_change_keys(before, after)]
     keys += [key for slug, before, after in done.versions for key in version_change_keys(slug, before, after)]
     for before, after in done.projects:
-        sides = [ProjectShown(store.versions_of_project.get(after.id, []), (b.commit for b in store.builds_of_project.get(after.id, [])),
-                              after.id in store.projects_with_pages) for store in (done.was, done.store)]
+        identity = (after or before).id  # type: ignore[union-attr]
+        sides = [ProjectShown(store.versions_of_project.get(identity, []), (b.commit for b in store.builds_of_project.get(identity, [])),
+                              identity in store.projects_with_pages) for store in (done.was, done.store)]
         keys += flat(project_change_keys(before, after, sides))
     keys += [key for before, after in done.users for key in flat(user_change_keys(before, after))]
     return [*keys, "search"] if done.relationships else keys  # which subprojects a doc search covers, as the diff names it

@@ -30,7 +30,7 @@ import msgspec
 
 from ..utils.files import clone_or_copy
 from .errors import Problem, ProblemList, SnapshotError
-from .lines import line_blocks, open_records
+from .lines import decoded_blocks, line_blocks, open_records
 from .load import manifest_of, record_file
 from .origin import HEAD, PublishedChangeset
 from .records import FORMAT as SNAPSHOT_FORMAT
@@ -66,9 +66,9 @@ class Header(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defau
     #: computes: an edge cache is purged from them in time proportional to the change.
     purge_keys: list[str] = []
     #: Whether every project and version it upserts is new or was in the snapshot it follows with
-    #: the same slug, project and privacy, and it deletes none: nothing that was there moves
-    #: between what is public and what is not, nor to another address (a replica may apply such
-    #: a change in memory).
+    #: the same slug, project and privacy, or holds no page, as every one it deletes: nothing the
+    #: search index holds moves between what is public and what is not, nor to another address
+    #: (a replica may apply such a change in memory).
     in_place: bool = False
 
 
@@ -95,10 +95,21 @@ class Placed(msgspec.Struct, frozen=True):
     project: int = 0
     privacy_level: str = "public"
 
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.slug, self.project
+
 
 #: The kinds whose records have a place (``Placed``): a changeset that moves none is ``in_place``.
 PLACED_KINDS = ("projects", "versions")
 _placed = msgspec.json.Decoder(Placed)
+
+
+class PageOwner(msgspec.Struct, frozen=True, gc=False):
+    """A page, read for what it belongs to alone."""
+
+    project: int
+    version: int
 
 
 class Identified(msgspec.Struct):
@@ -222,7 +233,10 @@ def compute(old: Path, old_manifest: Manifest, new: Path, new_manifest: Manifest
     not change."""
     sealed = [old_manifest.files, new_manifest.files]
     body: list[bytes] = []
+    #: Whether no project or version that was there moves to another address or is made public.
     in_place = True
+    #: The projects and versions that were there and are made private, or go.
+    hidden: dict[str, set[int]] = {kind: set() for kind in PLACED_KINDS}
     for kind in KINDS:
         names = [[path.name for path in record_file(directory, kind)] for directory in (old, new)]
         if names[0] == names[1] and all(name in sealed[0] and sealed[0][name] == sealed[1].get(name) for name in names[0]):
@@ -232,10 +246,12 @@ def compute(old: Path, old_manifest: Manifest, new: Path, new_manifest: Manifest
         for identity, _build, line in _lines(new, kind):
             if before.pop(identity, (0, None))[1] != hashlib.blake2b(line, digest_size=16).digest():
                 body.append(b'{"op":"upsert","kind":"%s","record":%s}' % (kind.encode(), line))
-                if kind in PLACED_KINDS and identity in places and places[identity] != _placed.decode(line):
-                    in_place = False
-        if kind in PLACED_KINDS and before:
-            in_place = False
+                if kind in PLACED_KINDS and identity in places and places[identity] != (placed := _placed.decode(line)):
+                    if places[identity].address != placed.address or placed.privacy_level == "public":
+                        in_place = False
+                    hidden[kind].add(identity)
+        if kind in PLACED_KINDS:
+            hidden[kind].update(before)
         for identity in sorted(before):
             build = before[identity][0]
             named = b',"build":%d' % build if kind == "build_commands" else b""
@@ -243,8 +259,20 @@ def compute(old: Path, old_manifest: Manifest, new: Path, new_manifest: Manifest
     product = Product(name=new_manifest.name, created_at=new_manifest.created_at, public_url=new_manifest.public_url,
                       counts=new_manifest.counts, description=new_manifest.description)
     header = Header(format=FORMAT, format_version=FORMAT_VERSION, sequence=sequence, follows=old_manifest.name, product=product,
-                    changes=len(body), in_place=in_place)
+                    changes=len(body), in_place=in_place and (not any(hidden.values()) or hold_no_pages(old, hidden)))
     return b"\n".join([msgspec.json.encode(header), *body]) + b"\n"
+
+
+def hold_no_pages(snapshot: Path, placed: dict[str, set[int]]) -> bool:
+    """Whether no page of ``snapshot`` belongs to the projects or versions ``placed`` (by kind):
+    those a replica may take out of what it serves, or move, without its search index."""
+    problems = ProblemList(str(snapshot))
+    for path in record_file(snapshot, "pages"):
+        for _block, _line, pages in decoded_blocks(path, PageOwner, problems):
+            if any(page.project in placed["projects"] or page.version in placed["versions"] for page in pages):
+                return False
+    problems.raise_if_any()
+    return True
 
 
 def composed(changesets: list[Changeset]) -> Changeset:

@@ -28,7 +28,8 @@ follows the origin as a sidecar and wrk asks the server for a project list witho
    (the pull folds them into a snapshot every 200, and the server reloads onto it); the PSS of
    the server's processes every 100 changesets.
 5. Equivalence, by a crawl: ``--crawl-changesets`` changesets that flip, move (a new date) and
-   add builds, add projects and versions, edit them in place and rename users, applied in memory; then
+   add builds, add projects and versions, edit them in place, make versions without pages private
+   and rename users, applied in memory; then
    the sidecar is stopped, the changesets kept are folded into the snapshot they make (as the
    pull folds them), a fresh server is started on it, and every URL of a crawl
    (``tests/crawl.py``: each kind of URL of the projects whose builds, versions or settings
@@ -225,6 +226,8 @@ class Feed:
         self.edited_users: set[int] = set()
         #: How many projects and versions were created.
         self.made = {"projects": 0, "versions": 0}
+        #: The versions that have pages (read at the first made private).
+        self.paged: set[int] = set()
         self.lines = [line for line in (snapshot / "builds.jsonl").read_bytes().split(b"\n") if line]
         self.loaded = len(self.lines)
         self.turn = 0
@@ -234,13 +237,14 @@ class Feed:
         self.changed: set[int] = set()
 
     def publish(self, builds: int, moved: int = 0, added: int = 0, versions: int = 0, projects: int = 0,
-                users: int = 0, created: int = 0) -> tuple[int, int, float]:
+                users: int = 0, created: int = 0, hidden: int = 0) -> tuple[int, int, float]:
         """Publish a changeset of ``builds`` builds flipped, of which ``moved`` also get a new date
         (they move to the top of their lists), ``added`` new ones, ``versions`` versions edited
         in place (renamed, made active or inactive, or given a new identifier, in turn),
         ``projects`` projects edited in place (``project_edited``), ``users`` users renamed, and
-        ``created`` new projects, each with its first version, and as many new versions of
-        existing projects (a tag pushed): (its sequence, its bytes, when head.json was written)."""
+        ``created`` new projects, each with its first version, as many new versions of existing
+        projects (a tag pushed), and ``hidden`` versions without pages made private: (its
+        sequence, its bytes, when head.json was written)."""
         head = read_head(self.origin)
         assert head is not None
         sequence = head.sequence + 1
@@ -277,6 +281,7 @@ class Feed:
                 body.append(b'{"op":"upsert","kind":"%s","record":%s}' % (kind.encode(), lines[at]))
         for number in range(created):
             body += self.created(f"{self.turn}-{number}", now)
+        body += self.hidden(hidden)
         name = f"feed-{sequence}"
         manifest = self.manifest
         counts = {**manifest.counts, "builds": manifest.counts["builds"] + len(self.lines) - self.loaded,
@@ -314,6 +319,26 @@ class Feed:
             self.made[kind] += 1
             self.edited_projects.add(record.get("project", record["id"]))
             lines.append(b'{"op":"upsert","kind":"%s","record":%s}' % (kind.encode(), line))
+        return lines
+
+    def hidden(self, count: int) -> list[bytes]:
+        """The change lines of ``count`` public versions without pages made private (a replica
+        takes them away at once)."""
+        if not count:
+            return []
+        if not self.paged:
+            self.paged = {page["version"] for page in map(json.loads, (self.snapshot / "pages.jsonl").read_bytes().splitlines()) if page}
+        versions = self.lines_of("versions")
+        lines = []
+        for at in range((self.turn * 104729) % len(versions), len(versions)):
+            version = json.loads(versions[at])
+            if version["id"] not in self.paged and version.get("privacy_level", "public") == "public":
+                version["privacy_level"] = "private"
+                versions[at] = json.dumps(version, separators=(",", ":"), ensure_ascii=False).encode()
+                self.edited_projects.add(version["project"])
+                lines.append(b'{"op":"upsert","kind":"versions","record":%s}' % versions[at])
+                if len(lines) == count:
+                    break
         return lines
 
     def lines_of(self, kind: str) -> list[bytes]:
@@ -573,7 +598,8 @@ def main() -> None:
         # 5. Equivalence, by a crawl.
         if "crawl" not in args.skip:
             for _ in range(args.crawl_changesets):
-                sequence, _bytes, _written = feed.publish(100, moved=20, added=5, versions=10, projects=10, users=10, created=2)
+                sequence, _bytes, _written = feed.publish(100, moved=20, added=5, versions=10, projects=10, users=10, created=2,
+                                                          hidden=2)
             wait_for_sequence(server, sequence)
             os.killpg(sidecar.pid, signal.SIGTERM)
             sidecar.wait(timeout=300)

@@ -85,10 +85,9 @@ def in_memory(changeset: Changeset, public_url: str) -> bool:
 
 def applied(store: Store, changeset: Changeset, published_at: datetime | None = None) -> Applied | None:
     """The store ``changeset`` makes of ``store``; None when it is not applied in memory
-    (``in_memory``, or a project or version it edits is not in place after all: privacy does not
-    rest on the header) or does not follow ``store`` (by name: its sequence is the follower's to
-    check, ``following.pending``). A build of a version the store does not serve
-    is not served (the version is private: the publisher checked the snapshot it made whole)."""
+    (``in_memory``, or it moves a served project or version after all, or takes one away that
+    holds pages: privacy does not rest on the header) or does not follow ``store`` (by name: its
+    sequence is the follower's to check, ``following.pending``)."""
     header = changeset.header
     product = product_manifest(changeset)
     if not in_memory(changeset, store.public_url) or header.follows != store.name:

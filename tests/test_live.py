@@ -331,34 +331,6 @@ def versions_edited(old: Path, new: Path, name: str, rng: random.Random, private
     renamed(new, name)
 
 
-def test_versions_edited_in_place_are_applied_in_memory_and_one_made_private_is_folded(tmp_path, origin, start_server):
-    """A changeset that edits versions in place (its header says ``in_place``), with builds, is kept
-    and applied in memory by a worker with a warm cache: every crawled reply equals a fresh
-    server's. One that makes a version private is not in place: the pull folds it, the server
-    reloads, and the version has left every reply."""
-    base, into, server = followed_replica(tmp_path, origin, start_server)
-    worker = server.json("/readyz")["worker"]
-    rng = random.Random(12)
-    builds, edited, private = tmp_path / "s1", tmp_path / "s2", tmp_path / "s3"
-    builds_change(base, builds, "snap-1-builds", rng)
-    versions_edited(builds, edited, "snap-1", rng)
-    shutil.rmtree(builds)
-    versions_edited(edited, private, "snap-2", rng, private=True)
-    urls = crawl(base, edited, private)
-    for url in urls:  # a warm cache
-        server.get(url)
-    for sequence, (old, new, kept) in enumerate(((base, edited, True), (edited, private, False)), start=2):
-        assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(old)).returncode == 0
-        header = json.loads((origin.root / "changesets" / f"{sequence}.jsonl").read_bytes().split(b"\n", 1)[0])
-        assert header.get("in_place", False) is kept
-        assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
-        assert ((into / "current").resolve().name == "demo") is kept  # kept beside the snapshot served, or folded
-        poll(lambda sequence=sequence: server.json("/readyz")["sequence"] == sequence, what=f"changeset {sequence} served")
-        ready = server.json("/readyz")
-        assert (ready["worker"] == worker) is kept  # in memory, or a reload onto the fold
-        assert_serves_as_fresh(server, new, urls)
-
-
 def with_subproject(base: Path) -> None:
     """``base`` with a project whose page says "install" a subproject of another public project
     that has a version of the same slug (whose doc search for "install", as crawled, then finds
@@ -436,27 +408,30 @@ def projects_and_users_changed(old: Path, new: Path, name: str, rng: random.Rand
     renamed(new, name)
 
 
-def test_projects_users_and_subprojects_changed_in_place_are_applied_in_memory_and_a_project_made_private_is_folded(
-    tmp_path, origin, start_server
-):
-    """A changeset that edits projects in place (a subproject, a new language, users moved),
-    changes users (renamed, added, deleted), moves a subproject and adds a project and versions,
-    with builds, is applied in memory by a worker with a warm cache: every crawled reply equals a
-    fresh server's. One that makes a project private is
-    not in place: the pull folds it and the server reloads onto it."""
+@pytest.mark.parametrize(("change", "seed"), [(versions_edited, 12), (projects_and_users_changed, 21)])
+def test_changes_that_take_no_pages_away_are_applied_in_memory_and_one_that_does_is_folded(tmp_path, origin, start_server, change, seed):
+    """A changeset that edits versions in place, or one that edits projects in place (a
+    subproject, a new language, users moved), changes users (renamed, added, deleted), moves a
+    subproject, adds a project and versions and takes some without pages away, with builds each,
+    is applied in memory by a worker with a warm cache (its header says ``in_place``): every
+    crawled reply equals a fresh server's. One that makes a version or project with pages
+    private is not in place: the pull folds it, the server reloads onto it, and it has left
+    every reply."""
     base, into, server = followed_replica(tmp_path, origin, start_server, with_subproject)
     worker = server.json("/readyz")["worker"]
-    rng = random.Random(21)
+    rng = random.Random(seed)
     builds, edited, private = tmp_path / "s1", tmp_path / "s2", tmp_path / "s3"
     builds_change(base, builds, "snap-1-builds", rng)
-    projects_and_users_changed(builds, edited, "snap-1", rng)
+    change(builds, edited, "snap-1", rng)
     shutil.rmtree(builds)
-    projects_and_users_changed(edited, private, "snap-2", rng, private=True)
+    change(edited, private, "snap-2", rng, private=True)
     urls = crawl(base, edited, private)
     for url in urls:  # a warm cache
         server.get(url)
     for sequence, (old, new, kept) in enumerate(((base, edited, True), (edited, private, False)), start=2):
         assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(old)).returncode == 0
+        header = json.loads((origin.root / "changesets" / f"{sequence}.jsonl").read_bytes().split(b"\n", 1)[0])
+        assert header.get("in_place", False) is kept
         assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
         assert ((into / "current").resolve().name == "demo") is kept  # kept beside the snapshot served, or folded
         poll(lambda sequence=sequence: server.json("/readyz")["sequence"] == sequence, what=f"changeset {sequence} served")

@@ -799,3 +799,110 @@ def test_a_sidecar_folds_the_kept_changesets_in_the_background_and_keeps_what_ca
     assert (chain["base"], [c["product"] for c in chain["changesets"]]) == ("snap-2", ["snap-3"])
     assert sorted(p.name for p in (into / "changesets").iterdir()) == ["4.jsonl"]
     assert_serves_the_same(into / "current", tmp_path / "s2")
+
+
+def random_in_place_change(old: Path, new: Path, name: str, rng: random.Random) -> None:
+    """``new``: ``old`` with a random change of every kind a server applies in memory: projects
+    edited (description, language, users), created and, without pages, made private; versions
+    renamed, made active or inactive, created and, without pages, made private or deleted with
+    their builds; users renamed, created and, named by no project, deleted; subprojects linked
+    and unlinked; builds flipped, moved and created."""
+    shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
+    records = {kind: read(new, kind) for kind in KINDS}
+    projects, versions, users, builds = (records[kind] for kind in ("projects", "versions", "users", "builds"))
+    ids = {kind: max((r["id"] for r in records[kind]), default=0) + 1 for kind in KINDS}
+    paged = {p["project"] for p in records["pages"]} | {p["version"] for p in records["pages"]}
+    public = [p for p in projects if p.get("privacy_level", "public") == "public"]
+    for project in rng.sample(public, 3):
+        project.update(description=f"Edited {rng.randrange(10**6)}.", language=rng.choice(["en", "fr", "ja"]),
+                       users=rng.choices([u["id"] for u in users], k=rng.randrange(0, 4)))  # a user named twice, at times
+    for _ in range(rng.randrange(0, 3)):
+        users.append({"id": ids["users"], "username": f"user-{ids['users']}"})
+        ids["users"] += 1
+    for user in rng.sample(users, 2):
+        user["username"] = f"{user['username']}-{rng.randrange(100)}"
+    named = {u for p in projects for u in p.get("users", [])}
+    users[:] = [u for u in users if u["id"] in named or rng.random() < 0.8]
+    for _ in range(rng.randrange(0, 3)):
+        projects.append({"id": ids["projects"], "name": "New", "slug": f"new-{ids['projects']}", "pub_date": "2026-11-26T00:00:00Z",
+                         "modified_date": "2026-11-26T00:00:00Z", "users": rng.sample([u["id"] for u in users], 1)})
+        versions.append({"id": ids["versions"], "project": ids["projects"], "slug": "latest", "verbose_name": "latest"})
+        ids["projects"] += 1
+        ids["versions"] += 1
+    shown = [p for p in projects if p.get("privacy_level", "public") == "public"]
+    for project in rng.sample(shown, 2):
+        versions.append({"id": ids["versions"], "project": project["id"], "slug": f"v{ids['versions']}", "verbose_name": f"{rng.random():.3f}",
+                         "active": rng.random() < 0.7})
+        ids["versions"] += 1
+    live = [v for v in versions if v.get("privacy_level", "public") == "public"]
+    for version in rng.sample(live, 4):
+        version.update(verbose_name=f"{rng.random():.3f}", active=rng.random() < 0.5)
+    pageless = [v for v in live if v["id"] not in paged]
+    hidden, deleted = rng.sample(pageless, 2)
+    hidden["privacy_level"] = "private"
+    gone = {b["id"] for b in builds if b["version"] == deleted["id"]}
+    records["versions"] = [v for v in versions if v is not deleted]
+    records["build_commands"] = [c for c in records["build_commands"] if c["build"] not in gone]
+    if rng.random() < 0.5:
+        rng.choice([p for p in shown if p["id"] not in paged])["privacy_level"] = "private"
+    links = records["relationships"]
+    links[:] = [r for r in links if rng.random() < 0.7]
+    for _ in range(rng.randrange(1, 3)):
+        parent, child = rng.sample([p["id"] for p in projects], 2)
+        if all((r["parent"], r["child"]) != (parent, child) for r in links):
+            links.append({"id": ids["relationships"], "parent": parent, "child": child, "alias": rng.choice([None, "a", "b"])})
+            ids["relationships"] += 1
+    kept = [b for b in builds if b["id"] not in gone]
+    for build in rng.sample(kept, 5):
+        build["state"] = "building" if build.get("state", "finished") == "finished" else "finished"
+        if rng.random() < 0.4:
+            build["date"] = stamp(datetime(2026, 11, 26, rng.randrange(24), tzinfo=UTC))
+    for version in rng.sample([v for v in records["versions"] if v.get("privacy_level", "public") == "public"], 2):
+        kept.append({"id": ids["builds"], "project": version["project"], "version": version["id"], "date": "2026-11-26T12:00:00Z",
+                     "state": "triggered", "commit": f"{rng.getrandbits(64):016x}"})
+        ids["builds"] += 1
+    records["builds"] = kept
+    for kind in KINDS:
+        write(new, kind, records[kind])
+    renamed(new, name)
+
+
+def store_state(store) -> dict:
+    """What a store serves, as plain values: every record by id, every ordered list and grouping,
+    every lookup by slug, and the counts."""
+    grouped = ("projects_of_user", "subprojects", "relationships_of_parent", "versions_of_project", "versions_by_active",
+               "versions_of_project_active", "versions_by_slug", "versions_by_slug_active", "builds_of_project")
+    state = {name: dict(getattr(store, name)) for name in ("users", "user_by_name", "projects", "project_by_slug", "relationships",
+                                                           "versions", "builds")}
+    state |= {name: list(getattr(store, name)) for name in ("users_ordered", "projects_ordered", "versions_ordered", "builds_ordered")}
+    state |= {name: {key: list(items) for key, items in getattr(store, name).items()} for name in grouped}
+    state["version_of"] = {(v.project, v.slug): store.version_of(v.project, v.slug) for v in store.versions.values()}
+    state["by_commit"] = {b.commit: store.builds_by_commit.find(b.commit) for b in store.builds.values()}
+    state["counts"] = store.counts
+    return state
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_changes_applied_in_memory_make_the_store_loaded_from_scratch(tmp_path, seed):
+    """Rounds of random changes of every kind a server applies in memory (``random_in_place_change``),
+    each published as the publisher makes it (``in_place``) and applied to the store the round
+    before made: every record, list, grouping, lookup and count equals those of the store loaded
+    from the snapshot the changes make."""
+    from docsrv.snapshot.changeset import compute, read_changeset
+    from docsrv.snapshot.load import manifest_of
+    from docsrv.store_changes import applied
+
+    rng = random.Random(seed)
+    old = synth(tmp_path / "s0")
+    with_subproject(old)
+    store = load_store(old, page_text=False)
+    for number in range(1, 6):
+        new = tmp_path / f"s{number}"
+        random_in_place_change(old, new, f"snap-{number}", rng)
+        data = compute(old, manifest_of(old), new, manifest_of(new), number + 1)
+        changeset = read_changeset(data, f"{number + 1}.jsonl")
+        assert changeset.header.in_place
+        done = applied(store, changeset)
+        assert done is not None
+        assert store_state(done.store) == store_state(load_store(new, page_text=False)), f"round {number}"
+        store, old = done.store, new

@@ -3,7 +3,7 @@ publisher to every worker serving it, what following costs the hot path and memo
 what it serves equals a fresh server's.
 
     python bench/live.py [--scale medium] [--sizes 1 10 100 1000] [--rounds 50] [--pss-changesets 1000]
-                         [--crawl-changesets 20] [--skip publisher hot pss crawl]
+                         [--crawl-changesets 20] [--skip publisher hot pss crawl] [--mix]
 
 A synthetic snapshot (bench/scratch/, indexed: its index is published with it) is published whole
 on an origin directory that Python's http.server serves on loopback, pulled into a replica, and
@@ -13,7 +13,8 @@ follows the origin as a sidecar and wrk asks the server for a project list witho
 1. The publisher: for each size, one snapshot with that many builds changed (made outside the
    measurement) is published with ``docsrv snapshot publish --since``: its seconds and bytes;
    and ``docsrv snapshot keys`` reads its purge keys back (seconds, the process's start included).
-2. The lag: for each size, ``--rounds`` changesets of that many changed builds, one a second,
+2. The lag: for each size, ``--rounds`` changesets of that many changed builds (with ``--mix``,
+   records of every kind a replica applies in memory: ``mixed``), one a second,
    written by a feed (the service's own publisher would emit them from its database: it writes
    each changeset with docsrv's format code, then ``head.json``, as ``publish`` does). For each,
    the seconds from ``head.json`` being written to each worker serving it, as the worker logs
@@ -409,6 +410,15 @@ class Load:
             os.killpg(self.process.pid, signal.SIGKILL)
 
 
+def mixed(size: int) -> dict[str, int]:
+    """A changeset of about ``size`` records of every kind a replica applies in memory, as the
+    service changes them: a tenth versions edited in place and a tenth projects edited, a
+    twentieth users renamed, a fiftieth versions without pages made private, a hundredth
+    projects created (with a version, and a tag of another project), builds for the rest."""
+    others = {"versions": size // 10, "projects": size // 10, "users": size // 20, "hidden": size // 50, "created": size // 100}
+    return {"builds": max(1, size - sum(others.values()) - 2 * others["created"]), **others}
+
+
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
@@ -463,6 +473,7 @@ def main() -> None:
     parser.add_argument("--crawl-changesets", type=int, default=20, help="changesets applied before the equivalence crawl")
     parser.add_argument("--crawl-projects", type=int, default=200, help="projects crawled beside those whose builds changed")
     parser.add_argument("--skip", nargs="*", default=[], choices=["publisher", "hot", "pss", "crawl"], help="phases not to run")
+    parser.add_argument("--mix", action="store_true", help="the lag's changesets change records of every kind, not builds alone")
     args = parser.parse_args()
     base = snapshot_path(args.scale, 1)
     if not (base / "index" / "docsrv-index.json").exists():
@@ -526,7 +537,7 @@ def main() -> None:
             lags, sizes, heads = [], [], []
             for _ in range(args.rounds):
                 started = time.monotonic()
-                sequence, size_bytes, written = feed.publish(size)
+                sequence, size_bytes, written = feed.publish(**mixed(size)) if args.mix else feed.publish(size)
                 heads.append((origin / "head.json").stat().st_size)
                 sizes.append(size_bytes)
                 lags.append(log.wait(sequence, 2, written, served))
@@ -536,7 +547,7 @@ def main() -> None:
                              "changeset_bytes": round(sum(sizes) / len(sizes)), "head_bytes": max(heads),
                              "fetched_bytes_per_changeset": round(sum(sizes) / len(sizes)) + max(heads)}
             print("lag", size, by_size[size], flush=True)
-        report["lag_by_changed_builds"] = by_size
+        report["lag_by_changed_records" if args.mix else "lag_by_changed_builds"] = by_size
         save(report)
         under_load["lag"] = load.stop()
         load = None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -37,7 +38,7 @@ import msgspec
 from tqdm import tqdm
 
 from .config import Deadlines
-from .serving import INDEX, build_index_aside, current_index, fingerprint, index_directories
+from .serving import FINGERPRINT_FILE, INDEX, build_index_aside, current_index, fingerprint, index_directories, indexed_alike
 from .snapshot.changeset import Changeset, apply, composed, product_manifest, read_listed
 from .snapshot.errors import SnapshotError
 from .snapshot.load import manifest_of
@@ -338,17 +339,20 @@ class Folded:
 
     source: str
     last: PublishedChangeset
+    #: How long the fold took.
+    seconds: float = 0.0
 
 
 def fold_kept(into: Path) -> Folded | None:
     """Fold the changesets kept after ``current`` into the snapshot they make, put in place beside
     it; ``current`` and ``head.json`` are left alone (``finish_fold``). None when none are kept."""
+    started = time.perf_counter()
     current = current_name(into)
     kept = kept_chain(into, current) if current is not None else None
     if current is None or kept is None or not kept.changesets:
         return None
     apply_changesets(kept_changesets(into, kept.changesets), into, current, True)
-    return Folded(current, kept.changesets[-1])
+    return Folded(current, kept.changesets[-1], time.perf_counter() - started)
 
 
 def finish_fold(into: Path, folded: Folded) -> bool:
@@ -400,20 +404,24 @@ def apply_changesets(changesets: list[Changeset], into: Path, current: str, buil
 
 
 def reuse_index(previous: Path, product: Path) -> bool:
-    """Link the search index of ``previous`` into ``product`` when both are made of the same
-    projects, versions and pages (their fingerprint: the changesets changed builds or users
-    alone, as most do): the product then needs no index build. Index files are never written
-    again once made, so the two snapshots can share them."""
-    digest = fingerprint(product)
-    found = current_index(previous, digest, own=True) if fingerprint(previous) == digest else None
+    """Link the search index of ``previous`` into ``product`` when it is the product's too: both
+    are made of the same projects, versions and pages (their fingerprint: the changesets changed
+    builds or users alone), or of the same pages in the same places (``indexed_alike``: the
+    changesets were those a server applies in memory, which change no page and take none away).
+    The product then needs no index build; its marker names its own fingerprint. Index files are
+    never written again once made, so the two snapshots can share them."""
+    digest, before = fingerprint(product), fingerprint(previous)
+    found = current_index(previous, before, own=True) if before == digest or indexed_alike(previous, product) else None
     if found is None:
         return False
     for path in sorted(found.rglob("*")):
-        if path.name.startswith(".") or path.is_dir():  # tantivy's lock files are its own
+        if path.name.startswith(".") or path.is_dir() or path == found / FINGERPRINT_FILE:  # tantivy's lock files are its own
             continue
         target = product / INDEX / path.relative_to(found)
         target.parent.mkdir(parents=True, exist_ok=True)
         link_or_copy(path, target)
+    marker = json.loads((found / FINGERPRINT_FILE).read_bytes())
+    (product / INDEX / FINGERPRINT_FILE).write_text(json.dumps({**marker, "fingerprint": digest, "snapshot": manifest_of(product).name}))
     return True
 
 
@@ -634,7 +642,8 @@ async def tend_fold(into: Path, folding: asyncio.Task[Folded | None] | None) -> 
             log.error("folding the kept changesets failed (%s); trying again", describe(error))
         else:
             if folded is not None and finish_fold(into, folded):
-                log.info("folded the changesets kept after %s: %s -> %s", folded.source, into / CURRENT, folded.last.product)
+                log.info("folded the changesets kept after %s in %.1f s: %s -> %s", folded.source, folded.seconds, into / CURRENT,
+                         folded.last.product)
         folding = None
     if folding is None:
         current = current_name(into)

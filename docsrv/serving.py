@@ -29,6 +29,7 @@ from pathlib import Path
 import msgspec
 
 from .search import SCHEMA_VERSION, SearchIndex, build_index, index_problem
+from .snapshot.changeset import page_owners, places
 from .snapshot.errors import Problem, SnapshotError
 from .snapshot.load import manifest_of, record_file, record_files
 from .snapshot.records import INDEX
@@ -106,6 +107,20 @@ def fingerprint(snapshot: Path) -> str:
                 with open(path, "rb") as data:
                     digest.update(hashlib.file_digest(data, "blake2b").digest())
     return digest.hexdigest()
+
+
+def indexed_alike(previous: Path, product: Path) -> bool:
+    """Whether the search index of ``previous`` is that of ``product`` too, though their
+    fingerprints differ: the same page files (by the digests their manifests record), and every
+    project and version that holds a page in the same place (slug, project, privacy). What
+    changed of projects and versions then is what no index holds, as when a fold's changesets
+    are those a server applied in memory."""
+    sealed = [manifest_of(directory).files for directory in (previous, product)]
+    names = [[path.name for path in record_file(directory, "pages")] for directory in (previous, product)]
+    if names[0] != names[1] or any(name not in sealed[0] or sealed[0][name] != sealed[1].get(name) for name in names[0]):
+        return False
+    owners = page_owners(previous)
+    return all(places(previous, kind, ids) == places(product, kind, ids) for kind, ids in owners.items())
 
 
 def write_marker(directory: Path, digest: str, store: Store) -> None:

@@ -506,15 +506,16 @@ def test_a_kept_changeset_that_fails_its_seal_is_never_applied_and_a_new_worker_
 
 def test_a_changeset_of_other_kinds_is_folded_into_a_snapshot_that_shares_the_search_index(tmp_path, origin):
     """A changeset that a server does not apply in memory (a new public URL, here with a build) is
-    folded with those kept before it into the snapshot they make, which ``current`` then names.
-    Its projects, versions and pages are those of the snapshot before: it shares that one's index
-    files (the same inodes), and no index is built."""
+    folded with those kept before it (builds, and versions edited in place) into the snapshot
+    they make, which ``current`` then names. Its pages are those of the snapshot before, in the
+    same places: it shares that one's index files (the same inodes), and no index is built."""
     base = synth(tmp_path / "s0")
     docsrv("snapshot", "publish", str(base), str(origin.root))
     into = tmp_path / "replica"
     assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
-    first = tmp_path / "s1"
-    builds_change(base, first, "snap-1", random.Random(1))
+    first, builds = tmp_path / "s1", tmp_path / "s1-builds"
+    builds_change(base, builds, "snap-1-builds", random.Random(1))
+    versions_edited(builds, first, "snap-1", random.Random(1))
     docsrv("snapshot", "publish", str(first), str(origin.root), "--since", str(base))
     assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
     assert (into / "current").resolve().name == "demo" and (into / "changesets" / "2.jsonl").is_file()
@@ -529,9 +530,11 @@ def test_a_changeset_of_other_kinds_is_folded_into_a_snapshot_that_shares_the_se
     assert json.loads((into / "head.json").read_bytes())["changesets"] == []
     assert not list((into / "changesets").iterdir())
     before, after = into / "demo" / "index", into / "snap-2" / "index"
-    shared = [path.relative_to(after) for path in after.rglob("*") if path.is_file() and not path.name.startswith(".")]
+    shared = [path.relative_to(after) for path in after.rglob("*")
+              if path.is_file() and not path.name.startswith(".") and path.name != "docsrv-index.json"]
     assert len(shared) > 10
     assert all((before / name).stat().st_ino == (after / name).stat().st_ino for name in shared)
+    assert json.loads((after / "docsrv-index.json").read_bytes())["snapshot"] == "snap-2"  # its own marker
     assert_serves_the_same(into / "current", second)
 
 

@@ -265,14 +265,26 @@ def compute(old: Path, old_manifest: Manifest, new: Path, new_manifest: Manifest
 
 def hold_no_pages(snapshot: Path, placed: dict[str, set[int]]) -> bool:
     """Whether no page of ``snapshot`` belongs to the projects or versions ``placed`` (by kind):
-    those a replica may take out of what it serves, or move, without its search index."""
+    those a replica may take out of what it serves without its search index."""
+    owners = page_owners(snapshot)
+    return not (owners["projects"] & placed["projects"] or owners["versions"] & placed["versions"])
+
+
+def page_owners(snapshot: Path) -> dict[str, set[int]]:
+    """The projects and versions that hold a page of ``snapshot`` (whether public or not)."""
+    owners: dict[str, set[int]] = {"projects": set(), "versions": set()}
     problems = ProblemList(str(snapshot))
     for path in record_file(snapshot, "pages"):
         for _block, _line, pages in decoded_blocks(path, PageOwner, problems):
-            if any(page.project in placed["projects"] or page.version in placed["versions"] for page in pages):
-                return False
+            owners["projects"].update(page.project for page in pages)
+            owners["versions"].update(page.version for page in pages)
     problems.raise_if_any()
-    return True
+    return owners
+
+
+def places(snapshot: Path, kind: str, wanted: set[int]) -> dict[int, Placed]:
+    """Where the projects or versions (``kind``) of ``snapshot`` with the ids ``wanted`` are."""
+    return {identity: _placed.decode(line) for identity, _build, line in _lines(snapshot, kind) if identity in wanted}
 
 
 def composed(changesets: list[Changeset]) -> Changeset:

@@ -75,6 +75,8 @@ from docsrv.utils.files import clone_or_copy, replace_file  # noqa: E402
 from run import WORK, System, free_port, pinned, pss_kb, snapshot_path, tree  # noqa: E402
 
 BUILD_ID = re.compile(rb'\{"id":(\d+)[,}]')
+#: The kind and id of a change line the feed writes.
+CHANGED = re.compile(rb'\{"op":"upsert","kind":"(\w+)","record":\{"id":(\d+)[,}]')
 APPLIED = re.compile(r"worker (\d+) applied changeset (\d+): serving \S+, ([\d.]+) s after it was published")
 
 
@@ -283,6 +285,8 @@ class Feed:
         for number in range(created):
             body += self.created(f"{self.turn}-{number}", now)
         body += self.hidden(hidden)
+        # A record changed twice (a version edited, then made private) is sent once, as it is last.
+        body = list({CHANGED.match(line).groups(): line for line in body}.values())  # type: ignore[union-attr]
         name = f"feed-{sequence}"
         manifest = self.manifest
         counts = {**manifest.counts, "builds": manifest.counts["builds"] + len(self.lines) - self.loaded,

@@ -216,7 +216,8 @@ Grouped = list[tuple[str, list[str]]]
 
 class ProjectShown(NamedTuple):
     """What shows a project on one side of a change: its public versions, the commits of its
-    public builds (read only when its address moves), and whether it has public pages."""
+    public builds (read only when its links move: a new slug or language), and whether it has
+    public pages."""
 
     versions: Iterable[Version]
     commits: Iterable[str]

@@ -65,10 +65,9 @@ class Header(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defau
     #: The purge keys of every reply the changeset changes (``http/purge.py``), which the publisher
     #: computes: an edge cache is purged from them in time proportional to the change.
     purge_keys: list[str] = []
-    #: Whether every project and version it upserts is new or was in the snapshot it follows with
-    #: the same slug, project and privacy, or holds no page, as every one it deletes: nothing the
-    #: search index holds moves between what is public and what is not, nor to another address
-    #: (a replica may apply such a change in memory).
+    #: Whether no project or version of the snapshot it follows moves to another address (slug,
+    #: project) or is made public, and every one it makes private or deletes holds no page:
+    #: nothing the search index holds moves or goes (a replica may apply such a change in memory).
     in_place: bool = False
 
 

@@ -538,6 +538,32 @@ def test_a_changeset_of_other_kinds_is_folded_into_a_snapshot_that_shares_the_se
     assert_serves_the_same(into / "current", second)
 
 
+def test_a_fold_onto_a_snapshot_whose_pages_file_was_spoiled_fails_in_one_line_and_keeps_current(tmp_path, origin):
+    """A page file of the replica's snapshot spoiled after its pull (a line that is no record):
+    the fold of the changesets kept after it fails in one line that names the file, builds no
+    index from it, and ``current`` stays."""
+    base = synth(tmp_path / "s0")
+    docsrv("snapshot", "publish", str(base), str(origin.root))
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    first, builds = tmp_path / "s1", tmp_path / "s1-builds"
+    builds_change(base, builds, "snap-1-builds", random.Random(2))
+    versions_edited(builds, first, "snap-1", random.Random(2))
+    docsrv("snapshot", "publish", str(first), str(origin.root), "--since", str(base))
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    pages = into / "demo" / "pages.jsonl"
+    pages.write_bytes(pages.read_bytes() + b"not a record\n")
+    second = tmp_path / "s2"
+    shutil.copytree(first, second)
+    renamed(second, "snap-2")
+    manifest = msgspec.json.decode((second / "manifest.json").read_bytes(), type=Manifest)
+    write_manifest(second, msgspec.structs.replace(manifest, public_url="https://docs.example.net"))
+    docsrv("snapshot", "publish", str(second), str(origin.root), "--since", str(first))
+    failed = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert failed.returncode == 1 and failed.stderr.count("\n") == 1 and "pages.jsonl" in failed.stderr, failed.stderr
+    assert (into / "current").resolve().name == "demo"
+
+
 def test_a_new_replica_takes_the_base_and_every_changeset_and_compaction_makes_a_new_base(tmp_path, origin):
     base = synth(tmp_path / "s0")
     docsrv("snapshot", "publish", str(base), str(origin.root))

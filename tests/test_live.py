@@ -504,27 +504,40 @@ def test_a_kept_changeset_that_fails_its_seal_is_never_applied_and_a_new_worker_
     assert (server.json("/readyz")["snapshot"], server.json("/readyz")["sequence"]) == ("snap-1", 2)
 
 
-def test_a_changeset_of_other_kinds_is_folded_into_a_snapshot_that_shares_the_search_index(tmp_path, origin):
-    """A changeset that a server does not apply in memory (a new public URL, here with a build) is
-    folded with those kept before it (builds, and versions edited in place) into the snapshot
-    they make, which ``current`` then names. Its pages are those of the snapshot before, in the
-    same places: it shares that one's index files (the same inodes), and no index is built."""
+def replica_keeping_a_changeset(tmp_path: Path, origin: Origin, seed: int) -> tuple[Path, Path]:
+    """A demo snapshot published and pulled, then a change of builds and of versions edited in
+    place published after it, which the pull keeps: (the changed snapshot, the replica)."""
     base = synth(tmp_path / "s0")
     docsrv("snapshot", "publish", str(base), str(origin.root))
     into = tmp_path / "replica"
     assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
     first, builds = tmp_path / "s1", tmp_path / "s1-builds"
-    builds_change(base, builds, "snap-1-builds", random.Random(1))
-    versions_edited(builds, first, "snap-1", random.Random(1))
+    builds_change(base, builds, "snap-1-builds", random.Random(seed))
+    versions_edited(builds, first, "snap-1", random.Random(seed))
     docsrv("snapshot", "publish", str(first), str(origin.root), "--since", str(base))
     assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    return first, into
+
+
+def readdressed(old: Path, new: Path, origin: Origin) -> Path:
+    """``new`` (snapshot snap-2): ``old`` at another public URL (a change no server applies in
+    memory, and that keeps the search index), published after it."""
+    shutil.copytree(old, new)
+    renamed(new, "snap-2")
+    manifest = msgspec.json.decode((new / "manifest.json").read_bytes(), type=Manifest)
+    write_manifest(new, msgspec.structs.replace(manifest, public_url="https://docs.example.net"))
+    docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(old))
+    return new
+
+
+def test_a_changeset_of_other_kinds_is_folded_into_a_snapshot_that_shares_the_search_index(tmp_path, origin):
+    """A changeset that a server does not apply in memory (a new public URL, here with a build) is
+    folded with those kept before it (builds, and versions edited in place) into the snapshot
+    they make, which ``current`` then names. Its pages are those of the snapshot before, in the
+    same places: it shares that one's index files (the same inodes), and no index is built."""
+    first, into = replica_keeping_a_changeset(tmp_path, origin, 1)
     assert (into / "current").resolve().name == "demo" and (into / "changesets" / "2.jsonl").is_file()
-    second = tmp_path / "s2"
-    shutil.copytree(first, second)
-    renamed(second, "snap-2")
-    manifest = msgspec.json.decode((second / "manifest.json").read_bytes(), type=Manifest)
-    write_manifest(second, msgspec.structs.replace(manifest, public_url="https://docs.example.net"))
-    docsrv("snapshot", "publish", str(second), str(origin.root), "--since", str(first))
+    second = readdressed(first, tmp_path / "s2", origin)
     assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
     assert (into / "current").resolve().name == "snap-2"
     assert json.loads((into / "head.json").read_bytes())["changesets"] == []
@@ -542,23 +555,10 @@ def test_a_fold_onto_a_snapshot_whose_pages_file_was_spoiled_fails_in_one_line_a
     """A page file of the replica's snapshot spoiled after its pull (a line that is no record):
     the fold of the changesets kept after it fails in one line that names the file, builds no
     index from it, and ``current`` stays."""
-    base = synth(tmp_path / "s0")
-    docsrv("snapshot", "publish", str(base), str(origin.root))
-    into = tmp_path / "replica"
-    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
-    first, builds = tmp_path / "s1", tmp_path / "s1-builds"
-    builds_change(base, builds, "snap-1-builds", random.Random(2))
-    versions_edited(builds, first, "snap-1", random.Random(2))
-    docsrv("snapshot", "publish", str(first), str(origin.root), "--since", str(base))
-    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    first, into = replica_keeping_a_changeset(tmp_path, origin, 2)
     pages = into / "demo" / "pages.jsonl"
     pages.write_bytes(pages.read_bytes() + b"not a record\n")
-    second = tmp_path / "s2"
-    shutil.copytree(first, second)
-    renamed(second, "snap-2")
-    manifest = msgspec.json.decode((second / "manifest.json").read_bytes(), type=Manifest)
-    write_manifest(second, msgspec.structs.replace(manifest, public_url="https://docs.example.net"))
-    docsrv("snapshot", "publish", str(second), str(origin.root), "--since", str(first))
+    readdressed(first, tmp_path / "s2", origin)
     failed = docsrv("snapshot", "pull", origin.url, "--into", str(into))
     assert failed.returncode == 1 and failed.stderr.count("\n") == 1 and "pages.jsonl" in failed.stderr, failed.stderr
     assert (into / "current").resolve().name == "demo"

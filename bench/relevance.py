@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from docsrv.search import SearchIndex, build_index
+from docsrv.index_build import build_index
+from docsrv.search import SearchIndex
 from docsrv.store import Store, load_store
 from search import PYTHON_DOCS, sphinx_snapshot
 

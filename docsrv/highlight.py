@@ -11,9 +11,10 @@ own tags are added). A short page (SHORT_PAGE_BYTES) gets no positions: finding 
 when a search shows it costs about what looking them up does, and a corpus of many short pages
 would otherwise spend most of its index on them.
 
-The files live in ``<index>/highlight/`` and are mapped into memory, so the workers of a
-machine share them and no page text sits in a worker's heap. A page's ``slot`` is its place in
-them (and a fast field of its tantivy document). Numbers are little-endian:
+The files live in each shard of the index (``<index>/shards/NN/highlight/``: ``index_build.py``)
+and are mapped into memory, so the workers of a machine share them and no page text sits in a
+worker's heap. A page's ``slot`` is its shard and its place in the shard's files (``slot_of``; a
+fast field of its tantivy document). Numbers are little-endian:
 
     text       every page's escaped text, UTF-8, one after another
     page-ids   per slot, the page's id (int64)
@@ -76,6 +77,13 @@ MAX_GROUPS = 1 << GROUP_BITS
 GROUP_MASK = MAX_GROUPS - 1
 #: Pages written between two flushes of the arrays to disk.
 _FLUSH_EVERY = 4096
+#: A slot is its shard, shifted by SHARD_BITS, and the page's place in the shard's files.
+SHARD_BITS = 32
+_PLACE = (1 << SHARD_BITS) - 1
+
+
+def slot_of(shard: int, place: int) -> int:
+    return shard << SHARD_BITS | place
 
 
 @lru_cache(maxsize=1 << 18)
@@ -447,3 +455,30 @@ class Highlights:
         if cut <= low + (limit - low) // 2:
             cut = _boundary(self.text, limit, low)
         return self.text[low:cut].decode()
+
+
+class ShardedHighlights:
+    """The highlight files of every shard of an index, a page found by its slot (``slot_of``)."""
+
+    def __init__(self, shards: dict[int, Highlights]) -> None:
+        self.shards = shards
+
+    def page_id(self, slot: int) -> int:
+        return int(self.shards[slot >> SHARD_BITS].page_ids[slot & _PLACE])
+
+    def fragments(
+        self, slot: int, words: Words, *, count: int, width: int, open_tag: bytes, close_tag: bytes, ellipsis: bool,
+        passage: int = -1,
+    ) -> list[str]:
+        """``Highlights.fragments`` of the page at ``slot``."""
+        return self.shards[slot >> SHARD_BITS].fragments(
+            slot & _PLACE, words, count=count, width=width, open_tag=open_tag, close_tag=close_tag, ellipsis=ellipsis, passage=passage
+        )
+
+    def passage(self, slot: int, groups: Sequence[Words], span: int) -> tuple[int, int]:
+        """``Highlights.passage`` of the page at ``slot``."""
+        return self.shards[slot >> SHARD_BITS].passage(slot & _PLACE, groups, span)
+
+    def opening(self, slot: int, width: int) -> str:
+        """``Highlights.opening`` of the page at ``slot``."""
+        return self.shards[slot >> SHARD_BITS].opening(slot & _PLACE, width)

@@ -38,7 +38,16 @@ import msgspec
 from tqdm import tqdm
 
 from .config import Deadlines
-from .serving import FINGERPRINT_FILE, INDEX, build_index_aside, current_index, fingerprint, index_directories, indexed_alike
+from .serving import (
+    FINGERPRINT_FILE,
+    INDEX,
+    build_index_aside,
+    current_index,
+    fingerprint,
+    index_directories,
+    indexed_alike,
+    rebuild_index_aside,
+)
 from .snapshot.changeset import Changeset, apply, composed, product_manifest, read_listed
 from .snapshot.errors import SnapshotError
 from .snapshot.load import manifest_of
@@ -215,7 +224,8 @@ async def fetch_snapshot(
         await fetch_all(one(name, entry) for name, entry in wanted_files.items())
     async with aiofiles.open(partial / "manifest.json", "wb") as out:  # last: it seals the snapshot
         await out.write(raw)
-    await asyncio.to_thread(check_and_index, partial, manifest.name, build_index)
+    # The index of the snapshot served now, if any, spares building again the shards alike in both.
+    await asyncio.to_thread(check_and_index, partial, manifest.name, build_index, into / CURRENT)
     put_in_place(partial, into / manifest.name)
     return len(wanted_files), total
 
@@ -394,7 +404,7 @@ def apply_changesets(changesets: list[Changeset], into: Path, current: str, buil
             raise PullError(error.summary()) from None
         if build_index:
             reuse_index(into / current, partial)
-        check_and_index(partial, product.name, build_index)
+        check_and_index(partial, product.name, build_index, into / current)
         put_in_place(partial, into / product.name)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
@@ -532,26 +542,38 @@ async def fetch_all(fetches: Iterable[Coroutine[Any, Any, None]]) -> None:
         raise failed.exceptions[0] from None
 
 
-def check_and_index(directory: Path, name: str, build_index: bool) -> None:
+def check_and_index(directory: Path, name: str, build_index: bool, previous: Path | None = None) -> None:
     """Load the snapshot as a server would (every record checked), and build its search index
-    unless it came with one built from these records."""
+    unless it came with one built from these records: from the index of ``previous`` (the
+    snapshot it was made from) when there is one, building again only the shards whose pages
+    changed (``serving.rebuild_index_aside``)."""
     digest = fingerprint(directory)
     # An index that came sealed but does not open and answer a search as a server's would is named
     # in the log and built anew, as one that came without.
     indexed = not build_index or current_index(directory, digest, check=True, own=True) is not None
+    earlier = None if indexed or previous is None else current_index(previous, fingerprint(previous), own=True)
     try:
-        # Every file's size and SHA-256 were checked as its bytes arrived: not hashed again. With
-        # an index to serve, pages are loaded as a server loads them, without their text: the
-        # records are then also kept in MessagePack for the server's load (snapshot/binary.py).
-        store = load_store(directory, progress=False, digests_checked=True, page_text=not indexed, keep=True)
+        # Every file's size and SHA-256 were checked as its bytes arrived: not hashed again. Pages
+        # are loaded as a server loads them, without their text, unless the whole index is to be
+        # built: the records are then also kept in MessagePack for the server's load (snapshot/binary.py).
+        store = load_store(directory, progress=False, digests_checked=True, page_text=not indexed and earlier is None, keep=True)
     except SnapshotError as error:
         raise PullError(error.summary(name=name)) from None
-    if not indexed:
-        if (directory / INDEX).exists():
-            log.warning("%s: the index it came with was built from other content, or cannot serve; building it anew", name)
-        build_index_aside(store, index_directories(directory, digest)[0], digest, False)
-        del store
-        prepare(directory, progress=False)  # the records as a server loads them, in MessagePack
+    if indexed:
+        return
+    target = index_directories(directory, digest)[0]
+    if earlier is not None:
+        rebuilt = rebuild_index_aside(store, earlier, target, digest)
+        if rebuilt is not None:
+            log.info("%s: built %d of the %d shards of the search index again in %.1f s", name, rebuilt.built, rebuilt.shards,
+                     rebuilt.seconds)
+            return
+        store = load_store(directory, progress=False, trust=True)  # every shard is to be built: with the pages' text
+    elif (directory / INDEX).exists():
+        log.warning("%s: the index it came with was built from other content, or cannot serve; building it anew", name)
+    build_index_aside(store, target, digest, False)
+    del store
+    prepare(directory, progress=False)  # the records as a server loads them, in MessagePack
 
 
 def current_name(into: Path) -> str | None:

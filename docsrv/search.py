@@ -1,8 +1,9 @@
 """Full-text search of documentation pages with tantivy: schema, build, query, highlight.
 
-Where the index lives and when it is rebuilt is ``serving.py``'s business. Only public pages are
-indexed, so no query can reach a private one. Page text is not stored in tantivy: the index build writes it, escaped,
-with where every word of a page is, to ``index/highlight/`` (see ``highlight.py``).
+Where the index lives and when it is rebuilt is ``serving.py``'s business; how it is built, in
+shards, ``index_build.py``'s. Only public pages are indexed, so no query can reach a private one.
+Page text is not stored in tantivy: the index build writes it, escaped, with where every word of
+a page is, to each shard's ``highlight/`` (see ``highlight.py``).
 
 Each page is one document: its title, headings, text and document name (where it sits in the
 documentation: ``BOOSTS``). What pages name (titles, sections, objects, glossary terms, index
@@ -26,11 +27,11 @@ stop words out of the page score moved none or cost some.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -38,16 +39,14 @@ from typing import NamedTuple
 import tantivy
 
 from . import code_syntax, named_entries
-from .changelogs import asks_for_changes, is_changelog
+from .changelogs import asks_for_changes
 from .code_syntax import MAX_TOKEN_BYTES
-from .highlight import Highlights, HighlightWriter, Words, query_words
+from .highlight import Highlights, ShardedHighlights, Words, query_words
 from .named_entries import STOP_WORDS, filter_clause
-from .snapshot.records import Page
 from .store import Store
-from .utils.progress import progress_bar, wanted
 
 #: Changes whenever what the index holds changes: an index of another schema is rebuilt.
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 #: Weights of DECISIONS.md section 3: a word in the title counts ten times one in the body. The
 #: page's Sphinx document name (``tutorial/classes``) says where it sits in the documentation: its
 #: words count for holding every word of a query ("classes tutorial"), and little for rank. On
@@ -80,8 +79,9 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 #: What tantivy's default tokenizer makes of a word: runs of letters and digits (so
 #: "snake_case" is two tokens), lower-cased, and none of MAX_TOKEN_BYTES bytes or more.
 _ALNUM = re.compile(r"[^\W_]+")
-#: The entries index, in the pages' index directory.
-ENTRIES = "entries"
+#: Where an index keeps its shards (``index_build.py``), and where a shard keeps its pages'
+#: tantivy index, its named entries' and its highlight files.
+SHARDS, PAGES, ENTRIES, HIGHLIGHT = "shards", "pages", "entries", "highlight"
 #: The file tantivy locks while it reads or writes an index's meta.json.
 META_LOCK = ".tantivy-meta.lock"
 
@@ -101,61 +101,42 @@ def build_schema() -> tantivy.Schema:
     return builder.build()
 
 
-def build_index(store: Store, directory: Path, print_progress: bool | None = None) -> float:
-    """Index every public page of ``store`` into ``directory``, new or empty; return the seconds
-    taken. (``serving.build_index_aside`` builds beside the index in use and swaps.)"""
-    started = time.perf_counter()
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / ENTRIES).mkdir(exist_ok=True)
-    pages = quiet(tantivy.Index(build_schema(), path=str(directory))).writer(heap_size=256 << 20, num_threads=2)
-    entries = quiet(tantivy.Index(named_entries.build_schema(), path=str(directory / ENTRIES))).writer(heap_size=64 << 20, num_threads=1)
-    if print_progress is None:
-        print_progress = wanted()
-    pages_with_text = [page for page in store.pages_ordered if isinstance(page, Page)]
-    if len(pages_with_text) != len(store.pages_ordered):
-        raise TypeError("the index is built from a store loaded with the pages' text")
-    operators = code_syntax.operator_names(pages_with_text)
-    with progress_bar(len(store.pages), "index pages", print_progress, unit="page") as bar, HighlightWriter(
-        directory / "highlight"
-    ) as highlights:
-        for page in pages_with_text:
-            scope = version_scope(store.projects[page.project].slug, store.versions[page.version].slug)
-            slot = highlights.add(page.id, page.text)
-            changelog = is_changelog(page.title, [section.title for section in page.sections])
-            pages.add_document(
-                tantivy.Document(
-                    scope=scope,
-                    slot=slot,
-                    changelog=int(changelog),
-                    title=page.title,
-                    headings=" ".join(section.title for section in page.sections),
-                    body=page.text,
-                    path=page.document_name,
-                    symbols=" ".join(code_syntax.tokens(page.text, operators.__contains__)),
-                )
-            )
-            for document in named_entries.documents(page, scope, slot, changelog):
-                entries.add_document(document)
-            if bar is not None:
-                bar.update(1)
-    for writer in (pages, entries):
-        writer.commit()
-        writer.wait_merging_threads()
-    return time.perf_counter() - started
+def shard_directories(index: Path) -> dict[int, Path]:
+    """The shards of the index in ``index`` (``index_build.py``), by number; ValueError when there are none."""
+    try:
+        found = {int(entry.name): Path(entry.path) for entry in os.scandir(index / SHARDS) if entry.is_dir() and entry.name.isdigit()}
+    except FileNotFoundError:
+        found = {}
+    if not found:
+        raise ValueError(f"{index}: no shard of a search index")
+    return dict(sorted(found.items()))
 
 
-def open_index(directory: Path) -> tantivy.Index:
-    """The tantivy index in ``directory``, opened without writing there.
+def open_index(directories: list[Path]) -> tantivy.Index:
+    """The tantivy indexes in ``directories`` (one for each shard, of one schema) opened as one,
+    without writing there: their segments, in this order, listed in one ``meta.json``.
 
     tantivy creates and locks ``.tantivy-meta.lock`` in the directory it opens, which fails on a
     read-only snapshot (a ``:ro`` volume, an image layer, a read-only NFS export). It opens the
-    index through a directory of links to its files, made in the temporary directory and removed
-    once the reader has mapped every segment: the lock file is made there, never in the snapshot."""
+    index through a directory of links to the shards' files, made in the temporary directory with
+    the ``meta.json`` that lists them all, and removed once the reader has mapped every segment:
+    nothing is ever written in the snapshot."""
     links = Path(tempfile.mkdtemp(prefix="docsrv-open-"))
     try:
-        for entry in os.scandir(directory.absolute()):  # links to absolute paths: a relative one would point nowhere
-            if entry.is_file() and entry.name != META_LOCK:
-                os.symlink(entry.path, links / entry.name)
+        meta: dict = {}
+        segments: list = []
+        for directory in directories:
+            listed = json.loads((directory / "meta.json").read_bytes())
+            if not isinstance(listed, dict) or not isinstance(listed.get("segments"), list):
+                raise ValueError(f"{directory}/meta.json: not a tantivy index's meta.json")
+            if meta and listed.get("schema") != meta.get("schema"):
+                raise ValueError(f"{directory}: another schema than the index's other shards")
+            meta = meta or listed
+            segments += listed["segments"]
+            for entry in os.scandir(directory.absolute()):  # links to absolute paths: a relative one would point nowhere
+                if entry.is_file() and not entry.name.startswith(".") and entry.name != "meta.json":
+                    os.symlink(entry.path, links / entry.name)
+        (links / "meta.json").write_text(json.dumps({**meta, "segments": segments}))
         return quiet(tantivy.Index.open(str(links)))
     finally:
         shutil.rmtree(links, ignore_errors=True)
@@ -165,12 +146,14 @@ def index_problem(directory: Path) -> str | None:
     """What keeps the index in ``directory`` from serving, in one line; None when it opens as a
     server opens it and answers a search (a first document is read back from each index)."""
     try:
-        for index in (open_index(directory), open_index(directory / ENTRIES)):
-            searcher = index.searcher()
+        shards = shard_directories(directory).values()
+        for part in (PAGES, ENTRIES):
+            searcher = open_index([shard / part for shard in shards]).searcher()
             found = searcher.search(tantivy.Query.all_query(), 1).hits
             if found:
                 searcher.doc(found[0][1])
-        Highlights(directory / "highlight")
+        for shard in shards:
+            Highlights(shard / HIGHLIGHT)
     except (OSError, ValueError) as error:
         return " ".join(str(error).split())[:300]
     return None
@@ -263,10 +246,12 @@ class SearchIndex:
     def open(cls, store: Store, directory: Path) -> SearchIndex:
         """The index built in ``directory`` over ``store``: every file opened now (a server opens it
         before it forks, so its workers never open a file of the snapshot again)."""
-        named = named_entries.NamedEntries(open_index(directory / ENTRIES))
-        return cls(store, open_index(directory), named, Highlights(directory / "highlight"))
+        shards = shard_directories(directory)
+        named = named_entries.NamedEntries(open_index([shard / ENTRIES for shard in shards.values()]))
+        highlights = ShardedHighlights({number: Highlights(shard / HIGHLIGHT) for number, shard in shards.items()})
+        return cls(store, open_index([shard / PAGES for shard in shards.values()]), named, highlights)
 
-    def __init__(self, store: Store, index: tantivy.Index, named: named_entries.NamedEntries, highlights: Highlights) -> None:
+    def __init__(self, store: Store, index: tantivy.Index, named: named_entries.NamedEntries, highlights: ShardedHighlights) -> None:
         self.store = store
         self.index = index
         self.schema = index.schema
@@ -340,7 +325,7 @@ class SearchIndex:
             results.append(searcher.search(every, MAX_HITS, count=False).hits)
         rest = searcher.search(some, MAX_HITS, count=True)
         results.append(rest.hits)
-        page_ids = self.highlights.page_ids
+        page_id_of = self.highlights.page_id
         changelogs_last = not asks_for_changes(q)
         headed = self.named.pages_with_heading(words, scopes) if len(words) > 1 else {}
         content = [word for word in words if word not in STOP_WORDS]
@@ -355,7 +340,7 @@ class SearchIndex:
             changelogs = searcher.fast_field_values("changelog", addresses) if changelogs_last else [0] * len(found)
             ranked = []
             for place, ((score, _address), slot, changelog) in enumerate(zip(found, slots, changelogs, strict=True)):
-                page_id = page_ids[int(slot or 0)]
+                page_id = page_id_of(int(slot or 0))
                 weighed = score * (1 + HEADING_BOOST * headed.get(page_id, 0.0))
                 if groups and place < PASSAGE_PAGES:
                     passage = passages.get(page_id)

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import msgspec
 
-from .search import SCHEMA_VERSION, SearchIndex, build_index, index_problem
+from .index_build import build_index, plan_rebuild, rebuild_index
+from .search import SCHEMA_VERSION, SearchIndex, index_problem
 from .snapshot.changeset import page_owners, places
 from .snapshot.errors import Problem, SnapshotError
 from .snapshot.load import manifest_of, record_file, record_files
@@ -173,3 +174,26 @@ def build_index_aside(store: Store, directory: Path, digest: str, print_progress
         seconds = build_index(store, partial, print_progress)
         write_marker(partial, digest, store)
     return seconds
+
+
+@dataclass(frozen=True)
+class Rebuilt:
+    """An index built again from an earlier one: the seconds it took, the shards built, of how many."""
+
+    seconds: float
+    built: int
+    shards: int
+
+
+def rebuild_index_aside(store: Store, previous: Path, directory: Path, digest: str) -> Rebuilt | None:
+    """Build the index of ``store`` (loaded without its pages' text) from the index of an earlier
+    snapshot in ``previous``, beside ``directory`` and swapped in as ``build_index_aside`` does:
+    the shards whose pages changed are built again, the others linked (``index_build.py``). None,
+    and nothing written, when every shard must be built (``build_index``)."""
+    plan = plan_rebuild(store, previous)
+    if plan is None:
+        return None
+    with built_aside(directory, replace=True) as partial:
+        seconds = rebuild_index(store, plan, partial)
+        write_marker(partial, digest, store)
+    return Rebuilt(seconds, len(plan.changed), len(plan.digests))

@@ -184,6 +184,9 @@ def test_a_replica_that_follows_changesets_serves_what_a_fresh_server_on_each_sn
         pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
         assert pulled.returncode == 0, pulled.stderr
         assert pulled.stdout.startswith(f"pulled snapshot snap-{round_} (1 changeset(s) and 0 files")
+        # Pages changed: the shards of the versions whose pages changed are built again, the others linked.
+        rebuilt = re.search(rf"snap-{round_}: built (\d+) of the (\d+) shards of the search index again", pulled.stderr)
+        assert rebuilt is not None and 0 < int(rebuilt[1]) < int(rebuilt[2]), pulled.stderr
         # The snapshot served until now is untouched (not even a link made to its files, which
         # would move their change time): a server watching it sees no change of it.
         assert signature(served) == identity

@@ -263,10 +263,11 @@ def test_an_index_of_other_records_is_not_used_but_built_anew(tmp_path, origin):
     assert rebuilt["fingerprint"] != "0" * 32
 
 
-@pytest.mark.parametrize("path", ["../escape", "entries/../../x", "/etc/passwd", "Entries/x", ".managed.json", "a/b/c"])
+@pytest.mark.parametrize("path", ["../escape", "entries/../../x", "/etc/passwd", "Entries/x", ".managed.json", "a/b/c/d/e",
+                                  "shards/07/.hidden"])
 def test_an_index_file_that_would_leave_the_index_directory_is_refused(tmp_path, origin, path):
     """The index a manifest lists is written under the pulled snapshot's index/: a name can hold
-    one lower-case directory of the index, never a way out of it (issue 25)."""
+    up to three directories of the index (``shards/07/highlight/``), never a way out of it (issue 25)."""
     published = sealed(tmp_path / "a", "snap-a")
     assert docsrv("index", str(published)).returncode == 0
     origin.publish(published)
@@ -281,22 +282,22 @@ def test_an_index_file_that_would_leave_the_index_directory_is_refused(tmp_path,
 
 
 def break_meta(index):
-    (index / "meta.json").write_text("{not json")
+    (index / "shards" / "00" / "pages" / "meta.json").write_text("{not json")
 
 
 def drop_segment(index):
-    segment = next(index.glob("*.idx")).stem
-    for path in index.glob(f"{segment}.*"):
+    segment = next(index.glob("shards/*/pages/*.idx"))
+    for path in segment.parent.glob(f"{segment.stem}.*"):
         path.unlink()
 
 
 def truncate_idx(index):
-    path = next(index.glob("*.idx"))
+    path = next(index.glob("shards/*/pages/*.idx"))
     path.write_bytes(path.read_bytes()[:-20])
 
 
 def truncate_highlights(index):
-    path = index / "highlight" / "text"
+    path = next(index.glob("shards/*/highlight/text"))
     path.write_bytes(path.read_bytes()[:-7])
 
 

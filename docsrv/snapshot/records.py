@@ -206,9 +206,9 @@ class FileDigest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 FileName = Annotated[str, msgspec.Meta(max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 
 
-#: A file of a snapshot's search index, by its path in ``index/``: a plain name, or one in a
-#: directory of the index (``entries/``, ``highlight/``).
-IndexFileName = Annotated[str, msgspec.Meta(max_length=200, pattern=r"^([a-z]+/)?[A-Za-z0-9][A-Za-z0-9._-]*$")]
+#: A file of a snapshot's search index, by its path in ``index/``: a plain name, or one in
+#: directories of the index (``shards/07/highlight/``), each a plain name of letters and digits.
+IndexFileName = Annotated[str, msgspec.Meta(max_length=200, pattern=r"^([a-z0-9]+/){0,3}[A-Za-z0-9][A-Za-z0-9._-]*$")]
 
 
 #: Where a snapshot keeps its search index (``Manifest.index`` lists its files).

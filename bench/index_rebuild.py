@@ -1,0 +1,153 @@
+"""What a change of pages costs the search index: built whole, against built again shard by shard
+from the index before it; and what the shards cost a search.
+
+    python bench/index_rebuild.py [--scale medium] [--versions 1 10 100] [--queries 300]
+
+The synthetic snapshot of the scale (``bench/scratch/``, made when missing) is indexed whole
+(``index_build.build_index``). Then, for each count of versions, a build's end of that many
+versions, chosen at random: the product snapshot (the other record files linked, the pages file
+written again with every page of those versions edited, sealed anew) is indexed from the first
+index (``plan_rebuild``, which reads the pages file for the shards' digests and the changed
+shards' pages, then ``rebuild_index``): the seconds of each, and how many shards were built.
+
+The product of the largest count is also indexed whole, and every query is asked of both: the
+hits, their order, scores and slots, and the totals must be equal (the run fails otherwise).
+
+Search: the queries (one to three words of the pages' titles, seeded) over the index in SHARDS
+shards and over the same pages in one shard (as the index was before it was sharded), in one
+process, one after another, three rounds interleaved: the median and 99th percentile of each.
+Written to ``bench/results/<date>-index-rebuild-<scale>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import msgspec
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+from docsrv import index_build  # noqa: E402
+from docsrv.index_build import build_index, plan_rebuild, rebuild_index  # noqa: E402
+from docsrv.search import SearchIndex  # noqa: E402
+from docsrv.snapshot.load import manifest_of, record_file  # noqa: E402
+from docsrv.snapshot.records import KINDS  # noqa: E402
+from docsrv.snapshot.write import write_manifest  # noqa: E402
+from docsrv.store import Store, load_store  # noqa: E402
+from run import WORK, snapshot_path  # noqa: E402
+
+
+def product_of(snapshot: Path, directory: Path, versions: set[int]) -> None:
+    """``directory``: ``snapshot`` with every page of ``versions`` edited, as a build's end uploads them again."""
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    for kind in KINDS:
+        for path in record_file(snapshot, kind):
+            if kind != "pages":
+                (directory / path.name).hardlink_to(path)
+    (pages,) = record_file(snapshot, "pages")
+    assert pages.suffix == ".jsonl", "the bench edits plain JSON Lines"
+    with open(pages, "rb") as source, open(directory / pages.name, "wb") as target:
+        for line in source:
+            if b'"version":' in line and json.loads(line)["version"] in versions:
+                page = json.loads(line)
+                page["text"] = page.get("text", "") + " Edited by a build's end: reticulation."
+                line = json.dumps(page, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+            target.write(line)
+    manifest = manifest_of(snapshot)
+    write_manifest(directory, msgspec.structs.replace(manifest, name=f"{manifest.name}-edited"))
+
+
+def queries_of(store: Store, count: int, rng: random.Random) -> list[str]:
+    titles = [page.title.split() for page in rng.sample(store.pages_ordered, min(count * 4, len(store.pages_ordered))) if page.title]
+    return [" ".join(rng.sample(words, min(len(words), rng.randrange(1, 4)))) for words in titles[:count]]
+
+
+def timed(index: SearchIndex, queries: list[str]) -> list[float]:
+    seconds = []
+    for query in queries:
+        started = time.perf_counter()
+        index.search_pages(query)
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def summary(seconds: list[float]) -> dict:
+    ordered = sorted(seconds)
+    return {"median_ms": round(statistics.median(ordered) * 1000, 3), "p99_ms": round(ordered[int(len(ordered) * 0.99)] * 1000, 3)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", default="medium")
+    parser.add_argument("--versions", type=int, nargs="+", default=[1, 10, 100])
+    parser.add_argument("--queries", type=int, default=300)
+    options = parser.parse_args()
+    rng = random.Random(35)
+    snapshot = snapshot_path(options.scale, 1)
+    work = WORK / f"index-rebuild-{options.scale}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    results: dict = {"scale": options.scale, "shards": index_build.SHARDS, "rebuilds": []}
+    try:
+        store = load_store(snapshot, progress=False)
+        results["pages"] = len(store.pages)
+        results["whole_seconds"] = round(build_index(store, work / "whole", print_progress=False), 2)
+        print(f"{options.scale}: {len(store.pages):,} pages indexed whole in {results['whole_seconds']} s", flush=True)
+        with_pages = sorted(store.versions_with_pages)
+        queries = queries_of(store, options.queries, rng)
+        del store
+        for count in options.versions:
+            chosen = set(rng.sample(with_pages, count))
+            product = work / f"product-{count}"
+            product_of(snapshot, product, chosen)
+            edited = load_store(product, page_text=False, progress=False)
+            started = time.perf_counter()
+            plan = plan_rebuild(edited, work / "whole")
+            planned = time.perf_counter() - started
+            assert plan is not None
+            built = rebuild_index(edited, plan, work / f"rebuilt-{count}")
+            row = {"versions": count, "shards_built": len(plan.changed), "shards": len(plan.digests),
+                   "plan_seconds": round(planned, 2), "build_seconds": round(built, 2), "total_seconds": round(planned + built, 2)}
+            results["rebuilds"].append(row)
+            print(f"  {count} version(s) edited: {row['shards_built']} of {row['shards']} shards built again in "
+                  f"{row['total_seconds']} s (digests and pages read {row['plan_seconds']} s, "
+                  f"shards built {row['build_seconds']} s)", flush=True)
+        last = options.versions[-1]
+        product = work / f"product-{last}"
+        edited = load_store(product, page_text=False, progress=False)
+        build_index(load_store(product, progress=False), work / "product-whole", print_progress=False)
+        ours, theirs = SearchIndex.open(edited, work / f"rebuilt-{last}"), SearchIndex.open(edited, work / "product-whole")
+        differing = [query for query in [*queries, "reticulation"] if ours.search_pages(query) != theirs.search_pages(query)]
+        results["equal_to_whole"] = {"queries": len(queries) + 1, "differing": differing}
+        print(f"  built again after {last} versions edited, against built whole: {len(differing)} of {len(queries) + 1} queries differ")
+        assert not differing, differing[:5]
+        del ours, theirs
+        index_build.SHARDS = 1  # the index as it was before it was sharded: every page in one shard
+        store = load_store(snapshot, progress=False)
+        build_index(store, work / "one-shard", print_progress=False)
+        store = load_store(snapshot, page_text=False, progress=False)
+        sharded, single = SearchIndex.open(store, work / "whole"), SearchIndex.open(store, work / "one-shard")
+        rounds: dict[str, list[float]] = {"sharded": [], "one_shard": []}
+        for _round in range(3):
+            rounds["sharded"] += timed(sharded, queries)
+            rounds["one_shard"] += timed(single, queries)
+        results["search"] = {name: summary(seconds) for name, seconds in rounds.items()}
+        print(f"  search, {len(queries)} queries x 3: {results['search']}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out = HERE / "results" / f"{date.today().isoformat()}-index-rebuild-{options.scale}.json"
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out.relative_to(HERE.parent)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""The search index, built in shards of versions, and built again shard by shard after a change.
+
+A build of a version uploads its pages again, so the pages a change touches are those of a few
+versions. The index is kept in shards of versions (``shard_of``): a changed page costs building
+its shard again, a SHARDS-th of the index, and linking the others. Each shard is a whole small
+index, in ``<index>/shards/NN/``:
+
+    pages/       a tantivy index of the shard's pages (``search.build_schema``)
+    entries/     a tantivy index of their named entries (``named_entries.py``)
+    highlight/   their highlight files (``highlight.py``)
+    shard.json   what the shard was made from (``Shard``)
+
+A server opens the segments of every shard as one index (``search.open_index``). tantivy's
+BM25 statistics (how many documents, how many tokens a field holds, how many documents hold a
+term) are sums over the segments, so a page scores exactly as it does in one index of the same
+pages however they are split. An index changed by deleting documents would not: tantivy counts
+deleted documents until a merge. A shard is therefore built again whole, never patched.
+
+What a shard is made of (``shard_digests``): the lines of its public pages in the snapshot's
+pages file, each with its scope (the slugs of its project and version). What every shard is
+made of too: the operators the pages of the whole index name (``code_syntax.operator_names``),
+which decide the syntax each page's text is found by; when those change, every shard is built
+again (``plan_rebuild`` says so).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from operator import attrgetter
+from pathlib import Path
+
+import msgspec
+import tantivy
+
+from . import code_syntax, named_entries
+from .changelogs import is_changelog
+from .highlight import HighlightWriter, slot_of
+from .search import ENTRIES, HIGHLIGHT, PAGES, SCHEMA_VERSION, build_schema, quiet, shard_directories, version_scope
+from .snapshot.errors import ProblemList
+from .snapshot.lines import decoded_blocks
+from .snapshot.load import record_file
+from .snapshot.records import Page, PageHead
+from .store import Store
+from .utils.files import link_or_copy
+from .utils.progress import progress_bar, wanted
+
+#: How many shards the pages are spread over: what a change of one version's pages costs is a
+#: SHARDS-th of the whole build, and what a search costs grows with them (it visits a segment or
+#: two of each). At the medium scale (194k pages; ``bench/index_rebuild.py``), a search of one
+#: version took 0.15 ms in one shard, 0.47 ms in 16 and 1.28 ms in 64; one of every version 3.6,
+#: 4.6 and 6.4 ms.
+SHARDS = 16
+#: What a shard was made from, in its directory.
+SHARD_FILE = "shard.json"
+#: tantivy's memory for one shard's writer: a shard of the large scale fits in one segment.
+WRITER_HEAP = 128 << 20
+
+
+class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What one shard was built from: a digest of its pages and their places (``shard_digests``),
+    how many pages it holds, and the operators they name (the index's are those of every shard)."""
+
+    digest: str
+    pages: int
+    operators: list[str]
+
+
+class _Placed(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=False):
+    """A page's line read for its id and version alone (the rest is skipped, not decoded)."""
+
+    id: int
+    version: int
+
+
+_shard = msgspec.json.Decoder(Shard)
+_page = msgspec.json.Decoder(Page)
+
+
+def shard_of(version: int) -> int:
+    """The shard a version's pages are in."""
+    return version % SHARDS
+
+
+def shard_path(index: Path, shard: int) -> Path:
+    return index / "shards" / f"{shard:02d}"
+
+
+def served_lines(store: Store) -> Iterator[tuple[int, int, bytes]]:
+    """(shard, page id, line) of every public page of ``store``, read again from its snapshot's
+    pages file (checked when the store was loaded: a file changed since is a SnapshotError)."""
+    assert store.path is not None
+    problems = ProblemList(str(store.path))
+    pages = store.pages
+    for path in record_file(store.path, "pages"):
+        for block, _first, records in decoded_blocks(path, _Placed, problems):
+            for record, line in zip(records, block.split(b"\n"), strict=False):
+                if record.id in pages:
+                    yield shard_of(record.version), record.id, line
+    problems.raise_if_any()
+
+
+def shard_digests(store: Store) -> dict[int, str]:
+    """A digest of what each shard of ``store``'s index is made of: the lines of its public pages,
+    in the file's order, each with its scope. Shard 0 is always there (an index of no pages is
+    one empty shard)."""
+    hashers = {0: _hasher()}
+    scopes: dict[tuple[int, int], bytes] = {}
+    for shard, page_id, line in served_lines(store):
+        page = store.pages[page_id]
+        scope = scopes.get((page.project, page.version))
+        if scope is None:
+            scope = scopes[page.project, page.version] = scope_of(store, page).encode() + b"\n"
+        hasher = hashers.get(shard)
+        if hasher is None:
+            hasher = hashers[shard] = _hasher()
+        hasher.update(scope)
+        hasher.update(line)
+    return {shard: hasher.hexdigest() for shard, hasher in sorted(hashers.items())}
+
+
+def _hasher() -> hashlib.blake2b:
+    hasher = hashlib.blake2b(digest_size=16)
+    hasher.update(f"schema {SCHEMA_VERSION}\n".encode())
+    return hasher
+
+
+def scope_of(store: Store, page: PageHead) -> str:
+    return version_scope(store.projects[page.project].slug, store.versions[page.version].slug)
+
+
+def build_index(store: Store, directory: Path, print_progress: bool | None = None) -> float:
+    """Index every public page of ``store`` (loaded with the pages' text) into ``directory``, new
+    or empty, shard by shard; return the seconds taken. (``serving.build_index_aside`` builds
+    beside the index in use and swaps.)"""
+    started = time.perf_counter()
+    pages = [page for page in store.pages_ordered if isinstance(page, Page)]
+    if len(pages) != len(store.pages_ordered):
+        raise TypeError("the index is built from a store loaded with the pages' text")
+    digests = shard_digests(store)
+    by_shard: dict[int, list[Page]] = {shard: [] for shard in digests}
+    for page in pages:  # in id order, as every shard lists its pages
+        by_shard[shard_of(page.version)].append(page)
+    operators = code_syntax.operator_names(pages)
+    with progress_bar(len(pages), "index pages", wanted() if print_progress is None else print_progress, unit="page") as bar:
+        for shard, held in by_shard.items():
+            build_shard(store, directory, shard, held, operators, digests[shard])
+            if bar is not None:
+                bar.update(len(held))
+    return time.perf_counter() - started
+
+
+def build_shard(store: Store, index: Path, shard: int, pages: list[Page], operators: frozenset[str], digest: str) -> None:
+    """Build one shard of the index in ``index`` from its ``pages`` (in id order), ``operators``
+    being those of the whole index."""
+    directory = shard_path(index, shard)
+    (directory / PAGES).mkdir(parents=True)
+    (directory / ENTRIES).mkdir()
+    documents = quiet(tantivy.Index(build_schema(), path=str(directory / PAGES))).writer(heap_size=WRITER_HEAP, num_threads=1)
+    entries = quiet(tantivy.Index(named_entries.build_schema(), path=str(directory / ENTRIES))).writer(heap_size=64 << 20, num_threads=1)
+    with HighlightWriter(directory / HIGHLIGHT) as highlights:
+        for page in pages:
+            scope = scope_of(store, page)
+            slot = slot_of(shard, highlights.add(page.id, page.text))
+            changelog = is_changelog(page.title, [section.title for section in page.sections])
+            documents.add_document(
+                tantivy.Document(
+                    scope=scope,
+                    slot=slot,
+                    changelog=int(changelog),
+                    title=page.title,
+                    headings=" ".join(section.title for section in page.sections),
+                    body=page.text,
+                    path=page.document_name,
+                    symbols=" ".join(code_syntax.tokens(page.text, operators.__contains__)),
+                )
+            )
+            for document in named_entries.documents(page, scope, slot, changelog):
+                entries.add_document(document)
+    for writer in (documents, entries):
+        writer.commit()
+        writer.wait_merging_threads()
+    named = sorted(code_syntax.operator_names(pages))
+    (directory / SHARD_FILE).write_bytes(msgspec.json.encode(Shard(digest=digest, pages=len(pages), operators=named)))
+
+
+@dataclass(frozen=True)
+class Rebuild:
+    """What building an index again from an earlier one takes: the shards whose pages changed,
+    with those pages (their text read again), and the digest of every shard."""
+
+    previous: Path
+    digests: dict[int, str]
+    changed: dict[int, list[Page]]
+    operators: frozenset[str]
+
+
+def read_shards(index: Path) -> dict[int, Shard] | None:
+    """What each shard of the index in ``index`` was built from; None when one does not read."""
+    try:
+        return {shard: _shard.decode((directory / SHARD_FILE).read_bytes()) for shard, directory in shard_directories(index).items()}
+    except (OSError, ValueError):
+        return None
+
+
+def plan_rebuild(store: Store, previous: Path) -> Rebuild | None:
+    """What building the index of ``store`` (loaded without its pages' text) from the index in
+    ``previous`` takes; None when every shard must be built (``build_index``): the operators the
+    pages name changed, or ``previous`` does not say what its shards were built from."""
+    before = read_shards(previous)
+    if before is None:
+        return None
+    digests = shard_digests(store)
+    wanted_shards = {shard for shard, digest in digests.items() if shard not in before or before[shard].digest != digest}
+    changed: dict[int, list[Page]] = {shard: [] for shard in sorted(wanted_shards)}
+    if changed:
+        for shard, _page_id, line in served_lines(store):
+            held = changed.get(shard)
+            if held is not None:
+                held.append(_page.decode(line))
+    for pages in changed.values():
+        pages.sort(key=attrgetter("id"))
+    kept = [set(before[shard].operators) for shard in digests if shard not in changed]
+    operators = frozenset().union(*kept, *(code_syntax.operator_names(pages) for pages in changed.values()))
+    if operators != frozenset().union(*(shard.operators for shard in before.values())):
+        return None
+    return Rebuild(previous, digests, changed, operators)
+
+
+def rebuild_index(store: Store, plan: Rebuild, directory: Path) -> float:
+    """Build the index of ``store`` into ``directory``, new or empty, as ``plan`` says: the shards
+    that changed built again, the others hard links to the earlier index's files (never written
+    again once made). Return the seconds taken."""
+    started = time.perf_counter()
+    for shard, digest in plan.digests.items():
+        pages = plan.changed.get(shard)
+        if pages is not None:
+            build_shard(store, directory, shard, pages, plan.operators, digest)
+        else:
+            link_shard(shard_path(plan.previous, shard), shard_path(directory, shard))
+    return time.perf_counter() - started
+
+
+def link_shard(source: Path, target: Path) -> None:
+    """Hard links in ``target`` to every file of the shard in ``source`` (tantivy's own hidden
+    files aside: locks and its list of files, which a reader does not need)."""
+    for root, _directories, files in os.walk(source):
+        here = target / Path(root).relative_to(source)
+        here.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            if not name.startswith("."):
+                link_or_copy(Path(root) / name, here / name)

@@ -1,0 +1,133 @@
+"""The search index in shards of versions (``index_build.py``): built again after a change, only
+the shards whose pages changed are built, and it answers every search as an index built whole."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import msgspec
+from snapshot_change import KINDS, read, write
+
+from docsrv.index_build import build_index, plan_rebuild, rebuild_index, shard_of, shard_path
+from docsrv.search import SearchIndex, version_scope
+from docsrv.snapshot.records import Manifest
+from docsrv.snapshot.write import write_manifest
+from docsrv.store import load_store
+from helpers import docsrv
+
+#: The words of the pages added to the demo: few, so that every query finds many pages.
+VOCABULARY = ("install configure gearbox request session cache token proxy retry timeout stream header cookie "
+              "upload schema migrate deploy worker queue broker signal logging").split()
+
+
+def indexed_demo(directory: Path) -> Path:
+    """The demo snapshot with 400 pages more, spread over every public version with pages, of
+    words drawn from VOCABULARY; indexed."""
+    assert docsrv("snapshot", "synth", "--scale", "demo", "--out", str(directory)).returncode == 0
+    rng = random.Random(35)
+
+    def more_pages(records: dict[str, list]) -> list[int]:
+        versions = public_versions_with_pages(records)
+        pages = records["pages"]
+        for number in range(400):
+            version = versions[number % len(versions)]
+            words = [rng.choice(VOCABULARY) for _ in range(rng.randrange(20, 400))]
+            pages.append({"id": max(p["id"] for p in pages) + 1, "project": version["project"], "version": version["id"],
+                          "path": f"topic-{number}.html", "title": " ".join(rng.sample(VOCABULARY, 2)).title(), "text": " ".join(words),
+                          "sections": [[f"part-{number}", " ".join(rng.sample(VOCABULARY, 3))]]})
+        return []
+
+    changed(directory, directory, more_pages)
+    assert docsrv("index", str(directory)).returncode == 0
+    return directory
+
+
+def changed(old: Path, new: Path, change) -> set[int]:
+    """``new`` (or ``old`` itself): ``old`` with its pages changed by ``change`` (which is given the
+    records by kind, and returns the versions whose pages it touched), sealed anew; returns those versions."""
+    if new != old:
+        shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", ".*", "*.msgpack"))
+    records = {kind: read(new, kind) for kind in KINDS}
+    touched = change(records)
+    for kind in KINDS:
+        write(new, kind, records[kind])
+    manifest = msgspec.json.decode((new / "manifest.json").read_bytes(), type=Manifest)
+    counts = {kind: len(records[kind]) for kind in KINDS if kind != "relationships" or records[kind]}
+    write_manifest(new, msgspec.structs.replace(manifest, name="changed", counts={**manifest.counts, **counts}))
+    return set(touched)
+
+
+def public_versions_with_pages(records: dict[str, list]) -> list[dict]:
+    public = {p["id"] for p in records["projects"] if p.get("privacy_level", "public") == "public"}
+    held = {p["version"] for p in records["pages"]}
+    return [v for v in records["versions"] if v["id"] in held and v["project"] in public and v.get("privacy_level", "public") == "public"]
+
+
+def edit_add_delete_and_rename(records: dict[str, list]) -> list[int]:
+    """A build's end, as the service makes it: a page's text edited, a page added to another
+    version and one of a third deleted, and a fourth version renamed (its pages' scope moves)."""
+    pages = records["pages"]
+    versions = public_versions_with_pages(records)
+    shards = {}
+    for version in versions:  # four versions of four shards: each change builds its own
+        shards.setdefault(shard_of(version["id"]), version)
+    edited, added, deleted, renamed = list(shards.values())[:4]
+    page = next(p for p in pages if p["version"] == edited["id"])
+    page["text"] = page.get("text", "") + " Zephyrine reticulation: the gearbox keeps quiet."
+    model = next(p for p in pages if p["version"] == added["id"])
+    pages.append(dict(model, id=max(p["id"] for p in pages) + 1, path="new-page.html", document="new-page",
+                      title="Reticulation gearbox", text="How the gearbox reticulation works, and why it keeps quiet."))
+    pages.remove(next(p for p in pages if p["version"] == deleted["id"]))
+    renamed["slug"] = renamed["slug"] + "-renamed"
+    return [edited["id"], added["id"], deleted["id"], renamed["id"]]
+
+
+def test_an_index_built_again_from_an_earlier_one_answers_every_search_as_one_built_whole(tmp_path):
+    old = indexed_demo(tmp_path / "old")
+    new = tmp_path / "new"
+    touched = changed(old, new, edit_add_delete_and_rename)
+    store = load_store(new, page_text=False, progress=False)
+    plan = plan_rebuild(store, old / "index")
+    assert plan is not None
+    assert set(plan.changed) == {shard_of(version) for version in touched}
+    assert len(plan.digests) - len(plan.changed) >= 3  # the others are kept
+    rebuilt = tmp_path / "rebuilt"
+    rebuild_index(store, plan, rebuilt)
+    whole = tmp_path / "whole"
+    build_index(load_store(new, progress=False), whole, print_progress=False)
+    # A kept shard is the earlier index's own files, linked; a changed one is new.
+    for shard in plan.digests:
+        for path in (shard_path(rebuilt, shard) / "pages").iterdir():
+            earlier = shard_path(old / "index", shard) / "pages" / path.name
+            assert (earlier.exists() and earlier.stat().st_ino == path.stat().st_ino) == (shard not in plan.changed), path
+    ours, theirs = SearchIndex.open(store, rebuilt), SearchIndex.open(store, whole)
+    queries = VOCABULARY + [" ".join(random.Random(number).sample(VOCABULARY, 2)) for number in range(40)]
+    queries += ["zephyrine", "reticulation gearbox", "gearbox quiet", "pip install", "quickstart"]
+    scopes = [version_scope(store.projects[v.project].slug, v.slug) for v in (store.versions[i] for i in touched if i in store.versions)]
+    compared = 0
+    for query in queries:
+        found = ours.search_pages(query)
+        assert found == theirs.search_pages(query), query  # hits, their order, scores and slots; the total
+        compared += len(found.hits)
+        assert ours.search_pages(query, scopes=scopes) == theirs.search_pages(query, scopes=scopes), query
+        assert ours.search_anchors(query) == theirs.search_anchors(query), query
+    assert compared > 2000
+    assert [hit.page_id for hit in ours.search_pages("zephyrine").hits] == [
+        p["id"] for p in read(new, "pages") if "Zephyrine" in p.get("text", "")]
+
+
+def test_a_page_that_names_a_new_operator_has_every_shard_built_again(tmp_path):
+    """The operators the pages name decide what syntax every page's text is found by
+    (``code_syntax.py``): a page that names one the index did not builds them all."""
+    old = indexed_demo(tmp_path / "old")
+    new = tmp_path / "new"
+
+    def names_an_operator(records: dict[str, list]) -> list[int]:
+        page = next(p for p in records["pages"] if p["version"] in {v["id"] for v in public_versions_with_pages(records)})
+        page["title"] = "<=>"
+        return [page["version"]]
+
+    changed(old, new, names_an_operator)
+    assert plan_rebuild(load_store(new, page_text=False, progress=False), old / "index") is None

@@ -10,12 +10,15 @@ written again with every page of those versions edited, sealed anew) is indexed 
 index (``plan_rebuild``, which reads the pages file for the shards' digests and the changed
 shards' pages, then ``rebuild_index``): the seconds of each, and how many shards were built.
 
-The product of the largest count is also indexed whole, and every query is asked of both: the
-hits, their order, scores and slots, and the totals must be equal (the run fails otherwise).
+The product of the smallest count (the most shards linked) is also indexed whole, and every
+query is asked of both: the hits, their order, scores and slots, and the totals must be equal
+(the run fails otherwise).
 
 Search: the queries (one to three words of the pages' titles, seeded) over the index in SHARDS
 shards and over the same pages in one shard (as the index was before it was sharded), in one
-process, one after another, three rounds interleaved: the median and 99th percentile of each.
+process, one after another, three rounds interleaved, over every version and over one version
+each (a random one with pages, as the docs' in-page search asks): the median and 99th
+percentile of each.
 Written to ``bench/results/<date>-index-rebuild-<scale>.json``.
 """
 
@@ -37,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 from docsrv import index_build  # noqa: E402
 from docsrv.index_build import build_index, plan_rebuild, rebuild_index  # noqa: E402
-from docsrv.search import SearchIndex  # noqa: E402
+from docsrv.search import SearchIndex, version_scope  # noqa: E402
 from docsrv.snapshot.load import manifest_of, record_file  # noqa: E402
 from docsrv.snapshot.records import KINDS  # noqa: E402
 from docsrv.snapshot.write import write_manifest  # noqa: E402
@@ -71,11 +74,11 @@ def queries_of(store: Store, count: int, rng: random.Random) -> list[str]:
     return [" ".join(rng.sample(words, min(len(words), rng.randrange(1, 4)))) for words in titles[:count]]
 
 
-def timed(index: SearchIndex, queries: list[str]) -> list[float]:
+def timed(index: SearchIndex, queries: list[str], scopes: list[list[str] | None]) -> list[float]:
     seconds = []
-    for query in queries:
+    for query, scope in zip(queries, scopes, strict=True):
         started = time.perf_counter()
-        index.search_pages(query)
+        index.search_pages(query, scopes=scope)
         seconds.append(time.perf_counter() - started)
     return seconds
 
@@ -121,7 +124,7 @@ def main() -> None:
             print(f"  {count} version(s) edited: {row['shards_built']} of {row['shards']} shards built again in "
                   f"{row['total_seconds']} s (digests and pages read {row['plan_seconds']} s, "
                   f"shards built {row['build_seconds']} s)", flush=True)
-        last = options.versions[-1]
+        last = options.versions[0]
         product = work / f"product-{last}"
         edited = load_store(product, page_text=False, progress=False)
         build_index(load_store(product, progress=False), work / "product-whole", print_progress=False)
@@ -136,10 +139,14 @@ def main() -> None:
         build_index(store, work / "one-shard", print_progress=False)
         store = load_store(snapshot, page_text=False, progress=False)
         sharded, single = SearchIndex.open(store, work / "whole"), SearchIndex.open(store, work / "one-shard")
-        rounds: dict[str, list[float]] = {"sharded": [], "one_shard": []}
+        versions = [store.versions[identity] for identity in rng.choices(with_pages, k=len(queries))]
+        scoped: list[list[str] | None] = [[version_scope(store.projects[v.project].slug, v.slug)] for v in versions]
+        rounds: dict[str, list[float]] = {"sharded": [], "one_shard": [], "sharded_one_version": [], "one_shard_one_version": []}
         for _round in range(3):
-            rounds["sharded"] += timed(sharded, queries)
-            rounds["one_shard"] += timed(single, queries)
+            rounds["sharded"] += timed(sharded, queries, [None] * len(queries))
+            rounds["one_shard"] += timed(single, queries, [None] * len(queries))
+            rounds["sharded_one_version"] += timed(sharded, queries, scoped)
+            rounds["one_shard_one_version"] += timed(single, queries, scoped)
         results["search"] = {name: summary(seconds) for name, seconds in rounds.items()}
         print(f"  search, {len(queries)} queries x 3: {results['search']}")
     finally:

@@ -40,8 +40,8 @@ from . import code_syntax, named_entries
 from .changelogs import is_changelog
 from .highlight import HighlightWriter, slot_of
 from .search import ENTRIES, HIGHLIGHT, PAGES, SCHEMA_VERSION, build_schema, quiet, shard_directories, version_scope
-from .snapshot.errors import ProblemList
-from .snapshot.lines import decoded_blocks
+from .snapshot.errors import Problem, ProblemList, SnapshotError
+from .snapshot.lines import decoded_blocks, describe
 from .snapshot.load import record_file
 from .snapshot.records import Page, PageHead
 from .store import Store
@@ -89,17 +89,18 @@ def shard_path(index: Path, shard: int) -> Path:
     return index / "shards" / f"{shard:02d}"
 
 
-def served_lines(store: Store) -> Iterator[tuple[int, int, bytes]]:
-    """(shard, page id, line) of every public page of ``store``, read again from its snapshot's
-    pages file (checked when the store was loaded: a file changed since is a SnapshotError)."""
+def served_lines(store: Store) -> Iterator[tuple[int, int, bytes, str, int]]:
+    """(shard, page id, line, its file's name and its number there) of every public page of ``store``,
+    read again from its snapshot's pages file (a file changed since the store was loaded is a
+    SnapshotError naming it)."""
     assert store.path is not None
     problems = ProblemList(str(store.path))
     pages = store.pages
     for path in record_file(store.path, "pages"):
-        for block, _first, records in decoded_blocks(path, _Placed, problems):
-            for record, line in zip(records, block.split(b"\n"), strict=False):
+        for block, first, records in decoded_blocks(path, _Placed, problems):
+            for number, (record, line) in enumerate(zip(records, block.split(b"\n"), strict=False), start=first):
                 if record.id in pages:
-                    yield shard_of(record.version), record.id, line
+                    yield shard_of(record.version), record.id, line, path.name, number
     problems.raise_if_any()
 
 
@@ -109,7 +110,7 @@ def shard_digests(store: Store) -> dict[int, str]:
     one empty shard)."""
     hashers = {0: _hasher()}
     scopes: dict[tuple[int, int], bytes] = {}
-    for shard, page_id, line in served_lines(store):
+    for shard, page_id, line, _name, _number in served_lines(store):
         page = store.pages[page_id]
         scope = scopes.get((page.project, page.version))
         if scope is None:
@@ -217,10 +218,15 @@ def plan_rebuild(store: Store, previous: Path) -> Rebuild | None:
     wanted_shards = {shard for shard, digest in digests.items() if shard not in before or before[shard].digest != digest}
     changed: dict[int, list[Page]] = {shard: [] for shard in sorted(wanted_shards)}
     if changed:
-        for shard, _page_id, line in served_lines(store):
+        # A server loads pages without their text, sections and entries, which it does not check:
+        # those of the changed shards are checked here, where the index is built from them.
+        for shard, _page_id, line, name, number in served_lines(store):
             held = changed.get(shard)
             if held is not None:
-                held.append(_page.decode(line))
+                try:
+                    held.append(_page.decode(line))
+                except msgspec.DecodeError as error:
+                    raise SnapshotError(str(store.path), [Problem(name, number, describe(error))]) from None
     for pages in changed.values():
         pages.sort(key=attrgetter("id"))
     kept = [set(before[shard].operators) for shard in digests if shard not in changed]

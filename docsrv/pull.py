@@ -563,7 +563,10 @@ def check_and_index(directory: Path, name: str, build_index: bool, previous: Pat
         return
     target = index_directories(directory, digest)[0]
     if earlier is not None:
-        rebuilt = rebuild_index_aside(store, earlier, target, digest)
+        try:
+            rebuilt = rebuild_index_aside(store, earlier, target, digest)
+        except SnapshotError as error:  # a changed page that does not decode as one, named by file and line
+            raise PullError(error.summary(name=name)) from None
         if rebuilt is not None:
             log.info("%s: built %d of the %d shards of the search index again in %.1f s", name, rebuilt.built, rebuilt.shards,
                      rebuilt.seconds)

@@ -8,10 +8,12 @@ import shutil
 from pathlib import Path
 
 import msgspec
+import pytest
 from snapshot_change import KINDS, read, write
 
 from docsrv.index_build import build_index, plan_rebuild, rebuild_index, shard_of, shard_path
 from docsrv.search import SearchIndex, version_scope
+from docsrv.snapshot.errors import SnapshotError
 from docsrv.snapshot.records import Manifest
 from docsrv.snapshot.write import write_manifest
 from docsrv.store import load_store
@@ -131,3 +133,23 @@ def test_a_page_that_names_a_new_operator_has_every_shard_built_again(tmp_path):
 
     changed(old, new, names_an_operator)
     assert plan_rebuild(load_store(new, page_text=False, progress=False), old / "index") is None
+
+
+def test_a_changed_page_that_is_no_page_is_named_by_file_and_line(tmp_path):
+    """A server loads pages without their text, sections and entries, and checks none of them: a
+    shard built again checks those of its changed pages, and names a bad one."""
+    old = indexed_demo(tmp_path / "old")
+    new = tmp_path / "new"
+
+    def spoiled(records: dict[str, list]) -> list[int]:
+        page = next(p for p in records["pages"] if p["version"] in {v["id"] for v in public_versions_with_pages(records)})
+        page["sections"] = "not a list of sections"
+        return [page["version"]]
+
+    changed(old, new, spoiled)
+    line = next(number for number, page in enumerate(read(new, "pages"), start=1) if page.get("sections") == "not a list of sections")
+    store = load_store(new, page_text=False, progress=False)
+    with pytest.raises(SnapshotError) as raised:
+        plan_rebuild(store, old / "index")
+    assert [(problem.file, problem.line) for problem in raised.value.problems] == [("pages.jsonl", line)]
+    assert "Expected `array`, got `str` - at `$.sections`" in str(raised.value)

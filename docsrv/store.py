@@ -22,7 +22,7 @@ from .snapshot.load import RawSnapshot, read_snapshot
 from .snapshot.records import Build, BuildCommand, Manifest, PageHead, Project, ProjectRelationship, User, Version
 from .snapshot.validate import check_snapshot
 from .snapshot.verified import record_check
-from .utils.positions import Grouping, PatchedOrder, Replaced, SortedOrder
+from .utils.positions import Grouping, PatchedOrder, SortedOrder, chunked
 
 log = logging.getLogger("docsrv")
 #: A server that checked a snapshot whole for longer than this says so as a warning (an INFO line
@@ -62,25 +62,26 @@ class Store:
 
         # A changeset applied in memory may change users, and edit projects and versions in place
         # (``store_changes.py``): their dictionaries may then be overlays of the loaded ones, and
-        # their ordered lists ``Replaced`` views.
+        # their ordered lists ``Replaced`` views or new lists. A list longer than a chunk is kept
+        # in chunks (``chunked``), so that a change copies the chunks it touches.
         users: list[User] = records["users"]
         self.users: Mapping[int, User] = {u.id: u for u in users}
-        self.users_ordered: list[User] | Replaced[User] = users
+        self.users_ordered: Sequence[User] = chunked(users)
         self.user_by_name: Mapping[str, User] = {u.username: u for u in users}
 
         projects: list[Project] = records["projects"]
         self.projects: Mapping[int, Project] = {p.id: p for p in projects}
-        self.projects_ordered: list[Project] | Replaced[Project] = projects
+        self.projects_ordered: Sequence[Project] = chunked(projects)
         self.project_by_slug: Mapping[str, Project] = {p.slug: p for p in projects}
         projects_of_user: dict[int, list[Project]] = {}
         for project in projects:
             for user in project.users:
                 projects_of_user.setdefault(user, []).append(project)
-        self.projects_of_user: Mapping[int, list[Project]] = projects_of_user
+        self.projects_of_user: Mapping[int, Sequence[Project]] = projects_of_user
 
         relationships: list[ProjectRelationship] = records["relationships"]
         self.relationships: Mapping[int, ProjectRelationship] = {r.id: r for r in relationships}
-        self.relationships_of_parent: Mapping[int, list[ProjectRelationship]] = self._grouped("relationships", relationships, "parent")
+        self.relationships_of_parent: Mapping[int, Sequence[ProjectRelationship]] = self._grouped("relationships", relationships, "parent")
         #: Public subprojects of each public project, by alias (or slug): searched with it.
         self.subprojects: Mapping[int, list[Project]] = {
             parent: [self.projects[r.child] for r in related] for parent, related in self.relationships_of_parent.items()
@@ -88,21 +89,22 @@ class Store:
 
         versions: list[Version] = records["versions"]
         self.versions: Mapping[int, Version] = {v.id: v for v in versions}
-        self.versions_ordered: list[Version] | Replaced[Version] = versions
-        self.versions_of_project: Mapping[int, list[Version]] = self._grouped("versions", versions, "project")
-        self.versions_by_active: Mapping[bool, list[Version]] = self._grouped("versions", versions, "active")
-        self.versions_of_project_active: Mapping[tuple[int, bool], list[Version]] = self._grouped("versions", versions, "project", "active")
-        self.versions_by_slug: Mapping[str, list[Version]] = self._grouped("versions", versions, "slug")
-        self.versions_by_slug_active: Mapping[tuple[str, bool], list[Version]] = self._grouped("versions", versions, "slug", "active")
+        self.versions_ordered: Sequence[Version] = chunked(versions)
+        self.versions_of_project: Mapping[int, Sequence[Version]] = self._grouped("versions", versions, "project")
+        self.versions_by_active: Mapping[bool, Sequence[Version]] = self._grouped("versions", versions, "active")
+        self.versions_of_project_active: Mapping[tuple[int, bool], Sequence[Version]] = self._grouped(
+            "versions", versions, "project", "active")
+        self.versions_by_slug: Mapping[str, Sequence[Version]] = self._grouped("versions", versions, "slug")
+        self.versions_by_slug_active: Mapping[tuple[str, bool], Sequence[Version]] = self._grouped("versions", versions, "slug", "active")
         #: The versions by project and slug: those loaded, which an edit in place keeps (found by id
         #: in ``versions``), and those added since (``PatchedOrder``).
         self.version_by_slug: SortedOrder[Version] | PatchedOrder[Version] = self._sorted("versions", versions, "project", "slug")
 
         builds: list[Build] = records["builds"]
         self.builds: Mapping[int, Build] = {b.id: b for b in builds}
-        #: Highest rank first; a changeset applied in memory may replace builds in place (``Replaced``).
-        self.builds_ordered: list[Build] | Replaced[Build] = builds
-        self.builds_of_project: Mapping[int, list[Build]] = self._grouped("builds", builds, "project")
+        #: Highest rank first.
+        self.builds_ordered: Sequence[Build] = chunked(builds)
+        self.builds_of_project: Mapping[int, Sequence[Build]] = self._grouped("builds", builds, "project")
         self.builds_by_commit: SortedOrder[Build] | PatchedOrder[Build] = self._sorted("builds", builds, "commit")
 
         self.commands: CommandFile | ChangedCommands = commands
@@ -128,12 +130,13 @@ class Store:
             "pages": len(self.pages),
         }
 
-    def _grouped(self, kind: str, items: list[T], *fields: str) -> dict[Any, list[T]]:
-        """The served ``items`` of ``kind`` grouped by ``fields``, in served order within a group."""
+    def _grouped(self, kind: str, items: list[T], *fields: str) -> dict[Any, Sequence[T]]:
+        """The served ``items`` of ``kind`` grouped by ``fields``, in served order within a group
+        (a long group in chunks: ``chunked``)."""
         derived, name = self.derived[kind], ",".join(fields)
         if name not in derived.groupings:
             derived.groupings[name] = Grouping.of(list(map(attrgetter(*fields), items)))
-        return derived.groupings[name].lists(items)
+        return {key: chunked(group) for key, group in derived.groupings[name].lists(items).items()}
 
     def _sorted(self, kind: str, items: list[T], *fields: str) -> SortedOrder[T]:
         """The served ``items`` of ``kind`` sorted by ``fields``, for lookups."""

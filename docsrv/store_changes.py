@@ -16,11 +16,10 @@ The store made is a new one; the one it is made from is never changed, so a requ
 keeps reading one state. Records by id and their groupings are overlays of the changes on the
 loaded dictionaries (``utils/positions.Overlay``); a record that keeps its place is replaced
 where it stands in an ordered list (``Replaced``); lookups by commit, and by project and slug,
-resolve through the current records (``PatchedOrder``, ``Store.version_of``). What a changeset
-costs is then what it changed, but for a record that joins, leaves or moves in a list: the list
-is copied (``rearranged``), which touches every record of it and takes their pages out of the
-workers' copy-on-write sharing (``bench/live.py`` measures what that costs); a fold's reload
-shares them again.
+resolve through the current records (``PatchedOrder``, ``Store.version_of``). A record that
+joins, leaves or moves in a list makes a new list (``rearranged``): a short one is copied, a long
+one is kept in chunks (``utils/positions.Chunked``) and only the chunks it touches are. What a
+changeset costs is then about what it changed (``bench/apply_costs.py`` measures it by kind).
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from .snapshot.changeset import PLACED_KINDS, Changeset, product_manifest
 from .snapshot.commands import ChangedCommands, CommandFile
 from .snapshot.records import Build, BuildCommand, Project, ProjectRelationship, Record, User, Version
 from .store import Store
-from .utils.positions import Overlay, PatchedOrder, Replaced
+from .utils.positions import LEAVE_OUT, PUT_IN, REPLACE, Chunked, Edit, Overlay, PatchedOrder, Replaced, assembled
 
 #: The kinds a changeset may change to be applied in memory.
 LIVE_KINDS = frozenset({"users", "projects", "relationships", "versions", "builds", "build_commands"})
@@ -385,73 +384,69 @@ USERS: Order[User] = Order(attrgetter("id"), attrgetter("id"))
 RELATIONSHIPS: Order[ProjectRelationship] = Order(lambda r: (r.alias or "", r.id), lambda r: (r.alias or "", r.id))
 
 
-def reordered(items: list[V] | Replaced[V], gone: list[V], came: list[V], replaced: list[V], order: Order[V]) -> list[V] | Replaced[V]:
+def reordered(items: Sequence[V], gone: list[V], came: list[V], replaced: list[V], order: Order[V]) -> Sequence[V]:
     """``items`` (in ``order``) with the records ``replaced`` in their places, without those
     ``gone``, and with those that ``came`` in theirs. Replacements alone make a ``Replaced`` of
-    the list; a change of its members makes a new list (``rearranged``)."""
+    the list (a build's state flipped costs no copy of anything); a change of its members makes a
+    new list (``rearranged``), with the replacements made since in it."""
     if not (gone or came or replaced):
         return items
-    at = {bisect_left(items, order.key(record), key=order.key): record for record in replaced}
+    whole = Replaced.of(items, {place(items, record, order): record for record in replaced})
     if not (gone or came):
-        return Replaced.of(items, at)
-    whole = Replaced.of(items, at)
+        return whole
     return rearranged(whole.base, whole.at, gone, came, order)
 
 
-def regrouped(groups: Mapping[K, list[V]], group_of: Callable[[V], K], gone: list[V], came: list[V], replaced: list[V],
-              order: Order[V]) -> Overlay[K, list[V]]:
+def regrouped(groups: Mapping[K, Sequence[V]], group_of: Callable[[V], K], gone: list[V], came: list[V], replaced: list[V],
+              order: Order[V]) -> Overlay[K, Sequence[V]]:
     """The records of each group (``group_of``; in ``order`` within it), with the groups whose
     records changed made again; a group left empty is no more, as in a store loaded whole."""
     by_group: dict[K, tuple[list[V], list[V], list[V]]] = {}
-    for place, records in enumerate((gone, came, replaced)):
+    for position, records in enumerate((gone, came, replaced)):
         for record in records:
-            by_group.setdefault(group_of(record), ([], [], []))[place].append(record)
+            by_group.setdefault(group_of(record), ([], [], []))[position].append(record)
     return regroup(groups, by_group, order)
 
 
-def regroup(groups: Mapping[K, list[V]], by_group: dict[K, tuple[list[V], list[V], list[V]]], order: Order[V]) -> Overlay[K, list[V]]:
+def regroup(groups: Mapping[K, Sequence[V]], by_group: dict[K, tuple[list[V], list[V], list[V]]],
+            order: Order[V]) -> Overlay[K, Sequence[V]]:
     """``groups`` with the records of each group in ``by_group`` changed: those that left it, those
     that joined it, those replaced where they stand (``rearranged``)."""
-    changes: dict[K, list[V] | None] = {}
+    changes: dict[K, Sequence[V] | None] = {}
     for group, (left, joined, kept) in by_group.items():
         items = groups.get(group, [])
-        at = {bisect_left(items, order.key(record), key=order.key): record for record in kept}
+        at = {place(items, record, order): record for record in kept}
         changes[group] = rearranged(items, at, left, joined, order) or None
     return Overlay.of(groups, changes)
 
 
-#: What ``rearranged`` does at a position of the list: put a record in before the one there,
-#: replace the one there, or leave it out (in this order at one position).
-_PUT_IN, _REPLACE, _LEAVE_OUT = 0, 1, 2
+def place(items: Sequence[V], record: V, order: Order[V]) -> int:
+    """Where ``record`` stands, or would stand, in ``items`` (in ``order``), by bisection."""
+    if isinstance(items, Chunked):
+        return items.bisect_left(order.key(record), order.key)
+    return bisect_left(items, order.key(record), key=order.key)
 
 
-def rearranged(items: list[V], at: Mapping[int, V], gone: list[V], came: list[V], order: Order[V]) -> list[V]:
-    """A new list of ``items`` (in ``order``) with the records ``at`` positions replaced, those
-    ``gone`` left out and those that ``came`` put in their places. Each change is found by
-    bisection and the list is assembled from the slices between them: one copy of the list
-    however many records changed (changing a list in place moves its tail once a change: a
-    thousand changes of the two million builds of the large scale took over a second)."""
+def rearranged(items: Sequence[V], at: Mapping[int, V], gone: list[V], came: list[V], order: Order[V]) -> Sequence[V]:
+    """``items`` (in ``order``) with the records ``at`` positions replaced, those ``gone`` left out
+    and those that ``came`` put in their places, each found by bisection: a new list assembled
+    from the slices between them (``assembled``), or for a long list kept in chunks, the chunks
+    they touch assembled again (``Chunked.edited``)."""
     replacing = dict(at)
-    edits: list[tuple[int, int, V | None]] = []
+    edits: list[Edit] = []
     left_out: set[int] = set()
     for record in gone:
-        position = bisect_left(items, order.key(record), key=order.key)
+        position = place(items, record, order)
         while position in left_out:  # a record a group lists more than once (a project naming a user twice)
             position += 1
         if position < len(items) and items[position].id == record.id:
             replacing.pop(position, None)
             left_out.add(position)
-            edits.append((position, _LEAVE_OUT, None))
-    edits += [(position, _REPLACE, record) for position, record in replacing.items()]
+            edits.append((position, LEAVE_OUT, None))
+    edits += [(position, REPLACE, record) for position, record in replacing.items()]
     # In the list's order, so that records put in at one position keep it (the sort is stable).
-    edits += [(bisect_left(items, order.key(record), key=order.key), _PUT_IN, record) for record in sorted(came, key=order.key)]
+    edits += [(place(items, record, order), PUT_IN, record) for record in sorted(came, key=order.key)]
     edits.sort(key=itemgetter(0, 1))
-    result: list[V] = []
-    start = 0
-    for position, edit, standing in edits:
-        result += items[start:position]
-        if standing is not None:
-            result.append(standing)
-        start = position if edit == _PUT_IN else position + 1
-    result += items[start:]
-    return result
+    if isinstance(items, Chunked):
+        return items.edited(edits)
+    return assembled(items, edits)

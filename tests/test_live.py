@@ -914,20 +914,27 @@ def store_state(store) -> dict:
     return state
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_changes_applied_in_memory_make_the_store_loaded_from_scratch(tmp_path, seed):
+@pytest.mark.parametrize(("seed", "chunk"), [(1, 4), (2, 4), (3, None)])
+def test_changes_applied_in_memory_make_the_store_loaded_from_scratch(tmp_path, monkeypatch, seed, chunk):
     """Rounds of random changes of every kind a server applies in memory (``random_in_place_change``),
     each published as the publisher makes it (``in_place``) and applied to the store the round
     before made: every record, list, grouping, lookup and count equals those of the store loaded
-    from the snapshot the changes make."""
+    from the snapshot the changes make. With a ``chunk`` of a few records, the store keeps its
+    lists in chunks, as it keeps the long lists of a large snapshot (``utils/positions.Chunked``)."""
     from docsrv.snapshot.changeset import compute, read_changeset
     from docsrv.snapshot.load import manifest_of
     from docsrv.store_changes import applied
+    from docsrv.utils import positions
+
+    if chunk is not None:
+        monkeypatch.setattr(positions, "CHUNK", chunk)
 
     rng = random.Random(seed)
     old = synth(tmp_path / "s0")
     with_subproject(old)
     store = load_store(old, page_text=False)
+    if chunk is not None:
+        assert isinstance(store.versions_ordered, positions.Chunked)
     for number in range(1, 6):
         new = tmp_path / f"s{number}"
         random_in_place_change(old, new, f"snap-{number}", rng)

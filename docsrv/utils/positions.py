@@ -197,13 +197,14 @@ class Replaced(Sequence[T]):
 
     __slots__ = ("at", "base")
 
-    def __init__(self, base: list[T], at: dict[int, T]) -> None:
+    def __init__(self, base: Sequence[T], at: dict[int, T]) -> None:
+        #: A list, or a list in chunks (``Chunked``).
         self.base = base
         #: By position: the item that stands there now.
         self.at = at
 
     @classmethod
-    def of(cls, found: list[T] | Replaced[T], at: dict[int, T]) -> Replaced[T]:
+    def of(cls, found: Sequence[T], at: dict[int, T]) -> Replaced[T]:
         """``found`` (a list, or one with replacements) with the items at positions ``at`` replaced."""
         if isinstance(found, Replaced):
             return cls(found.base, {**found.at, **at})
@@ -221,7 +222,7 @@ class Replaced(Sequence[T]):
     def __getitem__(self, index: int | slice) -> T | list[T]:
         at = self.at
         if isinstance(index, slice):
-            items = self.base[index]
+            items = list(self.base[index])
             for place, position in enumerate(range(*index.indices(len(self.base)))):
                 found = at.get(position)
                 if found is not None:
@@ -231,3 +232,128 @@ class Replaced(Sequence[T]):
             index += len(self.base)
         found = at.get(index)
         return self.base[index] if found is None else found
+
+
+#: Items per chunk of a ``Chunked`` list; a list longer than this is kept in chunks by the store.
+CHUNK = 2048
+
+
+class Chunked(Sequence[T]):
+    """A long list kept in chunks of about CHUNK items (changesets applied in memory). A record
+    that joins, leaves or moves in a list copied the list: at the large scale, one version made
+    private copied lists of nearly a million versions, incrementing the count of references of
+    every one (taking their pages out of the workers' copy-on-write sharing) under the event
+    loop's nose. Edited (``edited``), a chunked list copies the chunks a change touches and the
+    short list of chunks; every chunk it does not touch is shared with the list it was made from."""
+
+    __slots__ = ("chunks", "starts")
+
+    def __init__(self, chunks: list[list[T]]) -> None:
+        #: No chunk is empty.
+        self.chunks = chunks
+        #: Where each chunk starts in the list, and (last) the list's length.
+        self.starts = [0, *accumulate(map(len, chunks))]
+
+    @classmethod
+    def of(cls, items: Sequence[T]) -> Chunked[T]:
+        return cls([list(items[start : start + CHUNK]) for start in range(0, len(items), CHUNK)])
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | list[T]:
+        starts = self.starts
+        if isinstance(index, slice):
+            start, stop, step = index.indices(starts[-1])
+            if step != 1:
+                return list(self)[index]
+            found: list[T] = []
+            chunk = bisect_right(starts, start) - 1
+            while start < stop:
+                base = starts[chunk]
+                found += self.chunks[chunk][start - base : stop - base]
+                start = starts[chunk + 1]
+                chunk += 1
+            return found
+        if index < 0:
+            index += starts[-1]
+        if not 0 <= index < starts[-1]:
+            raise IndexError("chunked list index out of range")
+        chunk = bisect_right(starts, index) - 1
+        return self.chunks[chunk][index - starts[chunk]]
+
+    def __iter__(self) -> Iterator[T]:
+        return chain.from_iterable(self.chunks)
+
+    def bisect_left(self, value: Any, key: Callable[[T], Any]) -> int:
+        """Where ``value`` would go in the list (sorted by ``key``): the chunk by its first item,
+        then the place in the chunk (``bisect.bisect_left`` would look each item up through
+        ``__getitem__``)."""
+        chunks = self.chunks
+        low, high = 0, len(chunks)
+        while low < high:  # the first chunk whose first item is not below ``value``
+            middle = (low + high) // 2
+            if key(chunks[middle][0]) < value:
+                low = middle + 1
+            else:
+                high = middle
+        if low == 0:
+            return 0
+        return self.starts[low - 1] + bisect_left(chunks[low - 1], value, key=key)
+
+    def edited(self, edits: Sequence[Edit]) -> Chunked[T]:
+        """The list with ``edits`` made (``assembled``): each chunk they touch assembled again from
+        its slices, one longer than twice CHUNK cut in two or more, one left empty dropped. A
+        position at the list's end is in the last chunk; one at a chunk's start, in that chunk."""
+        chunks, starts = list(self.chunks), self.starts
+        if not chunks:
+            return Chunked.of(assembled([], edits))
+        last = len(chunks) - 1
+        by_chunk: dict[int, list[Edit]] = {}
+        for position, what, item in edits:
+            chunk = bisect_right(starts, position) - 1 if position < starts[-1] else last
+            by_chunk.setdefault(chunk, []).append((position - starts[chunk], what, item))
+        for chunk, local in by_chunk.items():
+            chunks[chunk] = assembled(chunks[chunk], local)
+        kept: list[list[T]] = []
+        for items in chunks:
+            if len(items) > 2 * CHUNK:
+                kept += [items[start : start + CHUNK] for start in range(0, len(items), CHUNK)]
+            elif items:
+                kept.append(items)
+        return Chunked(kept)
+
+
+def chunked(items: list[T]) -> Sequence[T]:
+    """``items``, in chunks when it is longer than one (``Chunked``): a changeset applied in memory
+    then copies the chunks it changes, not the list (the large scale's versions: nearly a million)."""
+    return Chunked.of(items) if len(items) > CHUNK else items
+
+
+#: What an edit of a list does at a position: put an item in before the one there, replace the
+#: one there, or leave it out (in this order at one position).
+PUT_IN, REPLACE, LEAVE_OUT = 0, 1, 2
+#: An edit of a list: (position, what, the item put in or replacing; None to leave one out).
+Edit = tuple[int, int, Any]
+
+
+def assembled(items: Sequence[T], edits: Sequence[Edit]) -> list[T]:
+    """A new list of ``items`` with ``edits`` made (in order of position, then of what they do),
+    assembled from the slices between them: one copy however many edits (editing a list in place
+    moves its tail once an edit: a thousand edits of the two million builds of the large scale
+    took over a second)."""
+    result: list[T] = []
+    start = 0
+    for position, what, item in edits:
+        result += items[start:position]
+        if item is not None and what != LEAVE_OUT:
+            result.append(item)
+        start = position if what == PUT_IN else position + 1
+    result += items[start:]
+    return result

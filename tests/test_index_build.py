@@ -120,33 +120,31 @@ def test_an_index_built_again_from_an_earlier_one_answers_every_search_as_one_bu
         p["id"] for p in read(new, "pages") if "Zephyrine" in p.get("text", "")]
 
 
-def test_a_page_that_names_a_new_operator_has_every_shard_built_again(tmp_path):
-    """The operators the pages name decide what syntax every page's text is found by
-    (``code_syntax.py``): a page that names one the index did not builds them all."""
+def with_one_page_changed(tmp_path: Path, field: str, value: object) -> tuple[Path, Path]:
+    """An indexed demo snapshot and, beside it, the same with ``field`` of one public page set to ``value``."""
     old = indexed_demo(tmp_path / "old")
     new = tmp_path / "new"
 
-    def names_an_operator(records: dict[str, list]) -> list[int]:
+    def one_page(records: dict[str, list]) -> list[int]:
         page = next(p for p in records["pages"] if p["version"] in {v["id"] for v in public_versions_with_pages(records)})
-        page["title"] = "<=>"
+        page[field] = value
         return [page["version"]]
 
-    changed(old, new, names_an_operator)
+    changed(old, new, one_page)
+    return old, new
+
+
+def test_a_page_that_names_a_new_operator_has_every_shard_built_again(tmp_path):
+    """The operators the pages name decide what syntax every page's text is found by
+    (``code_syntax.py``): a page that names one the index did not builds them all."""
+    old, new = with_one_page_changed(tmp_path, "title", "<=>")
     assert plan_rebuild(load_store(new, page_text=False, progress=False), old / "index") is None
 
 
 def test_a_changed_page_that_is_no_page_is_named_by_file_and_line(tmp_path):
     """A server loads pages without their text, sections and entries, and checks none of them: a
     shard built again checks those of its changed pages, and names a bad one."""
-    old = indexed_demo(tmp_path / "old")
-    new = tmp_path / "new"
-
-    def spoiled(records: dict[str, list]) -> list[int]:
-        page = next(p for p in records["pages"] if p["version"] in {v["id"] for v in public_versions_with_pages(records)})
-        page["sections"] = "not a list of sections"
-        return [page["version"]]
-
-    changed(old, new, spoiled)
+    old, new = with_one_page_changed(tmp_path, "sections", "not a list of sections")
     line = next(number for number, page in enumerate(read(new, "pages"), start=1) if page.get("sections") == "not a list of sections")
     store = load_store(new, page_text=False, progress=False)
     with pytest.raises(SnapshotError) as raised:

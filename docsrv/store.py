@@ -106,6 +106,8 @@ class Store:
         self.builds_ordered: Sequence[Build] = chunked(builds)
         self.builds_of_project: Mapping[int, Sequence[Build]] = self._grouped("builds", builds, "project")
         self.builds_by_commit: SortedOrder[Build] | PatchedOrder[Build] = self._sorted("builds", builds, "commit")
+        #: For a version that leaves in memory, its builds (a popular project has hundreds of thousands).
+        self.builds_by_version: SortedOrder[Build] | PatchedOrder[Build] = self._sorted("builds", builds, "version")
 
         self.commands: CommandFile | ChangedCommands = commands
         public_commands = commands.ranges.commands_of_builds(self.builds)

@@ -37,7 +37,7 @@ from .snapshot.changeset import PLACED_KINDS, Changeset, product_manifest
 from .snapshot.commands import ChangedCommands, CommandFile
 from .snapshot.records import Build, BuildCommand, Project, ProjectRelationship, Record, User, Version
 from .store import Store
-from .utils.positions import LEAVE_OUT, PUT_IN, REPLACE, Chunked, Edit, Overlay, PatchedOrder, Replaced, assembled
+from .utils.positions import LEAVE_OUT, PUT_IN, REPLACE, Chunked, Edit, Overlay, PatchedOrder, Replaced, SortedOrder, assembled
 
 #: The kinds a changeset may change to be applied in memory.
 LIVE_KINDS = frozenset({"users", "projects", "relationships", "versions", "builds", "build_commands"})
@@ -128,8 +128,7 @@ def builds_changed(made: Store, store: Store, changeset: Changeset,
     version is private: the publisher checked the snapshot it made whole)."""
     upserted = {identity: build for identity, line in changeset.upserts["builds"].items()
                 if (build := _build.decode(line)).version in made.versions}
-    left = [b.id for project in {store.versions[v].project for v in hidden} for b in store.builds_of_project.get(project, [])
-            if b.version in hidden]
+    left = [b.id for version in hidden for b in store.builds_by_version.find(version)]
     before = {i: store.builds[i] for i in (*changeset.upserts["builds"], *changeset.deletes["builds"], *left) if i in store.builds}
     changes: dict[int, Build | None] = dict.fromkeys((*left, *changeset.deletes["builds"], *changeset.upserts["builds"]))
     changes.update(upserted)
@@ -142,8 +141,8 @@ def builds_changed(made: Store, store: Store, changeset: Changeset,
     made.builds = builds
     made.builds_ordered = reordered(store.builds_ordered, gone, came, replaced, BUILDS)
     made.builds_of_project = regrouped(store.builds_of_project, attrgetter("project"), gone, came, replaced, BUILDS)
-    moved = [b for b in came if b.id not in before or before[b.id].commit != b.commit]
-    made.builds_by_commit = PatchedOrder.of(store.builds_by_commit, builds, moved, attrgetter("id"), attrgetter("commit"), RANK)
+    made.builds_by_commit = refound(store.builds_by_commit, builds, upserted, before, attrgetter("commit"))
+    made.builds_by_version = refound(store.builds_by_version, builds, upserted, before, attrgetter("version"))
     made.commands = commands
     counted = changed | commanded
     made.counts = {**made.counts, "builds": len(builds), "build_commands": store.counts["build_commands"] + sum(
@@ -151,6 +150,15 @@ def builds_changed(made: Store, store: Store, changeset: Changeset,
     )}
     # A build whose commands changed shows otherwise: its replies and lists show its commands.
     return {identity: (served(store, store.builds.get(identity)), served(made, builds.get(identity))) for identity in counted}
+
+
+def refound(found: SortedOrder[Build] | PatchedOrder[Build], builds: Mapping[int, Build], upserted: dict[int, Build],
+            before: dict[int, Build], key: Callable[[Build], Any]) -> PatchedOrder[Build]:
+    """``found`` (builds by ``key``) once ``builds`` are current: those ``upserted`` that are new or
+    have another key than ``before`` (a build may keep its place in the lists and change its
+    commit) are found by their key now."""
+    moved = [b for b in upserted.values() if b.id not in before or key(before[b.id]) != key(b)]
+    return PatchedOrder.of(found, builds, moved, attrgetter("id"), key, RANK)
 
 
 def changed_in_place(served: Mapping[int, V], upserts: dict[int, bytes], deletes: set[int], decoder: msgspec.json.Decoder[V],

@@ -838,7 +838,7 @@ def random_in_place_change(old: Path, new: Path, name: str, rng: random.Random) 
     edited (description, language, users), created and, without pages, made private; versions
     renamed, made active or inactive, created and, without pages, made private or deleted with
     their builds; users renamed, created and, named by no project, deleted; subprojects linked
-    and unlinked; builds flipped, moved and created."""
+    and unlinked; builds flipped, moved, given another commit or version in place, and created."""
     shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
     records = {kind: read(new, kind) for kind in KINDS}
     projects, versions, users, builds = (records[kind] for kind in ("projects", "versions", "users", "builds"))
@@ -889,6 +889,12 @@ def random_in_place_change(old: Path, new: Path, name: str, rng: random.Random) 
         build["state"] = "building" if build.get("state", "finished") == "finished" else "finished"
         if rng.random() < 0.4:
             build["date"] = stamp(datetime(2026, 11, 26, rng.randrange(24), tzinfo=UTC))
+    # In place (the same project and date) with another commit, and one with another version of its project.
+    rng.choice(kept)["commit"] = f"{rng.getrandbits(64):016x}"
+    movable = [b for b in kept if sum(v["project"] == b["project"] for v in versions) > 1]
+    if movable:
+        build = rng.choice(movable)
+        build["version"] = rng.choice([v["id"] for v in versions if v["project"] == build["project"] and v["id"] != build["version"]])
     for version in rng.sample([v for v in records["versions"] if v.get("privacy_level", "public") == "public"], 2):
         kept.append({"id": ids["builds"], "project": version["project"], "version": version["id"], "date": "2026-11-26T12:00:00Z",
                      "state": "triggered", "commit": f"{rng.getrandbits(64):016x}"})
@@ -910,6 +916,7 @@ def store_state(store) -> dict:
     state |= {name: {key: list(items) for key, items in getattr(store, name).items()} for name in grouped}
     state["version_of"] = {(v.project, v.slug): store.version_of(v.project, v.slug) for v in store.versions.values()}
     state["by_commit"] = {b.commit: store.builds_by_commit.find(b.commit) for b in store.builds.values()}
+    state["by_version"] = {v: store.builds_by_version.find(v) for v in {*store.versions, *(b.version for b in store.builds.values())}}
     state["counts"] = store.counts
     return state
 

@@ -41,6 +41,10 @@ def test_pull_serve_publish_again_and_the_server_follows_with_no_failed_request(
     origin.publish(sealed(tmp_path / "b", "snap-b", "pip (b)"))
     second = docsrv("snapshot", "pull", origin.url, "--into", str(into))
     assert second.returncode == 0, second.stderr and current_of(into) == "snap-b"
+    # The same pages as the snapshot served: its index's shards are linked, none built again.
+    assert "snap-b: built 0 of the" in second.stderr, second.stderr
+    shard = next((into / "snap-a" / "index" / "shards").iterdir()) / "highlight" / "text"
+    assert shard.stat().st_ino == (into / "snap-b" / "index" / "shards" / shard.parent.parent.name / "highlight" / "text").stat().st_ino
     server.wait_for("reloaded: serving snapshot snap-b")
     poll(lambda: hammer.results and hammer.results[-1][2] == "snap-b", what="answers from snap-b")
     hammer.running = False

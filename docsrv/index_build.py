@@ -44,7 +44,7 @@ from .search import ENTRIES, HIGHLIGHT, PAGES, SCHEMA_VERSION, build_schema, qui
 from .snapshot.errors import Problem, ProblemList, SnapshotError
 from .snapshot.lines import decoded_blocks, describe
 from .snapshot.load import record_file
-from .snapshot.records import Page, PageHead
+from .snapshot.records import Page, PageHead, Version
 from .store import Store
 from .utils.files import link_or_copy
 from .utils.progress import progress_bar, wanted
@@ -90,37 +90,38 @@ def shard_path(index: Path, shard: int) -> Path:
     return index / "shards" / f"{shard:02d}"
 
 
-def served_lines(store: Store) -> Iterator[tuple[int, int, bytes, str, int]]:
-    """(shard, page id, line, its file's name and its number there) of every public page of ``store``,
-    read again from its snapshot's pages file (a file changed since the store was loaded is a
-    SnapshotError naming it)."""
+def served_blocks(store: Store) -> Iterator[tuple[str, int, list[_Placed], list[bytes]]]:
+    """(file name, number of the first line, records, lines) of each block of ``store``'s
+    snapshot's pages file, read again (a file changed since the store was loaded is a
+    SnapshotError naming it). Each line is looked at once, in a loop of the caller's: at the large
+    scale a generator of lines cost as much as reading them."""
     assert store.path is not None
     problems = ProblemList(str(store.path))
-    pages = store.pages
     for path in record_file(store.path, "pages"):
         for block, first, records in decoded_blocks(path, _Placed, problems):
-            for number, (record, line) in enumerate(zip(records, block.split(b"\n"), strict=False), start=first):
-                if record.id in pages:
-                    yield shard_of(record.version), record.id, line, path.name, number
+            yield path.name, first, records, block.split(b"\n")
     problems.raise_if_any()
 
 
 def shard_digests(store: Store) -> dict[int, str]:
     """A digest of what each shard of ``store``'s index is made of: the lines of its public pages,
-    in the file's order, each with its scope. Shard 0 is always there (an index of no pages is
-    one empty shard)."""
+    in the file's order, and the scope of each version they name (a line names its version, and a
+    page's project is its version's). Shard 0 is always there (an index of no pages is one empty
+    shard)."""
     hashers = {0: _hasher()}
-    scopes: dict[tuple[int, int], bytes] = {}
-    for shard, page_id, line, _name, _number in served_lines(store):
-        page = store.pages[page_id]
-        scope = scopes.get((page.project, page.version))
-        if scope is None:
-            scope = scopes[page.project, page.version] = scope_of(store, page).encode() + b"\n"
-        hasher = hashers.get(shard)
-        if hasher is None:
-            hasher = hashers[shard] = _hasher()
-        hasher.update(scope)
-        hasher.update(line)
+    pages = store.pages
+    for _name, _first, records, lines in served_blocks(store):
+        held: dict[int, list[bytes]] = {}
+        for record, line in zip(records, lines, strict=False):
+            if record.id in pages:
+                held.setdefault(record.version % SHARDS, []).append(line)
+        for shard, found in held.items():
+            hasher = hashers.get(shard)
+            if hasher is None:
+                hasher = hashers[shard] = _hasher()
+            hasher.update(b"\n".join(found) + b"\n")
+    for version in sorted(store.versions_with_pages):
+        hashers[shard_of(version)].update(f"{version} {scope_of(store, store.versions[version])}\n".encode())
     return {shard: hasher.hexdigest() for shard, hasher in sorted(hashers.items())}
 
 
@@ -130,8 +131,10 @@ def _hasher() -> hashlib.blake2b:
     return hasher
 
 
-def scope_of(store: Store, page: PageHead) -> str:
-    return version_scope(store.projects[page.project].slug, store.versions[page.version].slug)
+def scope_of(store: Store, page: PageHead | Version) -> str:
+    """The scope a page of ``page`` (a page, or its version) is found under."""
+    version = page if isinstance(page, Version) else store.versions[page.version]
+    return version_scope(store.projects[version.project].slug, version.slug)
 
 
 def build_index(store: Store, directory: Path, print_progress: bool | None = None) -> float:
@@ -243,13 +246,15 @@ def plan_rebuild(store: Store, previous: Path) -> Rebuild | None:
     if changed:
         # A server loads pages without their text, sections and entries, which it does not check:
         # those of the changed shards are checked here, where the index is built from them.
-        for shard, _page_id, line, name, number in served_lines(store):
-            held = changed.get(shard)
-            if held is not None:
-                try:
-                    held.append(_page.decode(line))
-                except msgspec.DecodeError as error:
-                    raise SnapshotError(str(store.path), [Problem(name, number, describe(error))]) from None
+        served = store.pages
+        for name, first, records, lines in served_blocks(store):
+            for number, (record, line) in enumerate(zip(records, lines, strict=False), start=first):
+                held = changed.get(record.version % SHARDS)
+                if held is not None and record.id in served:
+                    try:
+                        held.append(_page.decode(line))
+                    except msgspec.DecodeError as error:
+                        raise SnapshotError(str(store.path), [Problem(name, number, describe(error))]) from None
     for pages in changed.values():
         pages.sort(key=attrgetter("id"))
     kept = [set(before[shard].operators) for shard in digests if shard not in changed]

@@ -151,3 +151,12 @@ def test_a_changed_page_that_is_no_page_is_named_by_file_and_line(tmp_path):
         plan_rebuild(store, old / "index")
     assert [(problem.file, problem.line) for problem in raised.value.problems] == [("pages.jsonl", line)]
     assert "Expected `array`, got `str` - at `$.sections`" in str(raised.value)
+
+
+def test_an_earlier_index_that_does_not_say_what_a_shard_holds_is_not_built_from(tmp_path):
+    """A shard's record spoiled (or an index of another layout): the index is built whole."""
+    old, new = with_one_page_changed(tmp_path, "title", "Retitled")
+    store = load_store(new, page_text=False, progress=False)
+    assert plan_rebuild(store, old / "index") is not None
+    (shard_path(old / "index", 0) / "shard.json").write_text("{not json")
+    assert plan_rebuild(store, old / "index") is None

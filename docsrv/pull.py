@@ -551,7 +551,8 @@ def check_and_index(directory: Path, name: str, build_index: bool, previous: Pat
     # An index that came sealed but does not open and answer a search as a server's would is named
     # in the log and built anew, as one that came without.
     indexed = not build_index or current_index(directory, digest, check=True, own=True) is not None
-    earlier = None if indexed or previous is None else current_index(previous, fingerprint(previous), own=True)
+    # The earlier index is opened and searched as a server's would be: its shards are linked into this one.
+    earlier = None if indexed or previous is None else current_index(previous, fingerprint(previous), check=True, own=True)
     try:
         # Every file's size and SHA-256 were checked as its bytes arrived: not hashed again. Pages
         # are loaded as a server loads them, without their text, unless the whole index is to be

@@ -345,6 +345,26 @@ def test_a_broken_but_sealed_index_is_named_and_built_anew_by_the_pull(tmp_path,
 
 
 @pytest.mark.parametrize("damage", BROKEN_INDEXES.values(), ids=BROKEN_INDEXES.keys())
+def test_a_served_index_that_cannot_serve_is_not_built_from(tmp_path, origin, damage):
+    """The next snapshot's index is built from the served one's shards, linked: the served one
+    damaged since it was checked is named in one line, and the next one is built whole."""
+    from docsrv.search import index_problem
+
+    into = tmp_path / "replica"
+    origin.publish(sealed(tmp_path / "a", "snap-a"))
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    damage(into / "snap-a" / "index")
+    origin.publish(sealed(tmp_path / "b", "snap-b"))
+    pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert pulled.returncode == 0, pulled.stderr
+    assert current_of(into) == "snap-b" and "Traceback" not in pulled.stderr
+    named = [line for line in pulled.stderr.splitlines() if "the search index cannot serve" in line]
+    assert len(named) == 1 and f"{into / 'current' / 'index'}: the search index cannot serve" in named[0], named
+    assert named[0].endswith("; not used") and "shards of the search index again" not in pulled.stderr
+    assert index_problem(into / "snap-b" / "index") is None
+
+
+@pytest.mark.parametrize("damage", BROKEN_INDEXES.values(), ids=BROKEN_INDEXES.keys())
 def test_serve_on_a_broken_index_builds_its_own_and_searches(tmp_path, start_server, damage):
     snapshot = broken_but_sealed(tmp_path, "snap-b", damage)
     server = start_server("--snapshot", str(snapshot), "--workers", "1")

@@ -40,7 +40,17 @@ import tantivy
 from . import code_syntax, named_entries
 from .changelogs import is_changelog
 from .highlight import HighlightWriter, slot_of
-from .search import ENTRIES, HIGHLIGHT, PAGES, SCHEMA_VERSION, build_schema, quiet, shard_directories, version_scope
+from .search import (
+    ENTRIES,
+    HIGHLIGHT,
+    PAGES,
+    SCHEMA_VERSION,
+    SHARDS_DIRECTORY,
+    build_schema,
+    quiet,
+    shard_directories,
+    version_scope,
+)
 from .snapshot.errors import Problem, ProblemList, SnapshotError
 from .snapshot.lines import decoded_blocks, describe
 from .snapshot.load import record_file
@@ -87,7 +97,7 @@ def shard_of(version: int) -> int:
 
 
 def shard_path(index: Path, shard: int) -> Path:
-    return index / "shards" / f"{shard:02d}"
+    return index / SHARDS_DIRECTORY / f"{shard:02d}"
 
 
 def served_blocks(store: Store) -> Iterator[tuple[str, int, list[_Placed], list[bytes]]]:

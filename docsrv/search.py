@@ -81,7 +81,7 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 _ALNUM = re.compile(r"[^\W_]+")
 #: Where an index keeps its shards (``index_build.py``), and where a shard keeps its pages'
 #: tantivy index, its named entries' and its highlight files.
-SHARDS, PAGES, ENTRIES, HIGHLIGHT = "shards", "pages", "entries", "highlight"
+SHARDS_DIRECTORY, PAGES, ENTRIES, HIGHLIGHT = "shards", "pages", "entries", "highlight"
 #: The file tantivy locks while it reads or writes an index's meta.json.
 META_LOCK = ".tantivy-meta.lock"
 
@@ -104,7 +104,8 @@ def build_schema() -> tantivy.Schema:
 def shard_directories(index: Path) -> dict[int, Path]:
     """The shards of the index in ``index`` (``index_build.py``), by number; ValueError when there are none."""
     try:
-        found = {int(entry.name): Path(entry.path) for entry in os.scandir(index / SHARDS) if entry.is_dir() and entry.name.isdigit()}
+        found = {int(entry.name): Path(entry.path) for entry in os.scandir(index / SHARDS_DIRECTORY)
+                 if entry.is_dir() and entry.name.isdigit()}
     except FileNotFoundError:
         found = {}
     if not found:

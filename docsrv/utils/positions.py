@@ -222,7 +222,8 @@ class Replaced(Sequence[T]):
     def __getitem__(self, index: int | slice) -> T | list[T]:
         at = self.at
         if isinstance(index, slice):
-            items = list(self.base[index])
+            sliced = self.base[index]  # a new list, from a list or a ``Chunked``: not copied again
+            items = sliced if isinstance(sliced, list) else list(sliced)
             for place, position in enumerate(range(*index.indices(len(self.base)))):
                 found = at.get(position)
                 if found is not None:

@@ -17,9 +17,12 @@ holds each (``pull.py``). A server started with ``--watch`` on ``DIR/current`` f
 
 A changeset that does not follow (another base, a gap), or fails its seal or its reading, is
 never applied: the worker says so in one line and serves what it has until ``head.json``
-changes. One that the store cannot take in memory (it changes pages, moves a project or version, or
-takes one away that holds pages) waits for the pull, which writes the snapshot it makes and points ``current`` at
-it: the server then reloads onto it, as it does for any new snapshot.
+changes. A changeset of pages is applied with the search index the pull built of the state it
+makes (``changeset_index.py``), opened in the heavy-work thread and swapped in with the store.
+One that the store cannot take in memory (it moves a project or version, takes one away that
+holds pages, or changes pages the pull built no index for) waits for the pull, which writes the
+snapshot it makes and points ``current`` at it: the server then reloads onto it, as it does for
+any new snapshot.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ from pathlib import Path
 from typing import Protocol
 
 from .api.state import ApiState
+from .changeset_index import changeset_index
 from .http.offload import offload
 from .http.purge import applied_keys
+from .search import SearchIndex
 from .serving import Served
 from .snapshot.changeset import Changeset, composed, read_listed
 from .snapshot.errors import SnapshotError
@@ -58,6 +63,8 @@ class Step:
 
     #: The store they made (the store itself when none applied).
     store: Store
+    #: The search index of that store, when they changed pages (``changeset_index.py``); else the one served goes on.
+    search: SearchIndex | None
     #: The purge keys of the replies they touched.
     touched: list[str]
     #: Those applied, in order.
@@ -107,21 +114,27 @@ def step(directory: Path, store: Store) -> Step:
     composed, 0.28 s."""
     entries: list[PublishedChangeset] = []
     changesets: list[Changeset] = []
-    waits = error = None
+    index = waits = error = None
     try:
         for entry in pending(directory, store.name, store.manifest.sequence):
             changeset = read_sealed(directory, entry)
-            if not in_memory(changeset, store.public_url):
+            found = changeset_index(directory, entry) if "pages" in changeset.kinds else None
+            if not in_memory(changeset, store.public_url, indexed=found is not None):
                 waits = entry.sequence
                 break
             entries.append(entry)
             changesets.append(changeset)
+            index = found or index
     except ChainError as problem:
         error = str(problem)
-    done = applied(store, composed(changesets), entries[-1].published_at) if entries else None
+    done = applied(store, composed(changesets), entries[-1].published_at, indexed=index is not None) if entries else None
     if done is None:  # none, or one whose header claims what its records do not: waits for the pull's snapshot
-        return Step(store, [], [], entries[0].sequence if entries else waits, error)
-    return Step(done.store, applied_keys(done), entries, waits, error)
+        return Step(store, None, [], [], entries[0].sequence if entries else waits, error)
+    try:
+        search = SearchIndex.open(done.store, index) if index is not None else None
+    except (OSError, ValueError) as problem:  # the pull removed it meanwhile (a fold), or it was damaged
+        return Step(store, None, [], [], None, f"{index}: {' '.join(str(problem).split())[:200]}")
+    return Step(done.store, search, applied_keys(done), entries, waits, error)
 
 
 def caught_up(served: Served, directory: Path | None) -> Served:
@@ -136,7 +149,7 @@ def caught_up(served: Served, directory: Path | None) -> Served:
     if not done.entries:
         return served
     log.info("applied the changesets after %s: serving %s (sequence %d)", served.store.name, done.store.name, done.store.manifest.sequence)
-    return Served(done.store, served.search, served.directory, served.signature)
+    return Served(done.store, done.search or served.search, served.directory, served.signature)
 
 
 class Serving(Protocol):
@@ -173,7 +186,7 @@ class Follower:
         state = self.holder.state
         done = await offload(step, self.directory, state.store)
         if done.entries:
-            state = state.following(done.store, done.touched)
+            state = state.following(done.store, done.touched, done.search)
             self.holder.serve(state)
             now = datetime.now(UTC)
             for entry in done.entries:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from operator import attrgetter
@@ -88,6 +88,7 @@ class _Placed(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=False
 
 
 _shard = msgspec.json.Decoder(Shard)
+_placed = msgspec.json.Decoder(_Placed)
 _page = msgspec.json.Decoder(Page)
 
 
@@ -130,9 +131,16 @@ def shard_digests(store: Store) -> dict[int, str]:
             if hasher is None:
                 hasher = hashers[shard] = _hasher()
             hasher.update(b"\n".join(found) + b"\n")
-    for version in sorted(store.versions_with_pages):
-        hashers[shard_of(version)].update(f"{version} {scope_of(store, store.versions[version])}\n".encode())
+    hash_scopes(store, hashers)
     return {shard: hasher.hexdigest() for shard, hasher in sorted(hashers.items())}
+
+
+def hash_scopes(store: Store, hashers: dict[int, hashlib.blake2b]) -> None:
+    """Add to each shard's digest in ``hashers`` the scope of each version of ``store`` it holds pages of."""
+    for version in sorted(store.versions_with_pages):
+        hasher = hashers.get(shard_of(version))
+        if hasher is not None:
+            hasher.update(f"{version} {scope_of(store, store.versions[version])}\n".encode())
 
 
 def _hasher() -> hashlib.blake2b:
@@ -272,6 +280,64 @@ def plan_rebuild(store: Store, previous: Path) -> Rebuild | None:
     if operators != frozenset().union(*(shard.operators for shard in before.values())):
         return None
     return Rebuild(previous, digests, changed, operators)
+
+
+def plan_changed_shards(store: Store, changes: Mapping[int, tuple[str, bytes] | None], shards: set[int], previous: Path) -> Rebuild | None:
+    """What building the index of ``store`` from the index in ``previous`` takes when ``store`` is
+    its snapshot's (``store.path``) with the pages ``changes`` makes (by id: where each new line is
+    from and the line, or None for a page deleted; changesets applied in memory) and ``shards``
+    are those whose pages they touched: those shards built again from the snapshot's lines of
+    theirs with the changes made, in the order a fold of the changes writes them (each where it
+    was, the new ones last), so that a fold's index finds them current. None, as ``plan_rebuild``,
+    when the operators the pages name change or ``previous`` does not say what it was built from."""
+    before = read_shards(previous)
+    if before is None:
+        return None
+    problems = ProblemList(str(store.path))
+    placed = {identity: (where, _placed.decode(line), line) for identity, found in changes.items() if found is not None
+              for where, line in (found,)}
+    lines: dict[int, list[tuple[str, int, bytes]]] = {shard: [] for shard in shards}
+    pages = store.pages
+    for name, first, records, block in served_blocks(store):
+        for number, (record, line) in enumerate(zip(records, block, strict=False), start=first):
+            identity = record.id
+            if identity in changes:
+                found = placed.pop(identity, None)
+                if found is None:
+                    continue
+                where, record, line = found
+                held = lines.get(record.version % SHARDS)
+                if held is not None and identity in pages:
+                    held.append((where, 0, line))
+            else:
+                held = lines.get(record.version % SHARDS)
+                if held is not None and identity in pages:
+                    held.append((name, number, line))
+    for identity, (where, record, line) in placed.items():  # new pages, last
+        held = lines.get(record.version % SHARDS)
+        if held is not None and identity in pages:
+            held.append((where, 0, line))
+    hashers = {shard: _hasher() for shard, held in lines.items() if held or shard == 0}
+    for shard, hasher in hashers.items():
+        hasher.update(b"".join(line + b"\n" for _where, _number, line in lines[shard]))
+    hash_scopes(store, hashers)
+    changed: dict[int, list[Page]] = {}
+    for shard in hashers:
+        changed[shard] = []
+        for where, number, line in lines[shard]:
+            try:
+                changed[shard].append(_page.decode(line))
+            except msgspec.DecodeError as error:
+                problems.add(where, number or None, describe(error))
+        changed[shard].sort(key=attrgetter("id"))
+    problems.raise_if_any()
+    digests = {shard: found.digest for shard, found in before.items() if shard not in shards}
+    digests |= {shard: hasher.hexdigest() for shard, hasher in hashers.items()}
+    kept = [set(before[shard].operators) for shard in digests if shard not in changed]
+    operators = frozenset().union(*kept, *(code_syntax.operator_names(pages) for pages in changed.values()))
+    if operators != frozenset().union(*(shard.operators for shard in before.values())):
+        return None
+    return Rebuild(previous, dict(sorted(digests.items())), changed, operators)
 
 
 def rebuild_index(store: Store, plan: Rebuild, directory: Path) -> float:

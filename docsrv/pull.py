@@ -37,7 +37,9 @@ import aiohttp
 import msgspec
 from tqdm import tqdm
 
+from .changeset_index import StateCache, changeset_index, index_changesets, prune_indexes
 from .config import Deadlines
+from .search import index_problem
 from .serving import (
     FINGERPRINT_FILE,
     INDEX,
@@ -318,6 +320,7 @@ def write_chain(into: Path, name: str, sequence: int, changesets: list[Published
         for path in (into / CHANGESETS).iterdir():
             if path.name not in listed:
                 path.unlink(missing_ok=True)
+    prune_indexes(into, {entry.sequence for entry in changesets})
 
 
 def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, build_index: bool, fold_at: int | None) -> None:
@@ -331,16 +334,39 @@ def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, 
         raise PullError(f"{into / current}: the snapshot current names has no manifest that reads")
     chain = kept.changesets if kept is not None else []
     changesets = [read_checked(path, entry) for entry, path in fetched]
-    if (fold_at is None or len(chain) + len(fetched) <= fold_at) and all(in_memory(c, held.public_url) for c in changesets):
+    if (fold_at is None or len(chain) + len(fetched) <= fold_at) and all(in_memory(c, held.public_url, indexed=build_index)
+                                                                          for c in changesets) \
+            and indexes_built(into, current, chain, [(entry, c) for (entry, _path), c in zip(fetched, changesets, strict=True)]):
         (into / CHANGESETS).mkdir(exist_ok=True)
         for entry, path in fetched:
             os.replace(path, into / changeset_path(entry.sequence))
         write_chain(into, current, held.sequence, [*chain, *(entry for entry, _path in fetched)])
         shutil.rmtree(into / ".pull-changesets", ignore_errors=True)
         return
-    product = apply_changesets([*kept_changesets(into, chain), *changesets], into, current, build_index)
+    product = apply_changesets([*kept_changesets(into, chain), *changesets], into, current, build_index, latest_index(into, chain))
     point_current(into, product.name)
     write_chain(into, product.name, product.sequence, [])
+
+
+#: The state a sidecar's last pull indexed: the next one applies its changesets to it (``changeset_index.py``).
+INDEXED_STATE = StateCache()
+
+
+def indexes_built(into: Path, current: str, chain: list[PublishedChangeset], new: list[tuple[PublishedChangeset, Changeset]]) -> bool:
+    """Whether the changesets ``new``, to be kept after ``chain``, change no page, or their
+    indexes were built (``changeset_index.index_changesets``); False when they are to be folded."""
+    if not any("pages" in changeset.kinds for _entry, changeset in new):
+        return True
+    kept = list(zip(chain, kept_changesets(into, chain), strict=True))
+    try:
+        return index_changesets(into, into / current, kept, new, INDEXED_STATE)
+    except SnapshotError as error:  # a page of a changeset that does not decode as one, named by its file and line
+        raise PullError(error.summary()) from None
+
+
+def latest_index(into: Path, chain: list[PublishedChangeset]) -> Path | None:
+    """The index of the last state of ``chain`` whose pages changed, if the pull built one."""
+    return next((found for entry in reversed(chain) if (found := changeset_index(into, entry)) is not None), None)
 
 
 @dataclass(frozen=True)
@@ -361,7 +387,7 @@ def fold_kept(into: Path) -> Folded | None:
     kept = kept_chain(into, current) if current is not None else None
     if current is None or kept is None or not kept.changesets:
         return None
-    apply_changesets(kept_changesets(into, kept.changesets), into, current, True)
+    apply_changesets(kept_changesets(into, kept.changesets), into, current, True, latest_index(into, kept.changesets))
     return Folded(current, kept.changesets[-1], time.perf_counter() - started)
 
 
@@ -389,10 +415,11 @@ def kept_changesets(into: Path, chain: list[PublishedChangeset]) -> list[Changes
     return [read_checked(into / changeset_path(entry.sequence), entry) for entry in chain]
 
 
-def apply_changesets(changesets: list[Changeset], into: Path, current: str, build_index: bool) -> Manifest:
+def apply_changesets(changesets: list[Changeset], into: Path, current: str, build_index: bool, earlier: Path | None = None) -> Manifest:
     """Apply the changesets, composed into one (each record file is written once), to the
     snapshot ``into/current`` names; the product is built aside, checked and indexed as a server
-    would load it, and put in place. Returns its manifest."""
+    would load it (from ``earlier``, the index of a kept changeset's state, when there is one),
+    and put in place. Returns its manifest."""
     product = product_manifest(changesets[-1])
     partial = into / f".apply-{product.name}-{product.sequence}"
     shutil.rmtree(partial, ignore_errors=True)
@@ -404,7 +431,7 @@ def apply_changesets(changesets: list[Changeset], into: Path, current: str, buil
             raise PullError(error.summary()) from None
         if build_index:
             reuse_index(into / current, partial)
-        check_and_index(partial, product.name, build_index, into / current)
+        check_and_index(partial, product.name, build_index, into / current, earlier)
         put_in_place(partial, into / product.name)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
@@ -542,17 +569,21 @@ async def fetch_all(fetches: Iterable[Coroutine[Any, Any, None]]) -> None:
         raise failed.exceptions[0] from None
 
 
-def check_and_index(directory: Path, name: str, build_index: bool, previous: Path | None = None) -> None:
+def check_and_index(directory: Path, name: str, build_index: bool, previous: Path | None = None, earlier_index: Path | None = None) -> None:
     """Load the snapshot as a server would (every record checked), and build its search index
-    unless it came with one built from these records: from the index of ``previous`` (the
-    snapshot it was made from) when there is one, building again only the shards whose pages
-    changed (``serving.rebuild_index_aside``)."""
+    unless it came with one built from these records: from ``earlier_index`` (that of a state
+    between the two) or the index of ``previous`` (the snapshot it was made from) when there is
+    one, building again only the shards whose pages changed (``serving.rebuild_index_aside``)."""
     digest = fingerprint(directory)
     # An index that came sealed but does not open and answer a search as a server's would is named
     # in the log and built anew, as one that came without.
     indexed = not build_index or current_index(directory, digest, check=True, own=True) is not None
     # The earlier index is opened and searched as a server's would be: its shards are linked into this one.
-    earlier = None if indexed or previous is None else current_index(previous, fingerprint(previous), check=True, own=True)
+    earlier = None
+    if not indexed and earlier_index is not None and index_problem(earlier_index) is None:
+        earlier = earlier_index
+    elif not indexed and previous is not None:
+        earlier = current_index(previous, fingerprint(previous), check=True, own=True)
     try:
         # Every file's size and SHA-256 were checked as its bytes arrived: not hashed again. Pages
         # are loaded as a server loads them, without their text, unless the whole index is to be

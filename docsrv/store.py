@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from operator import attrgetter
@@ -113,13 +114,14 @@ class Store:
         public_commands = commands.ranges.commands_of_builds(self.builds)
 
         pages: list[PageHead] = records["pages"]
-        self.pages: dict[int, PageHead] = {p.id: p for p in pages}
-        self.pages_ordered = pages
-        #: The projects and versions with public pages: the search index holds them, so a change
-        #: in memory may not take such a one away (``store_changes.py``), and a change of a
-        #: project's language moves its hits (``http/purge.py``).
-        self.projects_with_pages = frozenset(p.project for p in pages)
-        self.versions_with_pages = frozenset(p.version for p in pages)
+        self.pages: Mapping[int, PageHead] = {p.id: p for p in pages}
+        self.pages_ordered: Sequence[PageHead] = chunked(pages)
+        #: How many public pages each project and version holds (those with none are not keys):
+        #: the search index holds them, so a change in memory may not take such a one away
+        #: (``store_changes.py``), and a change of a project's language moves its hits
+        #: (``http/purge.py``). Counted, so that a page that leaves says whether it was the last.
+        self.projects_with_pages: Mapping[int, int] = Counter(p.project for p in pages)
+        self.versions_with_pages: Mapping[int, int] = Counter(p.version for p in pages)
 
         #: How many public records of each kind are served.
         self.counts = {

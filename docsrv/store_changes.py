@@ -2,15 +2,16 @@
 
 A server that follows a replica's changesets (``following.py``) applies each one in every worker,
 without a reload. What is applied in memory is what the service changes every few seconds:
-builds and their commands, users, subprojects, and projects and versions added (as people
-import a project or push a tag; without pages, which come with a build's end), edited in place
-(as a build's end, or a maintainer's settings, edit them: the same slug and project), or made
-private or deleted when they hold no pages (what they hold leaves with them). Nothing that was
-there becomes public, no address moves, and nothing the search index holds goes: the
-changeset's header says so (``in_place``), and what it takes away is checked here (privacy does
-not rest on the header). A changeset that changes anything else (pages, a project or version
-moved or made public, or one with pages made private or deleted) is not applied here: the pull
-writes the snapshot it makes, checks it whole, and points ``current`` at it (a reload).
+builds and their commands, users, subprojects, projects and versions added (as people import a
+project or push a tag), edited in place (as a build's end, or a maintainer's settings, edit them:
+the same slug and project), or made private or deleted when they hold no pages (what they hold
+leaves with them), and pages, when the pull built the search index of the state the changeset
+makes (``changeset_index.py``; ``indexed``). Nothing that was there becomes public, no address
+moves, and nothing the search index holds goes with its project or version: the changeset's
+header says so (``in_place``), and what it takes away is checked here (privacy does not rest on
+the header). A changeset that changes anything else (a project or version moved or made public,
+or one with pages made private or deleted) is not applied here: the pull writes the snapshot it
+makes, checks it whole, and points ``current`` at it (a reload).
 
 The store made is a new one; the one it is made from is never changed, so a request in flight
 keeps reading one state. Records by id and their groupings are overlays of the changes on the
@@ -35,12 +36,14 @@ import msgspec
 
 from .snapshot.changeset import PLACED_KINDS, Changeset, product_manifest
 from .snapshot.commands import ChangedCommands, CommandFile
-from .snapshot.records import Build, BuildCommand, Project, ProjectRelationship, Record, User, Version
+from .snapshot.records import Build, BuildCommand, PageHead, Project, ProjectRelationship, Record, User, Version
 from .store import Store
 from .utils.positions import LEAVE_OUT, PUT_IN, REPLACE, Chunked, Edit, Overlay, PatchedOrder, Replaced, SortedOrder, assembled
 
 #: The kinds a changeset may change to be applied in memory.
 LIVE_KINDS = frozenset({"users", "projects", "relationships", "versions", "builds", "build_commands"})
+#: And those it may change when the pull built the search index of the state it makes (``pull.index_changesets``).
+INDEXED_KINDS = LIVE_KINDS | {"pages"}
 #: Where a build stands among builds: served newest first, then by id (``served_records``).
 RANK = attrgetter("date", "id")
 
@@ -54,6 +57,7 @@ _version = msgspec.json.Decoder(Version)
 _project = msgspec.json.Decoder(Project)
 _user = msgspec.json.Decoder(User)
 _relationship = msgspec.json.Decoder(ProjectRelationship)
+_page = msgspec.json.Decoder(PageHead)
 
 
 class Applied(msgspec.Struct, frozen=True):
@@ -61,7 +65,9 @@ class Applied(msgspec.Struct, frozen=True):
     as served before and after (the slug of its project and the build; None where it is not
     served), each served version and project that changed, came or left (for a version, the
     slug of its project; the record before and after, None where it is not served), each user
-    (None where there is none), and whether the changeset changes relationships."""
+    (None where there is none), whether the changeset changes relationships, and the served
+    pages it upserts or deletes, before and after (None where one is not served; one whose text
+    alone changed is the same record before and after: its search hits change, not its file)."""
 
     store: Store
     was: Store
@@ -70,26 +76,30 @@ class Applied(msgspec.Struct, frozen=True):
     projects: list[tuple[Project | None, Project | None]] = []
     users: list[tuple[User | None, User | None]] = []
     relationships: bool = False
+    pages: list[tuple[PageHead | None, PageHead | None]] = []
 
 
-def in_memory(changeset: Changeset, public_url: str) -> bool:
+def in_memory(changeset: Changeset, public_url: str, *, indexed: bool = False) -> bool:
     """Whether a server applies ``changeset`` in memory to a snapshot published at ``public_url``:
     it changes users, subprojects, builds and their commands, and projects and versions in place
-    (its header says so: ``Header.in_place``), names the build of each command it deletes, and
-    keeps the public URL (which every reply's links begin with)."""
-    return (changeset.kinds <= LIVE_KINDS and (not changeset.kinds.intersection(PLACED_KINDS) or changeset.header.in_place)
+    (its header says so: ``Header.in_place``), and pages when the search index of the state it
+    makes was built (``indexed``), names the build of each command it deletes, and keeps the
+    public URL (which every reply's links begin with)."""
+    return (changeset.kinds <= (INDEXED_KINDS if indexed else LIVE_KINDS)
+            and (not changeset.kinds.intersection(PLACED_KINDS) or changeset.header.in_place)
             and changeset.deletes["build_commands"] <= changeset.deleted_commands.keys()
             and changeset.header.product.public_url.rstrip("/") == public_url.rstrip("/"))
 
 
-def applied(store: Store, changeset: Changeset, published_at: datetime | None = None) -> Applied | None:
+def applied(store: Store, changeset: Changeset, published_at: datetime | None = None, *, indexed: bool = False) -> Applied | None:
     """The store ``changeset`` makes of ``store``; None when it is not applied in memory
     (``in_memory``, or it moves a served project or version after all, or takes one away that
     holds pages: privacy does not rest on the header) or does not follow ``store`` (by name: its
-    sequence is the follower's to check, ``following.pending``)."""
+    sequence is the follower's to check, ``following.pending``). ``indexed``: the search index of
+    the state it makes was built, and its pages are applied too."""
     header = changeset.header
     product = product_manifest(changeset)
-    if not in_memory(changeset, store.public_url) or header.follows != store.name:
+    if not in_memory(changeset, store.public_url, indexed=indexed) or header.follows != store.name:
         return None
     made = copy.copy(store)
     made.manifest, made.name, made.created_at, made.published_at = product, product.name, product.created_at, published_at
@@ -114,9 +124,10 @@ def applied(store: Store, changeset: Changeset, published_at: datetime | None = 
     shown = builds_changed(made, store, changeset, {before.id for before, after in versions if after is None and before is not None})
     users = users_changed(made, store, changeset)
     relationships = relationships_changed(made, store, changeset, {before.id for before, after in projects if after is None and before})
+    pages = pages_changed(made, store, changeset)
     return Applied(made, store, shown, [((made.projects.get(v.project) or store.projects[v.project]).slug, before, after)
                                         for before, after in versions if (v := after or before) is not None],
-                   projects, users, relationships)
+                   projects, users, relationships, pages)
 
 
 def builds_changed(made: Store, store: Store, changeset: Changeset,
@@ -268,6 +279,43 @@ def users_changed(made: Store, store: Store, changeset: Changeset) -> list[tuple
     return changed
 
 
+def pages_changed(made: Store, store: Store, changeset: Changeset) -> list[tuple[PageHead | None, PageHead | None]]:
+    """Give ``made`` (its versions changed already) the pages of ``store`` with those
+    ``changeset`` upserts and deletes; return each served before or after, as it was and as it
+    is (None where it is not served: a page of a version ``made`` does not serve is not). Pages are
+    listed by id: one that keeps its id is replaced where it stands."""
+    upserts, deletes = changeset.upserts["pages"], changeset.deletes["pages"]
+    changed: list[tuple[PageHead | None, PageHead | None]] = [(store.pages[i], None) for i in deletes if i in store.pages]
+    for identity, line in upserts.items():
+        after: PageHead | None = _page.decode(line)
+        if after.version not in made.versions:  # type: ignore[union-attr]
+            after = None
+        before = store.pages.get(identity)
+        if before is not None or after is not None:
+            changed.append((before, after))
+    if not changed:
+        return []
+    made.pages = Overlay.of(store.pages, {(after or before).id: after for before, after in changed})  # type: ignore[union-attr]
+    made.pages_ordered = reordered(store.pages_ordered, *split([c for c in changed if c[0] != c[1]], None, PAGES), PAGES)
+    made.projects_with_pages = recounted(store.projects_with_pages, changed, attrgetter("project"))
+    made.versions_with_pages = recounted(store.versions_with_pages, changed, attrgetter("version"))
+    made.counts = {**made.counts, "pages": len(made.pages)}
+    return changed
+
+
+def recounted(counts: Mapping[int, int], changed: list[tuple[PageHead | None, PageHead | None]],
+              owner: Callable[[PageHead], int]) -> Mapping[int, int]:
+    """``counts`` (pages by project or version, by ``owner``) once the pages ``changed`` are; one
+    left without a page is no key."""
+    moved: dict[int, int] = {}
+    for before, after in changed:
+        if before is not None:
+            moved[owner(before)] = moved.get(owner(before), 0) - 1
+        if after is not None:
+            moved[owner(after)] = moved.get(owner(after), 0) + 1
+    return Overlay.of(counts, {key: (counts.get(key, 0) + change) or None for key, change in moved.items() if change})
+
+
 def relationships_changed(made: Store, store: Store, changeset: Changeset, hidden: set[int]) -> bool:
     """Give ``made`` (its projects changed already) the subprojects of ``store`` with the
     relationships ``changeset`` upserts and deletes, and without those of the projects ``hidden``
@@ -388,6 +436,8 @@ VERSIONS: Order[Version] = Order(attrgetter("verbose_name", "id"), Listed)
 #: The order of projects, and of users (``served_records``).
 PROJECTS: Order[Project] = Order(attrgetter("slug"), attrgetter("slug"))
 USERS: Order[User] = Order(attrgetter("id"), attrgetter("id"))
+#: The order of pages: by id.
+PAGES: Order[PageHead] = Order(attrgetter("id"), attrgetter("id"))
 #: The order of subprojects: by alias (or none), then by id.
 RELATIONSHIPS: Order[ProjectRelationship] = Order(lambda r: (r.alias or "", r.id), lambda r: (r.alias or "", r.id))
 

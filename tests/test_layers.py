@@ -17,6 +17,7 @@ LAYERS = [
     ["docsrv.changelogs", "docsrv.code_syntax", "docsrv.highlight", "docsrv.index_build", "docsrv.named_entries",
      "docsrv.search"],
     ["docsrv.serving"],
+    ["docsrv.changeset_index"],
     ["docsrv.pull"],
     ["docsrv.http", "docsrv.metrics", "docsrv.process_metrics", "docsrv.runtime"],
     ["docsrv.api", "docsrv.edge", "docsrv.publish"],

@@ -53,7 +53,7 @@ def renamed(directory: Path, name: str) -> None:
 
 def random_change(old: Path, new: Path, name: str, rng: random.Random) -> None:
     """``new``: ``old`` with one change of every kind, chosen by ``rng``: a project edited and one
-    added, a version deleted and one made private, builds added (with commands) and one's state
+    added, a version deleted and one with pages made private, builds added (with commands) and one's state
     changed, commands added to an existing build, pages edited, added and deleted."""
     shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
     records = {kind: read(new, kind) for kind in KINDS}
@@ -70,7 +70,9 @@ def random_change(old: Path, new: Path, name: str, rng: random.Random) -> None:
     records["builds"] = [b for b in records["builds"] if b["id"] not in gone_builds]
     records["build_commands"] = [c for c in records["build_commands"] if c["build"] not in gone_builds]
     records["pages"] = [p for p in records["pages"] if p["version"] != doomed["id"]]
-    rng.choice([v for v in records["versions"] if v.get("privacy_level", "public") == "public"])["privacy_level"] = "private"
+    # One with pages: the change is not in place, and the pull folds it.
+    paged = {p["version"] for p in records["pages"]}
+    rng.choice([v for v in records["versions"] if v.get("privacy_level", "public") == "public" and v["id"] in paged])["privacy_level"] = "private"
     live = [v for v in records["versions"] if v.get("privacy_level", "public") == "public"]
     latest = max(datetime.fromisoformat(b["date"].replace("Z", "+00:00")) for b in records["builds"])
     for number in range(rng.randrange(1, 4)):
@@ -311,6 +313,51 @@ def test_changesets_that_arrive_together_are_applied_at_once_and_serve_what_a_fr
     assert [line.split("applied changeset ")[1].split(":")[0] for line in applied] == ["2", "3"]
     assert all(": serving snap-2, " in line for line in applied)  # one step: the state after both
     assert_serves_as_fresh(server, second, urls)
+
+
+def test_a_server_applies_changesets_of_pages_in_memory_with_the_index_the_pull_builds(tmp_path, origin, start_server, caplog):
+    """Pages applied in memory: the pull keeps a changeset that changes pages (retitled, text
+    edited, moved, added, deleted; with every other kind of change) and builds the index of the
+    state it makes, only the shards its pages are in built again; the server applies it without a
+    reload, and every reply, doc search, file search and anchor search included, equals that of a
+    fresh server on the snapshot it makes (which builds its index whole). Two changesets pulled
+    together are applied at once. A restart serves the same state, and a fold of the kept
+    changesets finds the index of their last state current: it builds no shard again."""
+    from docsrv.pull import finish_fold, fold_kept
+
+    base, into, server = followed_replica(tmp_path, origin, start_server, with_subproject)
+    worker = server.json("/readyz")["worker"]
+    rng = random.Random(17)
+    states = [base]
+    for number in range(1, 4):
+        states.append(tmp_path / f"s{number}")
+        random_in_place_change(states[-2], states[-1], f"snap-{number}", rng, pages=True)
+    urls = crawl(*states)
+    for url in urls:  # a warm cache
+        server.get(url)
+    for pulled_up_to in (1, 3):
+        for number in range(server.json("/readyz")["sequence"], pulled_up_to + 1):
+            assert docsrv("snapshot", "publish", str(states[number]), str(origin.root), "--since", str(states[number - 1])).returncode == 0
+        pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+        assert pulled.returncode == 0, pulled.stderr
+        assert (into / "current").resolve().name == "demo"  # kept, not folded
+        built = re.findall(r"changeset (\d+): built (\d+) of the (\d+) shards", pulled.stderr)
+        assert [sequence for sequence, *_counts in built] == [str(n + 1) for n in range(server.json("/readyz")["sequence"], pulled_up_to + 1)]
+        assert all(0 < int(count) < int(shards) for _sequence, count, shards in built), built
+        poll(lambda up_to=pulled_up_to: server.json("/readyz")["sequence"] == up_to + 1, what=f"changeset {pulled_up_to + 1} applied")
+        ready = server.json("/readyz")
+        assert (ready["snapshot"], ready["worker"], ready["reloads"]) == (f"snap-{pulled_up_to}", worker, 0)
+        assert_serves_as_fresh(server, states[pulled_up_to], urls)
+    server.stop()
+    restarted = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", PUBLIC_URL)
+    assert restarted.json("/readyz")["sequence"] == 4
+    assert_serves_as_fresh(restarted, states[3], urls)
+    restarted.stop()
+    caplog.set_level("INFO", logger="docsrv")
+    folded = fold_kept(into)
+    assert folded is not None and finish_fold(into, folded)
+    assert re.search(r"snap-3: built 0 of the \d+ shards of the search index again", caplog.text), caplog.text
+    assert sorted(p.name for p in (into / "indexes").iterdir()) == []  # the kept changesets' indexes went with them
 
 
 def versions_edited(old: Path, new: Path, name: str, rng: random.Random, private: bool = False) -> None:
@@ -833,12 +880,15 @@ def test_a_sidecar_folds_the_kept_changesets_in_the_background_and_keeps_what_ca
     assert_serves_the_same(into / "current", tmp_path / "s2")
 
 
-def random_in_place_change(old: Path, new: Path, name: str, rng: random.Random) -> None:
+def random_in_place_change(old: Path, new: Path, name: str, rng: random.Random, pages: bool = False) -> None:
     """``new``: ``old`` with a random change of every kind a server applies in memory: projects
     edited (description, language, users), created and, without pages, made private; versions
     renamed, made active or inactive, created and, without pages, made private or deleted with
     their builds; users renamed, created and, named by no project, deleted; subprojects linked
-    and unlinked; builds flipped, moved, given another commit or version in place, and created."""
+    and unlinked; builds flipped, moved, given another commit or version in place, and created.
+    With ``pages`` (applied in memory with the index the pull builds): pages of versions that
+    keep theirs retitled, their text alone edited, moved to another such version, added, and
+    deleted (a version's last one at times)."""
     shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
     records = {kind: read(new, kind) for kind in KINDS}
     projects, versions, users, builds = (records[kind] for kind in ("projects", "versions", "users", "builds"))
@@ -891,18 +941,40 @@ def random_in_place_change(old: Path, new: Path, name: str, rng: random.Random) 
             build["date"] = stamp(datetime(2026, 11, 26, rng.randrange(24), tzinfo=UTC))
     # In place (the same project and date) with another commit, and one with another version of its project.
     rng.choice(kept)["commit"] = f"{rng.getrandbits(64):016x}"
-    movable = [b for b in kept if sum(v["project"] == b["project"] for v in versions) > 1]
+    remaining = records["versions"]
+    movable = [b for b in kept if sum(v["project"] == b["project"] for v in remaining) > 1]
     if movable:
         build = rng.choice(movable)
-        build["version"] = rng.choice([v["id"] for v in versions if v["project"] == build["project"] and v["id"] != build["version"]])
+        build["version"] = rng.choice([v["id"] for v in remaining if v["project"] == build["project"] and v["id"] != build["version"]])
     for version in rng.sample([v for v in records["versions"] if v.get("privacy_level", "public") == "public"], 2):
         kept.append({"id": ids["builds"], "project": version["project"], "version": version["id"], "date": "2026-11-26T12:00:00Z",
                      "state": "triggered", "commit": f"{rng.getrandbits(64):016x}"})
         ids["builds"] += 1
     records["builds"] = kept
+    if pages:
+        change_pages(records["pages"], {v["id"]: v["project"] for v in live if v["id"] in paged}, ids["pages"], rng)
     for kind in KINDS:
         write(new, kind, records[kind])
     renamed(new, name)
+
+
+def change_pages(pages: list[dict], versions: dict[int, int], next_id: int, rng: random.Random) -> None:
+    """Pages of ``versions`` (their projects by id) retitled, their text alone edited, moved to another of them, added and deleted."""
+    held = [p for p in pages if p["version"] in versions]
+    for page in rng.sample(held, min(2, len(held))):
+        page["title"] = f"{page.get('title', '')} {rng.choice(['revised', 'moved', 'kept'])}"
+    for page in rng.sample(held, min(2, len(held))):
+        page["text"] = f"{page.get('text', '')} Install the {rng.choice(['wheel', 'sdist', 'plugin'])} with pip."
+    moving = rng.choice(held)
+    moving["version"] = rng.choice(sorted(versions))
+    moving["project"] = versions[moving["version"]]
+    moving["path"] = f"moved-{moving['id']}.html"  # a path is a page's once in its version
+    for number in range(rng.randrange(1, 3)):
+        source = rng.choice(held)
+        pages.append(dict(source, id=next_id + number, path=f"added-{next_id + number}.html",
+                          text=f"A new page on {rng.choice(['caching', 'wheels', 'themes'])}."))
+    for page in rng.sample(pages, rng.randrange(1, 3)):
+        pages.remove(page)
 
 
 def store_state(store) -> dict:
@@ -912,7 +984,9 @@ def store_state(store) -> dict:
                "versions_of_project_active", "versions_by_slug", "versions_by_slug_active", "builds_of_project")
     state = {name: dict(getattr(store, name)) for name in ("users", "user_by_name", "projects", "project_by_slug", "relationships",
                                                            "versions", "builds")}
-    state |= {name: list(getattr(store, name)) for name in ("users_ordered", "projects_ordered", "versions_ordered", "builds_ordered")}
+    state |= {name: dict(getattr(store, name)) for name in ("pages", "projects_with_pages", "versions_with_pages")}
+    state |= {name: list(getattr(store, name)) for name in ("users_ordered", "projects_ordered", "versions_ordered", "builds_ordered",
+                                                           "pages_ordered")}
     state |= {name: {key: list(items) for key, items in getattr(store, name).items()} for name in grouped}
     state["version_of"] = {(v.project, v.slug): store.version_of(v.project, v.slug) for v in store.versions.values()}
     state["by_commit"] = {b.commit: store.builds_by_commit.find(b.commit) for b in store.builds.values()}
@@ -921,13 +995,14 @@ def store_state(store) -> dict:
     return state
 
 
-@pytest.mark.parametrize(("seed", "chunk"), [(1, 4), (2, 4), (3, None)])
-def test_changes_applied_in_memory_make_the_store_loaded_from_scratch(tmp_path, monkeypatch, seed, chunk):
+@pytest.mark.parametrize(("seed", "chunk", "pages"), [(1, 4, False), (2, 4, True), (3, None, True), (4, None, False)])
+def test_changes_applied_in_memory_make_the_store_loaded_from_scratch(tmp_path, monkeypatch, seed, chunk, pages):
     """Rounds of random changes of every kind a server applies in memory (``random_in_place_change``),
     each published as the publisher makes it (``in_place``) and applied to the store the round
     before made: every record, list, grouping, lookup and count equals those of the store loaded
     from the snapshot the changes make. With a ``chunk`` of a few records, the store keeps its
-    lists in chunks, as it keeps the long lists of a large snapshot (``utils/positions.Chunked``)."""
+    lists in chunks, as it keeps the long lists of a large snapshot (``utils/positions.Chunked``).
+    With ``pages``, pages change too (applied with the index the pull builds: ``indexed``)."""
     from docsrv.snapshot.changeset import compute, read_changeset
     from docsrv.snapshot.load import manifest_of
     from docsrv.store_changes import applied
@@ -944,11 +1019,12 @@ def test_changes_applied_in_memory_make_the_store_loaded_from_scratch(tmp_path, 
         assert isinstance(store.versions_ordered, positions.Chunked)
     for number in range(1, 6):
         new = tmp_path / f"s{number}"
-        random_in_place_change(old, new, f"snap-{number}", rng)
+        random_in_place_change(old, new, f"snap-{number}", rng, pages)
         data = compute(old, manifest_of(old), new, manifest_of(new), number + 1)
         changeset = read_changeset(data, f"{number + 1}.jsonl")
         assert changeset.header.in_place
-        done = applied(store, changeset)
+        assert (applied(store, changeset) is None) is pages  # pages are applied only with the index of what they make
+        done = applied(store, changeset, indexed=pages)
         assert done is not None
         assert store_state(done.store) == store_state(load_store(new, page_text=False)), f"round {number}"
         store, old = done.store, new

@@ -92,14 +92,17 @@ class ApiState:
         self.preflight = self.empty(204, PREFLIGHT)
         self.preflight.route = "preflight"
 
-    def following(self, store: Store, touched: Iterable[str]) -> ApiState:
+    def following(self, store: Store, touched: Iterable[str], search: SearchIndex | None = None) -> ApiState:
         """The state that serves ``store``, a changeset applied to this state's (``store_changes.py``),
-        sharing this one's cache, search queue and runtime: the cache then treats each reply with a
+        with ``search``, its index, when the changeset changed pages, sharing this one's cache,
+        search queue and runtime: the cache then treats each reply with a
         key in ``touched`` as gone, and gives every other the new snapshot's ``X-Snapshot`` and
         ``Last-Modified`` when it is next asked for (``ReplyCache.advance``). A request in flight
         finishes with the state it began with."""
         made = copy.copy(self)
         made._serve(store)
+        if search is not None:
+            made.search = search
         made.cache.advance(store.manifest.sequence, touched, {"X-Snapshot": store.name, "Last-Modified": made._ok["Last-Modified"]})
         return made
 

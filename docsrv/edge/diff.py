@@ -31,7 +31,7 @@ from ..http.purge import (
     ProjectShown,
     build_key,
     build_list_keys,
-    file_key,
+    page_change_keys,
     project_change_keys,
     user_change_keys,
     version_key,
@@ -298,14 +298,8 @@ def compare_pages(old: Side, new: Side, keys: Keys, helper: Executor) -> None:
     removed = old.pages.keys() - new.pages.keys()
     added = new.pages.keys() - old.pages.keys()
     changed = edited & old.pages.keys() & new.pages.keys()
-    keys.add("removed", map(file_key, removed))
-    keys.add("added", map(file_key, added))
-    keys.add("changed", map(file_key, changed))
-    if removed or added:
-        keys.add("lists", [V1_FILES.key({})])
-    elif changed:
-        keys.big([V1_FILES.key({})])
     if removed or added or changed:
+        keys.extend(page_change_keys(removed, added, changed))
         keys.add("changed", ("search",))  # a page's words move every score: the index's statistics are global
 
 

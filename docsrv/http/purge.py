@@ -267,6 +267,15 @@ def user_change_keys(before: User | None, after: User | None) -> Grouped:
     return [("changed", [user_key(after.id)]), ("big", user_list_keys(after))]
 
 
+def page_change_keys(removed: Iterable[int], added: Iterable[int], changed: Iterable[int]) -> Grouped:
+    """The keys of every reply that a change of public pages touches (by id: those that went,
+    came, and changed, their text alone included), search aside: each page's own, and the list
+    of files (all its pages when a page came or went)."""
+    gone, new = list(map(file_key, removed)), list(map(file_key, added))
+    return [("removed", gone), ("added", new), ("changed", list(map(file_key, changed))),
+            ("lists" if gone or new else "big", [V1_FILES.key({})])]
+
+
 def flat(grouped: Grouped) -> list[str]:
     """The keys to purge, whatever their group (a ``big`` list purged by its ``big-`` key)."""
     return [BIG + key if group == "big" else key for group, keys in grouped for key in keys]
@@ -282,7 +291,21 @@ def applied_keys(done: Applied) -> list[str]:
                               identity in store.projects_with_pages) for store in (done.was, done.store)]
         keys += flat(project_change_keys(before, after, sides))
     keys += [key for before, after in done.users for key in flat(user_change_keys(before, after))]
-    return [*keys, "search"] if done.relationships else keys  # which subprojects a doc search covers, as the diff names it
+    if done.pages:
+        keys += flat(page_change_keys(*page_ids(done.pages)))
+    # Which subprojects a doc search covers, as the diff names it; and a page's words move every score.
+    return [*keys, "search"] if done.relationships or done.pages else keys
+
+
+def page_ids(changed: list[tuple[PageHead | None, PageHead | None]]) -> tuple[list[int], list[int], list[int]]:
+    """The ids of pages changed (before, after, None where one is not served): those that went, came, and changed."""
+    found: tuple[list[int], list[int], list[int]] = ([], [], [])
+    for before, after in changed:
+        if after is None:
+            found[0].append(before.id)  # type: ignore[union-attr]
+        else:
+            found[1 if before is None else 2].append(after.id)
+    return found
 
 
 def placed(build: tuple[str, Build]) -> tuple:

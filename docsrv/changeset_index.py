@@ -1,0 +1,137 @@
+"""The search index of the state each kept changeset of pages makes, which the pull builds and a
+following server opens: pages are then applied in memory, as every other kind is.
+
+A changeset that changes pages changes what doc search finds. The pull that keeps it builds the
+index of the state it makes beside the changesets, in ``DIR/indexes/<sequence>/``, before
+``head.json`` lists it (the index first, the pointer last): the shards whose pages the
+changeset touched are built again from the snapshot's lines of theirs with every kept change
+made, the others are hard links to the index of the state before (``index_build.py``). Every
+score then equals that of an index built whole from the snapshot the changesets make, and a
+fold of them finds that index current, shard by shard. A worker applying the changeset opens
+that index and serves it with the store the changeset makes, both at once (``following.py``).
+
+A kept changeset that changes pages and has no such index (a pull that builds none, or one whose
+index could not be made) is not applied in memory: it waits for the pull's snapshot of it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+from .index_build import plan_changed_shards, rebuild_index, shard_of
+from .serving import current_index, fingerprint
+from .snapshot.changeset import Changeset, composed
+from .snapshot.origin import PublishedChangeset, changeset_path
+from .snapshot.write import built_aside
+from .store import Store, load_store
+from .store_changes import applied
+
+log = logging.getLogger("docsrv")
+
+#: Where the indexes of kept changesets are, beside ``changesets/``.
+INDEXES = "indexes"
+#: What a changeset's index was built for, in its directory.
+MARKER = "changeset-index.json"
+
+
+def index_path(directory: Path, sequence: int) -> Path:
+    return directory / INDEXES / str(sequence)
+
+
+def changeset_index(directory: Path, entry: PublishedChangeset) -> Path | None:
+    """The index the replica in ``directory`` holds of the state the changeset ``entry`` makes, if
+    it holds one built for it (its product's name and sequence)."""
+    path = index_path(directory, entry.sequence)
+    try:
+        marker = json.loads((path / MARKER).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return path if marker == {"product": entry.product, "sequence": entry.sequence} else None
+
+
+def prune_indexes(directory: Path, kept: set[int]) -> None:
+    """Remove the indexes of changesets no longer kept (a worker that opened one keeps its open files)."""
+    root = directory / INDEXES
+    if root.is_dir():
+        for path in root.iterdir():
+            if not (path.name.isdigit() and int(path.name) in kept):
+                shutil.rmtree(path, ignore_errors=True)
+
+
+class StateCache:
+    """The store of the last state a pull indexed, kept for the next pull of a sidecar: loading
+    the snapshot and applying the kept changesets again would cost a second at the medium scale."""
+
+    def __init__(self) -> None:
+        self.store: Store | None = None
+
+    def state(self, snapshot: Path, base: tuple[str, int], kept: list[tuple[PublishedChangeset, Changeset]]) -> Store | None:
+        """The store of the snapshot ``snapshot`` (its name and sequence: ``base``) with the
+        changesets ``kept`` applied: the one kept, caught up with those kept since it was; None
+        when it is of none of those states."""
+        store = self.store
+        if store is None or store.path != snapshot:
+            return None
+        if (store.name, store.manifest.sequence) not in [base, *((entry.product, entry.sequence) for entry, _changeset in kept)]:
+            return None
+        after = [changeset for entry, changeset in kept if entry.sequence > store.manifest.sequence]
+        done = applied(store, composed(after), indexed=True) if after else None
+        return store if not after else done.store if done is not None else None
+
+
+def index_changesets(directory: Path, snapshot: Path, kept: list[tuple[PublishedChangeset, Changeset]],
+                     new: list[tuple[PublishedChangeset, Changeset]], cache: StateCache | None = None) -> bool:
+    """Build in ``directory`` the index of the state each changeset of ``new`` that changes pages
+    makes, following the snapshot ``snapshot`` and the changesets ``kept`` after it; False, with
+    what was built left in place for nothing, when one of them is not applied in memory after all
+    or its index needs every shard built (the operators its pages name changed): the pull then
+    folds them."""
+    chain = [*kept, *new]
+    first = (kept or new)[0]
+    store = cache.state(snapshot, (first[1].header.follows, first[0].sequence - 1), kept) if cache is not None else None
+    if store is None:
+        store = load_store(snapshot, progress=False, page_text=False)
+        if kept:
+            done = applied(store, composed([changeset for _entry, changeset in kept]), indexed=True)
+            if done is None:
+                return False
+            store = done.store
+    paged = [entry for entry, changeset in kept if "pages" in changeset.kinds]
+    earlier = changeset_index(directory, paged[-1]) if paged else current_index(snapshot, fingerprint(snapshot), check=True, own=True)
+    if earlier is None:
+        return False
+    for position, (entry, changeset) in enumerate(new, start=len(kept)):
+        done = applied(store, changeset, indexed=True)
+        if done is None:
+            return False
+        store = done.store
+        if "pages" not in changeset.kinds:
+            continue
+        started = time.perf_counter()
+        shards = {shard_of(page.version) for pair in done.pages for page in pair if page is not None}
+        plan = plan_changed_shards(store, page_changes(chain[: position + 1]), shards, earlier)
+        if plan is None:
+            return False
+        target = index_path(directory, entry.sequence)
+        with built_aside(target, replace=True) as partial:
+            rebuild_index(store, plan, partial)
+            (partial / MARKER).write_text(json.dumps({"product": entry.product, "sequence": entry.sequence}))
+        log.info("changeset %d: built %d of the %d shards of the search index again in %.1f s", entry.sequence, len(plan.changed),
+                 len(plan.digests), time.perf_counter() - started)
+        earlier = target
+    if cache is not None:
+        cache.store = store
+    return True
+
+
+def page_changes(chain: list[tuple[PublishedChangeset, Changeset]]) -> dict[int, tuple[str, bytes] | None]:
+    """The pages ``chain`` changes, as ``composed`` composes them (its order is that of the new
+    pages a fold writes): by id, the file its last line is in and the line, or None for one deleted."""
+    upserts = composed([changeset for _entry, changeset in chain])
+    where = {identity: changeset_path(entry.sequence) for entry, changeset in chain for identity in changeset.upserts["pages"]}
+    return dict.fromkeys(upserts.deletes["pages"]) | {i: (where[i], line) for i, line in upserts.upserts["pages"].items()}
+

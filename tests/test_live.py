@@ -360,6 +360,59 @@ def test_a_server_applies_changesets_of_pages_in_memory_with_the_index_the_pull_
     assert sorted(p.name for p in (into / "indexes").iterdir()) == []  # the kept changesets' indexes went with them
 
 
+def published_pages_change(tmp_path: Path, origin: Origin, base: Path) -> Path:
+    """A change of pages and every other kind made of ``base`` and published after it: its changeset is 2."""
+    new = tmp_path / "pages-changed"
+    random_in_place_change(base, new, "snap-1", random.Random(23), pages=True)
+    assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(base)).returncode == 0
+    return new
+
+
+def test_a_changeset_with_a_page_that_is_no_page_is_refused_in_one_line_and_nothing_is_kept(tmp_path, origin):
+    """A changeset that upserts what is no page (the origin's fault; its seal matches) fails the
+    pull in one line naming the changeset's file and line, before any index is built of it: the
+    replica keeps what it had, without the changeset or an index of it."""
+    base, into, _second = replica_and_change(tmp_path, origin)
+    published_pages_change(tmp_path, origin, base)
+    path, head_path = origin.root / "changesets" / "2.jsonl", origin.root / "head.json"
+    lines = path.read_bytes().split(b"\n")
+    at = next(n for n, line in enumerate(lines) if line.startswith(b'{"op":"upsert","kind":"pages"'))
+    change = json.loads(lines[at])
+    change["record"]["title"] = 5
+    lines[at] = json.dumps(change).encode()
+    path.write_bytes(b"\n".join(lines))
+    head = json.loads(head_path.read_text())
+    head["changesets"][0].update(size=path.stat().st_size, sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    head_path.write_text(json.dumps(head))
+    failed = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert failed.returncode == 1 and len(failed.stderr.strip().splitlines()) == 1, failed.stderr
+    assert f"changeset 2.jsonl has 1 problem(s): 2.jsonl:{at + 1}: Expected `str`, got `int` - at `$.title`" in failed.stderr
+    assert (into / "current").resolve().name == "demo"
+    assert json.loads((into / "head.json").read_bytes())["changesets"] == []
+    assert not any((into / "indexes").glob("*"))
+
+
+def test_a_kept_changeset_whose_index_cannot_be_opened_is_not_applied_and_the_server_says_why(tmp_path, origin, start_server):
+    """A changeset of pages is applied only with the index the pull built of what it makes: one
+    whose index was damaged since (a shard's file gone) is not applied; a server starting on the
+    replica serves the state before it, and says why in one line."""
+    base, into, server = followed_replica(tmp_path, origin, start_server)
+    server.stop()
+    published_pages_change(tmp_path, origin, base)
+    pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert pulled.returncode == 0, pulled.stderr
+    built = [path for path in (into / "indexes" / "2").rglob("*") if path.is_file() and path.stat().st_nlink == 1
+             and path.parent.name == "pages" and path.name != "meta.json"]
+    assert built  # the segments of the shards built again for it (those linked from the snapshot's index have two names)
+    for path in built:
+        path.unlink()
+    restarted = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", PUBLIC_URL)
+    ready = restarted.json("/readyz")
+    assert (ready["snapshot"], ready["sequence"]) == ("demo", 1)
+    said = [line for line in restarted.log if "changeset not applied" in line]
+    assert said and str(into / "indexes" / "2") in said[0] and said[0].rstrip().endswith("; serving demo"), said
+
+
 def versions_edited(old: Path, new: Path, name: str, rng: random.Random, private: bool = False) -> None:
     """``new``: ``old`` with versions edited in place, as a build's end edits them (a renamed one
     moves in its lists, one made inactive or active changes lists, a new identifier, built), a

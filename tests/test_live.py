@@ -1081,3 +1081,35 @@ def test_changes_applied_in_memory_make_the_store_loaded_from_scratch(tmp_path, 
         assert done is not None
         assert store_state(done.store) == store_state(load_store(new, page_text=False)), f"round {number}"
         store, old = done.store, new
+
+
+def test_the_state_a_sidecar_keeps_catches_up_with_the_changesets_kept_since_and_is_of_one_snapshot(tmp_path):
+    """A sidecar keeps the store of the state it last indexed (``changeset_index.StateCache``): asked
+    for a later state of the same snapshot, it applies the changesets kept since and gives the
+    store loaded from scratch of that state; for another snapshot, or a state it is not on the
+    way to, it gives nothing (the pull loads the snapshot)."""
+    from docsrv.changeset_index import StateCache
+    from docsrv.snapshot.changeset import compute, read_changeset
+    from docsrv.snapshot.load import manifest_of
+    from docsrv.snapshot.origin import PublishedChangeset
+
+    rng = random.Random(29)
+    states = [synth(tmp_path / "s0")]
+    kept = []
+    for number in range(1, 4):
+        states.append(tmp_path / f"s{number}")
+        random_in_place_change(states[-2], states[-1], f"snap-{number}", rng, pages=True)
+        data = compute(states[-2], manifest_of(states[-2]), states[-1], manifest_of(states[-1]), number)
+        entry = PublishedChangeset(sequence=number, follows=manifest_of(states[-2]).name, product=f"snap-{number}", size=len(data),
+                                   sha256=hashlib.sha256(data).hexdigest())
+        kept.append((entry, read_changeset(data, f"{number}.jsonl")))
+    cache = StateCache()
+    cache.store = load_store(states[0], page_text=False)
+    base = ("demo", 0)  # a snapshot not yet published
+    caught_up = cache.state(states[0], base, kept[:2])
+    assert caught_up is not None and store_state(caught_up) == store_state(load_store(states[2], page_text=False))
+    cache.store = caught_up
+    assert cache.state(states[0], base, kept) is not None and cache.state(states[0], base, kept).name == "snap-3"
+    assert cache.state(states[0], base, kept[:2]) is caught_up
+    assert cache.state(states[0], base, kept[:1]) is None  # past the state asked for
+    assert cache.state(tmp_path / "elsewhere", base, kept) is None

@@ -77,6 +77,7 @@ from run import WORK, System, free_port, pinned, pss_kb, snapshot_path, tree  # 
 BUILD_ID = re.compile(rb'\{"id":(\d+)[,}]')
 #: The kind and id of a change line the feed writes.
 CHANGED = re.compile(rb'\{"op":"upsert","kind":"(\w+)","record":\{"id":(\d+)[,}]')
+PAGE_VERSION = re.compile(rb'"version":(\d+)')
 APPLIED = re.compile(r"worker (\d+) applied changeset (\d+): serving \S+, ([\d.]+) s after it was published")
 
 
@@ -231,6 +232,8 @@ class Feed:
         self.made = {"projects": 0, "versions": 0}
         #: The versions that have pages (read at the first made private).
         self.paged: set[int] = set()
+        #: The lines of the pages of each version, as uploaded so far (read at the first upload).
+        self.page_lines: dict[int, list[bytes]] = {}
         self.lines = [line for line in (snapshot / "builds.jsonl").read_bytes().split(b"\n") if line]
         self.loaded = len(self.lines)
         self.turn = 0
@@ -240,14 +243,15 @@ class Feed:
         self.changed: set[int] = set()
 
     def publish(self, builds: int, moved: int = 0, added: int = 0, versions: int = 0, projects: int = 0,
-                users: int = 0, created: int = 0, hidden: int = 0) -> tuple[int, int, float]:
+                users: int = 0, created: int = 0, hidden: int = 0, pages: int = 0) -> tuple[int, int, float]:
         """Publish a changeset of ``builds`` builds flipped, of which ``moved`` also get a new date
         (they move to the top of their lists), ``added`` new ones, ``versions`` versions edited
         in place (renamed, made active or inactive, or given a new identifier, in turn),
         ``projects`` projects edited in place (``project_edited``), ``users`` users renamed, and
         ``created`` new projects, each with its first version, as many new versions of existing
-        projects (a tag pushed), and ``hidden`` versions without pages made private: (its
-        sequence, its bytes, when head.json was written)."""
+        projects (a tag pushed), ``hidden`` versions without pages made private, and every page
+        of ``pages`` versions uploaded again (``uploaded``): (its sequence, its bytes, when
+        head.json was written)."""
         head = read_head(self.origin)
         assert head is not None
         sequence = head.sequence + 1
@@ -285,6 +289,7 @@ class Feed:
         for number in range(created):
             body += self.created(f"{self.turn}-{number}", now)
         body += self.hidden(hidden)
+        body += self.uploaded(pages, f"{self.turn}")
         # A record changed twice (a version edited, then made private) is sent once, as it is last.
         body = list({CHANGED.match(line).groups(): line for line in body}.values())  # type: ignore[union-attr]
         name = f"feed-{sequence}"
@@ -344,6 +349,30 @@ class Feed:
                 lines.append(b'{"op":"upsert","kind":"versions","record":%s}' % versions[at])
                 if len(lines) == count:
                     break
+        return lines
+
+    def uploaded(self, count: int, mark: str) -> list[bytes]:
+        """The change lines of every page of ``count`` versions with pages, uploaded again as a
+        build's end uploads them: each page's text with a sentence more (the pages file is read
+        at the first upload)."""
+        if not count:
+            return []
+        if not self.page_lines:
+            for line in (self.snapshot / "pages.jsonl").read_bytes().split(b"\n"):
+                if line:
+                    self.page_lines.setdefault(int(PAGE_VERSION.search(line)[1]), []).append(line)  # type: ignore[index]
+        versions = sorted(self.page_lines)
+        lines = []
+        for number in range(count):
+            version = versions[(self.turn * 7919 + number * 104729) % len(versions)]
+            edited = []
+            for line in self.page_lines[version]:
+                page = json.loads(line)
+                page["text"] = f"{page.get('text', '')} Install it again with pip: upload {mark}."
+                edited.append(json.dumps(page, separators=(",", ":"), ensure_ascii=False).encode())
+                self.edited_projects.add(page["project"])
+            self.page_lines[version] = edited
+            lines += [b'{"op":"upsert","kind":"pages","record":%s}' % line for line in edited]
         return lines
 
     def lines_of(self, kind: str) -> list[bytes]:
@@ -478,6 +507,8 @@ def main() -> None:
     parser.add_argument("--crawl-projects", type=int, default=200, help="projects crawled beside those whose builds changed")
     parser.add_argument("--skip", nargs="*", default=[], choices=["publisher", "hot", "pss", "crawl"], help="phases not to run")
     parser.add_argument("--mix", action="store_true", help="the lag's changesets change records of every kind, not builds alone")
+    parser.add_argument("--pages", type=int, default=0, help="versions whose every page each changeset of the lag and the crawl "
+                                                             "uploads again")
     args = parser.parse_args()
     base = snapshot_path(args.scale, 1)
     if not (base / "index" / "docsrv-index.json").exists():
@@ -541,7 +572,8 @@ def main() -> None:
             lags, sizes, heads = [], [], []
             for _ in range(args.rounds):
                 started = time.monotonic()
-                sequence, size_bytes, written = feed.publish(**mixed(size)) if args.mix else feed.publish(size)
+                kinds = mixed(size) if args.mix else {"builds": size}
+                sequence, size_bytes, written = feed.publish(**kinds, pages=args.pages)
                 heads.append((origin / "head.json").stat().st_size)
                 sizes.append(size_bytes)
                 lags.append(log.wait(sequence, 2, written, served))
@@ -614,7 +646,7 @@ def main() -> None:
         if "crawl" not in args.skip:
             for _ in range(args.crawl_changesets):
                 sequence, _bytes, _written = feed.publish(100, moved=20, added=5, versions=10, projects=10, users=10, created=2,
-                                                          hidden=2)
+                                                          hidden=2, pages=args.pages)
             wait_for_sequence(server, sequence)
             os.killpg(sidecar.pid, signal.SIGTERM)
             sidecar.wait(timeout=300)

@@ -3,7 +3,7 @@ publisher to every worker serving it, what following costs the hot path and memo
 what it serves equals a fresh server's.
 
     python bench/live.py [--scale medium] [--sizes 1 10 100 1000] [--rounds 50] [--pss-changesets 1000]
-                         [--crawl-changesets 20] [--skip publisher hot pss crawl] [--mix]
+                         [--crawl-changesets 20] [--skip publisher hot pss crawl] [--mix] [--pages 0]
 
 A synthetic snapshot (bench/scratch/, indexed: its index is published with it) is published whole
 on an origin directory that Python's http.server serves on loopback, pulled into a replica, and
@@ -14,7 +14,9 @@ follows the origin as a sidecar and wrk asks the server for a project list witho
    measurement) is published with ``docsrv snapshot publish --since``: its seconds and bytes;
    and ``docsrv snapshot keys`` reads its purge keys back (seconds, the process's start included).
 2. The lag: for each size, ``--rounds`` changesets of that many changed builds (with ``--mix``,
-   records of every kind a replica applies in memory: ``mixed``), one a second,
+   records of every kind a replica applies in memory: ``mixed``; with ``--pages N``, each also
+   uploads every page of N versions again, as a build's end does: the sidecar builds the index
+   of what it makes), one a second,
    written by a feed (the service's own publisher would emit them from its database: it writes
    each changeset with docsrv's format code, then ``head.json``, as ``publish`` does). For each,
    the seconds from ``head.json`` being written to each worker serving it, as the worker logs
@@ -30,7 +32,7 @@ follows the origin as a sidecar and wrk asks the server for a project list witho
    the server's processes every 100 changesets.
 5. Equivalence, by a crawl: ``--crawl-changesets`` changesets that flip, move (a new date) and
    add builds, add projects and versions, edit them in place, make versions without pages private
-   and rename users, applied in memory; then
+   and rename users (and with ``--pages``, upload pages), applied in memory; then
    the sidecar is stopped, the changesets kept are folded into the snapshot they make (as the
    pull folds them), a fresh server is started on it, and every URL of a crawl
    (``tests/crawl.py``: each kind of URL of the projects whose builds, versions or settings

@@ -36,6 +36,10 @@ log = logging.getLogger("docsrv")
 INDEXES = "indexes"
 #: What a changeset's index was built for, in its directory.
 MARKER = "changeset-index.json"
+#: The indexes kept: a worker applies every kept changeset it has not applied at once, with the
+#: last one's index; the one before stays for a worker that read ``head.json`` just before the
+#: pull listed another (one that finds its index gone says so and tries again at the next look).
+KEEP_INDEXES = 2
 
 
 def index_path(directory: Path, sequence: int) -> Path:
@@ -54,12 +58,17 @@ def changeset_index(directory: Path, entry: PublishedChangeset) -> Path | None:
 
 
 def prune_indexes(directory: Path, kept: set[int]) -> None:
-    """Remove the indexes of changesets no longer kept (a worker that opened one keeps its open files)."""
+    """Remove the indexes of changesets no longer kept, and of those kept, all but the newest
+    KEEP_INDEXES (a worker that opened one keeps its open files): at the large scale a shard
+    built again is about a tenth of a gigabyte, and a sidecar keeps up to 200 changesets."""
     root = directory / INDEXES
-    if root.is_dir():
-        for path in root.iterdir():
-            if not (path.name.isdigit() and int(path.name) in kept):
-                shutil.rmtree(path, ignore_errors=True)
+    if not root.is_dir():
+        return
+    held = sorted(int(path.name) for path in root.iterdir() if path.name.isdigit() and int(path.name) in kept)
+    wanted = {str(sequence) for sequence in held[-KEEP_INDEXES:]}
+    for path in root.iterdir():
+        if path.name not in wanted:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 class StateCache:

@@ -348,6 +348,7 @@ def test_a_server_applies_changesets_of_pages_in_memory_with_the_index_the_pull_
         ready = server.json("/readyz")
         assert (ready["snapshot"], ready["worker"], ready["reloads"]) == (f"snap-{pulled_up_to}", worker, 0)
         assert_serves_as_fresh(server, states[pulled_up_to], urls)
+    assert sorted(p.name for p in (into / "indexes").iterdir()) == ["3", "4"]  # the last two: a worker needs the last
     server.stop()
     restarted = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", PUBLIC_URL)
     assert restarted.json("/readyz")["sequence"] == 4

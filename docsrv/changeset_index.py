@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from .index_build import plan_changed_shards, rebuild_index, shard_of
+from .index_build import link_shard, plan_changed_shards, rebuild_index, shard_of, shard_path
+from .search import shard_directories
 from .serving import current_index, fingerprint
 from .snapshot.changeset import Changeset, composed
 from .snapshot.origin import PublishedChangeset, changeset_path
@@ -69,6 +73,24 @@ def prune_indexes(directory: Path, kept: set[int]) -> None:
     for path in root.iterdir():
         if path.name not in wanted:
             shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def held_index(index: Path | None) -> Iterator[Path | None]:
+    """``index`` as it is now, in hard links beside it, for a fold that takes minutes while the
+    pull goes on keeping changesets and removing their older indexes (``prune_indexes``); removed
+    at the end."""
+    if index is None:
+        yield None
+        return
+    held = index.parent.parent / f".held-index-{index.name}-{os.getpid()}"
+    shutil.rmtree(held, ignore_errors=True)
+    try:
+        for shard, directory in shard_directories(index).items():
+            link_shard(directory, shard_path(held, shard))
+        yield held
+    finally:
+        shutil.rmtree(held, ignore_errors=True)
 
 
 class StateCache:

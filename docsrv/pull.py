@@ -37,7 +37,7 @@ import aiohttp
 import msgspec
 from tqdm import tqdm
 
-from .changeset_index import StateCache, changeset_index, index_changesets, prune_indexes
+from .changeset_index import StateCache, changeset_index, held_index, index_changesets, prune_indexes
 from .config import Deadlines
 from .search import index_problem
 from .serving import (
@@ -387,7 +387,8 @@ def fold_kept(into: Path) -> Folded | None:
     kept = kept_chain(into, current) if current is not None else None
     if current is None or kept is None or not kept.changesets:
         return None
-    apply_changesets(kept_changesets(into, kept.changesets), into, current, True, latest_index(into, kept.changesets))
+    with held_index(latest_index(into, kept.changesets)) as earlier:
+        apply_changesets(kept_changesets(into, kept.changesets), into, current, True, earlier)
     return Folded(current, kept.changesets[-1], time.perf_counter() - started)
 
 

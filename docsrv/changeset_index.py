@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .index_build import link_shard, plan_changed_shards, rebuild_index, shard_of, shard_path
+from .index_build import PageLines, link_shard, plan_changed_shards, rebuild_index, shard_of, shard_path
 from .search import shard_directories
 from .serving import current_index, fingerprint
 from .snapshot.changeset import Changeset, composed
@@ -94,11 +94,20 @@ def held_index(index: Path | None) -> Iterator[Path | None]:
 
 
 class StateCache:
-    """The store of the last state a pull indexed, kept for the next pull of a sidecar: loading
-    the snapshot and applying the kept changesets again would cost a second at the medium scale."""
+    """The store of the last state a pull indexed, kept for the next pull of a sidecar (loading
+    the snapshot and applying the kept changesets again would cost a second at the medium scale),
+    and where the lines of its snapshot's pages file are."""
 
     def __init__(self) -> None:
         self.store: Store | None = None
+        #: Where the lines of the snapshot's pages file are, found at its first changeset of pages.
+        self.places: PageLines | None = None
+
+    def places_of(self, store: Store) -> PageLines | None:
+        """The places of the lines of ``store``'s snapshot's pages file, found once for each snapshot."""
+        if self.places is None or self.places.path.parent != store.path:
+            self.places = PageLines.of(store)
+        return self.places
 
     def state(self, snapshot: Path, base: tuple[str, int], kept: list[tuple[PublishedChangeset, Changeset]]) -> Store | None:
         """The store of the snapshot ``snapshot`` (its name and sequence: ``base``) with the
@@ -144,7 +153,8 @@ def index_changesets(directory: Path, snapshot: Path, kept: list[tuple[Published
             continue
         started = time.perf_counter()
         shards = {shard_of(page.version) for pair in done.pages for page in pair if page is not None}
-        plan = plan_changed_shards(store, page_changes(chain[: position + 1]), shards, earlier)
+        plan = plan_changed_shards(store, page_changes(chain[: position + 1]), shards, earlier,
+                                   cache.places_of(store) if cache is not None else None)
         if plan is None:
             return False
         target = index_path(directory, entry.sequence)

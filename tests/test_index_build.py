@@ -160,3 +160,64 @@ def test_an_earlier_index_that_does_not_say_what_a_shard_holds_is_not_built_from
     assert plan_rebuild(store, old / "index") is not None
     (shard_path(old / "index", 0) / "shard.json").write_text("{not json")
     assert plan_rebuild(store, old / "index") is None
+
+
+def page_changes_of(old: Path, new: Path, across: bool) -> tuple:
+    """The changeset from ``old`` to ``new`` applied in memory to ``old``'s store: (that store,
+    the page changes as the pull gives them, the shards they touch), a page moved to another
+    version of its shard, or (``across``) of another shard."""
+    from docsrv.changeset_index import page_changes
+    from docsrv.snapshot.changeset import compute, read_changeset
+    from docsrv.snapshot.load import manifest_of
+    from docsrv.snapshot.origin import PublishedChangeset
+    from docsrv.store_changes import applied
+
+    data = compute(old, manifest_of(old), new, manifest_of(new), 1)
+    changeset = read_changeset(data, "1.jsonl")
+    done = applied(load_store(old, page_text=False, progress=False), changeset, indexed=True)
+    assert done is not None
+    entry = PublishedChangeset(sequence=1, follows=manifest_of(old).name, product="changed", size=len(data), sha256="0" * 64)
+    shards = {shard_of(page.version) for pair in done.pages for page in pair if page is not None}
+    return done.store, page_changes([(entry, changeset)]), shards
+
+
+@pytest.mark.parametrize("across", [False, True])
+def test_a_changed_shard_is_built_from_the_places_of_its_lines_as_from_the_file_read_through(tmp_path, monkeypatch, across):
+    """The pull finds a changed shard's lines where they are in the pages file (``PageLines``):
+    the same lines, so the same pages and the same digests as reading the file through, and the
+    digests a fold's product has (its index then builds nothing again). A page moved to a shard
+    it was not in is found by reading the file through."""
+    from docsrv import index_build
+    from docsrv.index_build import PageLines, plan_changed_shards, shard_digests
+
+    old = indexed_demo(tmp_path / "old")
+
+    def edited(records: dict[str, list]) -> list[int]:
+        versions = public_versions_with_pages(records)
+        pages = records["pages"]
+        for page in pages[::7]:
+            page["text"] = page.get("text", "") + " Reticulated again."
+        for number in range(2):  # new pages come last in their shard's lines, in the changeset's order
+            pages.append(dict(pages[3], id=max(p["id"] for p in pages) + 1, path=f"new-{number}.html", text="A new gearbox page."))
+        del pages[5]
+        source, other = next((a, b) for a in versions for b in versions
+                             if a is not b and (shard_of(a["id"]) != shard_of(b["id"])) is across)
+        page = next(p for p in records["pages"] if p["version"] == source["id"])
+        page.update(version=other["id"], project=other["project"], path="moved.html")
+        return []
+
+    new = tmp_path / "new"
+    changed(old, new, edited)
+    store, changes, shards = page_changes_of(old, new, across)
+    places = PageLines.of(load_store(old, page_text=False, progress=False))
+    assert places is not None
+    through = plan_changed_shards(store, changes, shards, old / "index")
+    read_through = []
+    reading = index_build.read_shard_lines
+    monkeypatch.setattr(index_build, "read_shard_lines", lambda *args: read_through.append(1) or reading(*args))
+    placed = plan_changed_shards(store, changes, shards, old / "index", places)
+    assert through is not None and placed is not None
+    assert bool(read_through) is across
+    assert (placed.digests, placed.changed) == (through.digests, through.changed)
+    assert {shard: through.digests[shard] for shard in through.changed} == \
+        {shard: digest for shard, digest in shard_digests(load_store(new, page_text=False, progress=False)).items() if shard in shards}

@@ -10,8 +10,11 @@ score then equals that of an index built whole from the snapshot the changesets 
 fold of them finds that index current, shard by shard. A worker applying the changeset opens
 that index and serves it with the store the changeset makes, both at once (``following.py``).
 
-A kept changeset that changes pages and has no such index (a pull that builds none, or one whose
-index could not be made) is not applied in memory: it waits for the pull's snapshot of it.
+The pull keeps the indexes of the newest two such changesets: a worker applies every changeset
+it has not applied at once, with the last one's index. A kept changeset of pages that has no
+index after it is not applied in memory: it waits for the pull's snapshot of it. A sidecar keeps
+the store of the state it indexed last and where the lines of the snapshot's pages file are
+(``StateCache``), so that the next changeset costs the shards it changes.
 """
 
 from __future__ import annotations
@@ -119,8 +122,10 @@ class StateCache:
         if (store.name, store.manifest.sequence) not in [base, *((entry.product, entry.sequence) for entry, _changeset in kept)]:
             return None
         after = [changeset for entry, changeset in kept if entry.sequence > store.manifest.sequence]
-        done = applied(store, composed(after), indexed=True) if after else None
-        return store if not after else done.store if done is not None else None
+        if not after:
+            return store
+        done = applied(store, composed(after), indexed=True)
+        return done.store if done is not None else None
 
 
 def index_changesets(directory: Path, snapshot: Path, kept: list[tuple[PublishedChangeset, Changeset]],
@@ -172,7 +177,7 @@ def index_changesets(directory: Path, snapshot: Path, kept: list[tuple[Published
 def page_changes(chain: list[tuple[PublishedChangeset, Changeset]]) -> dict[int, tuple[str, bytes] | None]:
     """The pages ``chain`` changes, as ``composed`` composes them (its order is that of the new
     pages a fold writes): by id, the file its last line is in and the line, or None for one deleted."""
-    upserts = composed([changeset for _entry, changeset in chain])
+    together = composed([changeset for _entry, changeset in chain])
     where = {identity: changeset_path(entry.sequence) for entry, changeset in chain for identity in changeset.upserts["pages"]}
-    return dict.fromkeys(upserts.deletes["pages"]) | {i: (where[i], line) for i, line in upserts.upserts["pages"].items()}
+    return dict.fromkeys(together.deletes["pages"]) | {i: (where[i], line) for i, line in together.upserts["pages"].items()}
 

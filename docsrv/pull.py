@@ -360,7 +360,7 @@ def indexes_built(into: Path, current: str, chain: list[PublishedChangeset], new
     kept = list(zip(chain, kept_changesets(into, chain), strict=True))
     try:
         return index_changesets(into, into / current, kept, new, INDEXED_STATE)
-    except SnapshotError as error:  # a page of a changeset that does not decode as one, named by its file and line
+    except SnapshotError as error:  # a changed shard's page that does not decode as one, named by its file and line
         raise PullError(error.summary()) from None
 
 

@@ -1125,3 +1125,36 @@ def test_the_state_a_sidecar_keeps_catches_up_with_the_changesets_kept_since_and
     assert cache.state(states[0], base, kept[:2]) is caught_up
     assert cache.state(states[0], base, kept[:1]) is None  # past the state asked for
     assert cache.state(tmp_path / "elsewhere", base, kept) is None
+
+
+def test_a_full_disk_while_the_pull_builds_a_changesets_index_keeps_nothing_of_it(tmp_path, origin, monkeypatch):
+    """A full disk while the pull builds the index of a changeset of pages (the index's writer
+    fails with ENOSPC half-way): the pull fails, saying so in one line; it keeps neither the
+    changeset nor a part of its index, and ``current`` stays; with room again, it keeps both."""
+    import asyncio
+    import errno
+
+    from docsrv import changeset_index
+    from docsrv.pull import describe, pull
+
+    base, into, _second = replica_and_change(tmp_path, origin)
+    published_pages_change(tmp_path, origin, base)
+    building = changeset_index.rebuild_index
+
+    def full_disk(store, plan, directory):
+        (directory / "shards").mkdir()
+        (directory / "shards" / "half-written").write_bytes(b"x" * 100)
+        raise OSError(errno.ENOSPC, "No space left on device", str(directory / "shards" / "half-written"))
+
+    monkeypatch.setattr(changeset_index, "rebuild_index", full_disk)
+    with pytest.raises(OSError) as failed:
+        asyncio.run(pull(origin.url, into))
+    said = describe(failed.value)
+    assert said.endswith("indexes/2/shards/half-written: No space left on device") and "\n" not in said, said
+    assert (into / "current").resolve().name == "demo"
+    assert json.loads((into / "head.json").read_bytes())["changesets"] == []
+    assert not any((into / "indexes").iterdir())  # no part of it, under its name or beside it
+    monkeypatch.setattr(changeset_index, "rebuild_index", building)
+    asyncio.run(pull(origin.url, into))
+    assert [e["sequence"] for e in json.loads((into / "head.json").read_bytes())["changesets"]] == [2]
+    assert sorted(p.name for p in (into / "indexes").iterdir()) == ["2"]

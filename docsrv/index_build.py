@@ -170,23 +170,24 @@ def build_index(store: Store, directory: Path, print_progress: bool | None = Non
     by_shard: dict[int, list[Page]] = {shard: [] for shard in digests}
     for page in pages:  # in id order, as every shard lists its pages
         by_shard[shard_of(page.version)].append(page)
-    operators = code_syntax.operator_names(pages)
+    named = {shard: code_syntax.operator_names(held) for shard, held in by_shard.items()}
+    operators = frozenset().union(*named.values())
     with progress_bar(len(pages), "index pages", wanted() if print_progress is None else print_progress, unit="page") as bar:
-        build_shards(store, directory, [(shard, held, digests[shard]) for shard, held in by_shard.items()], operators,
+        build_shards(store, directory, [(shard, held, digests[shard], named[shard]) for shard, held in by_shard.items()], operators,
                      None if bar is None else bar.update)
     return time.perf_counter() - started
 
 
-def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], str]], operators: frozenset[str],
+def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], str, frozenset[str]]], operators: frozenset[str],
                  built: Callable[[int], object] | None = None) -> None:
-    """Build ``shards`` (number, pages, digest) in ``index``, one after another: the commit of one
+    """Build ``shards`` (number, pages, digest, the operators those pages name) in ``index``, one after another: the commit of one
     (tantivy's, without the GIL) runs in a thread while the next one's pages are added, so both
     cores work (one at a time, each shard's writer had the build take a fifth longer than one
     index's of two threads). ``built`` is told how many pages each shard held."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="docsrv-commit") as committing:
         previous: Future[None] | None = None
-        for shard, pages, digest in shards:
-            commit = build_shard(store, index, shard, pages, operators, digest)
+        for shard, pages, digest, named in shards:
+            commit = build_shard(store, index, shard, pages, operators, Shard(digest=digest, pages=len(pages), operators=sorted(named)))
             if previous is not None:
                 previous.result()  # one commit at a time: a shard's writer holds WRITER_HEAP until it is done
             previous = committing.submit(commit)
@@ -197,9 +198,9 @@ def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], 
 
 
 def build_shard(store: Store, index: Path, shard: int, pages: list[Page], operators: frozenset[str],
-                digest: str) -> Callable[[], None]:
+                made: Shard) -> Callable[[], None]:
     """Add one shard's ``pages`` (in id order) to an index of its own in ``index``, ``operators``
-    being those of the whole index; return what commits it and writes what it was built from."""
+    being those of the whole index; return what commits it and writes what it was ``made`` from."""
     directory = shard_path(index, shard)
     (directory / PAGES).mkdir(parents=True)
     (directory / ENTRIES).mkdir()
@@ -224,13 +225,12 @@ def build_shard(store: Store, index: Path, shard: int, pages: list[Page], operat
             )
             for document in named_entries.documents(page, scope, slot, changelog):
                 entries.add_document(document)
-    named = sorted(code_syntax.operator_names(pages))
 
     def commit() -> None:
         for writer in (documents, entries):
             writer.commit()
             writer.wait_merging_threads()
-        (directory / SHARD_FILE).write_bytes(msgspec.json.encode(Shard(digest=digest, pages=len(pages), operators=named)))
+        (directory / SHARD_FILE).write_bytes(msgspec.json.encode(made))
 
     return commit
 
@@ -244,6 +244,8 @@ class Rebuild:
     digests: dict[int, str]
     changed: dict[int, list[Page]]
     operators: frozenset[str]
+    #: The operators the pages of each changed shard name.
+    named: dict[int, frozenset[str]]
 
 
 def read_shards(index: Path) -> dict[int, Shard] | None:
@@ -278,11 +280,18 @@ def plan_rebuild(store: Store, previous: Path) -> Rebuild | None:
                         raise SnapshotError(str(store.path), [Problem(name, number, describe(error))]) from None
     for pages in changed.values():
         pages.sort(key=attrgetter("id"))
+    return planned(previous, before, digests, changed)
+
+
+def planned(previous: Path, before: dict[int, Shard], digests: dict[int, str], changed: dict[int, list[Page]]) -> Rebuild | None:
+    """The plan to build the ``changed`` shards again and link the others of ``previous`` (whose
+    shards were built from ``before``); None when the operators the pages name change."""
+    named = {shard: code_syntax.operator_names(pages) for shard, pages in changed.items()}
     kept = [set(before[shard].operators) for shard in digests if shard not in changed]
-    operators = frozenset().union(*kept, *(code_syntax.operator_names(pages) for pages in changed.values()))
+    operators = frozenset().union(*kept, *named.values())
     if operators != frozenset().union(*(shard.operators for shard in before.values())):
         return None
-    return Rebuild(previous, digests, changed, operators)
+    return Rebuild(previous, dict(sorted(digests.items())), changed, operators, named)
 
 
 #: A shard's lines to build it from: (the file a line is in, its number there or 0, the line).
@@ -324,11 +333,7 @@ def plan_changed_shards(store: Store, changes: Mapping[int, tuple[str, bytes] | 
     problems.raise_if_any()
     digests = {shard: found.digest for shard, found in before.items() if shard not in shards}
     digests |= {shard: hasher.hexdigest() for shard, hasher in hashers.items()}
-    kept = [set(before[shard].operators) for shard in digests if shard not in changed]
-    operators = frozenset().union(*kept, *(code_syntax.operator_names(pages) for pages in changed.values()))
-    if operators != frozenset().union(*(shard.operators for shard in before.values())):
-        return None
-    return Rebuild(previous, dict(sorted(digests.items())), changed, operators)
+    return planned(previous, before, digests, changed)
 
 
 def read_shard_lines(store: Store, changes: Mapping[int, object], placed: dict[int, tuple[str, _Placed, bytes]],
@@ -443,7 +448,8 @@ def rebuild_index(store: Store, plan: Rebuild, directory: Path) -> float:
     started = time.perf_counter()
     for shard in plan.digests.keys() - plan.changed.keys():
         link_shard(shard_path(plan.previous, shard), shard_path(directory, shard))
-    build_shards(store, directory, [(shard, pages, plan.digests[shard]) for shard, pages in plan.changed.items()], plan.operators)
+    build_shards(store, directory, [(shard, pages, plan.digests[shard], plan.named[shard]) for shard, pages in plan.changed.items()],
+                 plan.operators)
     return time.perf_counter() - started
 
 

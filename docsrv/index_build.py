@@ -375,7 +375,7 @@ class PageLines:
         #: By shard, in the file's order: each line's page id, offset, length and number.
         self.shards = shards
         #: By shard, its page ids sorted: whether a page is in the file, and in which shard.
-        self.sorted_ids = {shard: sorted(ids) for shard, (ids, _offsets, _lengths, _numbers) in shards.items()}
+        self.sorted_ids = {shard: array("q", sorted(ids)) for shard, (ids, _offsets, _lengths, _numbers) in shards.items()}
         with open(path, "rb") as file:
             self.map = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) if path.stat().st_size else None
 

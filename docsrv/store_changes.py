@@ -42,7 +42,7 @@ from .utils.positions import LEAVE_OUT, PUT_IN, REPLACE, Chunked, Edit, Overlay,
 
 #: The kinds a changeset may change to be applied in memory.
 LIVE_KINDS = frozenset({"users", "projects", "relationships", "versions", "builds", "build_commands"})
-#: And those it may change when the pull built the search index of the state it makes (``pull.index_changesets``).
+#: And those it may change when the pull built the search index of the state it makes (``changeset_index.index_changesets``).
 INDEXED_KINDS = LIVE_KINDS | {"pages"}
 #: Where a build stands among builds: served newest first, then by id (``served_records``).
 RANK = attrgetter("date", "id")

@@ -1,20 +1,21 @@
 """The search index of the state each kept changeset of pages makes, which the pull builds and a
 following server opens: pages are then applied in memory, as every other kind is.
 
-A changeset that changes pages changes what doc search finds. The pull that keeps it builds the
-index of the state it makes beside the changesets, in ``DIR/indexes/<sequence>/``, before
-``head.json`` lists it (the index first, the pointer last): the shards whose pages the
-changeset touched are built again from the snapshot's lines of theirs with every kept change
-made, the others are hard links to the index of the state before (``index_build.py``). Every
-score then equals that of an index built whole from the snapshot the changesets make, and a
-fold of them finds that index current, shard by shard. A worker applying the changeset opens
-that index and serves it with the store the changeset makes, both at once (``following.py``).
+A changeset that changes pages, or makes private or deletes a project or version that holds
+pages, changes what doc search finds (``store_changes.changes_index``). The pull that keeps it
+builds the index of the state it makes beside the changesets, in ``DIR/indexes/<sequence>/``,
+before ``head.json`` lists it (the index first, the pointer last): the shards whose served pages
+changed are built again from the snapshot's lines of theirs with every kept change made, the
+others are hard links to the index of the state before (``index_build.py``). Every score then
+equals that of an index built whole from the snapshot the changesets make, and a fold of them
+finds that index current, shard by shard. A worker applying the changeset opens that index and
+serves it with the store the changeset makes, both at once (``following.py``).
 
 The pull keeps the indexes of the newest two such changesets: a worker applies every changeset
-it has not applied at once, with the last one's index. A kept changeset of pages that has no
-index after it is not applied in memory: it waits for the pull's snapshot of it. A sidecar keeps
-the store of the state it indexed last and where the lines of the snapshot's pages file are
-(``StateCache``), so that the next changeset costs the shards it changes.
+it has not applied at once, with the last one's index. A kept changeset that changes the index
+and has no index after it is not applied in memory: it waits for the pull's snapshot of it. A
+sidecar keeps the store of the state it indexed last and where the lines of the snapshot's pages
+file are (``StateCache``), so that the next changeset costs the shards it changes.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from .search import shard_directories
 from .serving import current_index, fingerprint
 from .snapshot.changeset import Changeset, composed
 from .snapshot.origin import PublishedChangeset, changeset_path
+from .snapshot.records import PageHead
 from .snapshot.write import built_aside
 from .store import Store, load_store
-from .store_changes import applied
+from .store_changes import applied, changes_index
 
 log = logging.getLogger("docsrv")
 
@@ -130,35 +132,46 @@ class StateCache:
 
 def index_changesets(directory: Path, snapshot: Path, kept: list[tuple[PublishedChangeset, Changeset]],
                      new: list[tuple[PublishedChangeset, Changeset]], cache: StateCache | None = None) -> bool:
-    """Build in ``directory`` the index of the state each changeset of ``new`` that changes pages
-    makes, following the snapshot ``snapshot`` and the changesets ``kept`` after it; False, with
-    what was built left in place for nothing, when one of them is not applied in memory after all
-    or its index needs every shard built (the operators its pages name changed): the pull then
-    folds them."""
+    """Build in ``directory`` the index of the state each changeset of ``new`` that changes the
+    index (``store_changes.changes_index``) makes, following the snapshot ``snapshot`` and the
+    changesets ``kept`` after it; False, with what was built left in place for nothing, when one
+    of them is not applied in memory after all or its index needs every shard built (the
+    operators its pages name changed): the pull then folds them. Each index builds again the
+    shards of the pages that every changeset since the index before changed, those its header
+    did not say it changed included: a server applies those with this index."""
     chain = [*kept, *new]
-    first = (kept or new)[0]
-    store = cache.state(snapshot, (first[1].header.follows, first[0].sequence - 1), kept) if cache is not None else None
+    first = chain[0]
+    indexed = [at for at, (_entry, changeset) in enumerate(kept) if changes_index(changeset)]
+    reflected = kept[: indexed[-1] + 1] if indexed else []  # what the index before holds
+    store = cache.state(snapshot, (first[1].header.follows, first[0].sequence - 1), reflected) if cache is not None else None
     if store is None:
         store = load_store(snapshot, progress=False, page_text=False)
-        if kept:
-            done = applied(store, composed([changeset for _entry, changeset in kept]), indexed=True)
+        if reflected:
+            done = applied(store, composed([changeset for _entry, changeset in reflected]), indexed=True)
             if done is None:
                 return False
             store = done.store
-    paged = [entry for entry, changeset in kept if "pages" in changeset.kinds]
-    earlier = changeset_index(directory, paged[-1]) if paged else current_index(snapshot, fingerprint(snapshot), check=True, own=True)
+    earlier = changeset_index(directory, reflected[-1][0]) if reflected else current_index(snapshot, fingerprint(snapshot), check=True,
+                                                                                            own=True)
     if earlier is None:
         return False
+    touched: set[int] = set()
+    since = [changeset for _entry, changeset in kept[len(reflected):]]
+    if since:
+        done = applied(store, composed(since), indexed=True)
+        if done is None:
+            return False
+        store, touched = done.store, shards_touched(done.pages)
     for position, (entry, changeset) in enumerate(new, start=len(kept)):
         done = applied(store, changeset, indexed=True)
         if done is None:
             return False
         store = done.store
-        if "pages" not in changeset.kinds:
+        touched |= shards_touched(done.pages)
+        if not changes_index(changeset):
             continue
         started = time.perf_counter()
-        shards = {shard_of(page.version) for pair in done.pages for page in pair if page is not None}
-        plan = plan_changed_shards(store, page_changes(chain[: position + 1]), shards, earlier,
+        plan = plan_changed_shards(store, page_changes(chain[: position + 1]), touched, earlier,
                                    cache.places_of(store) if cache is not None else None)
         if plan is None:
             return False
@@ -168,10 +181,15 @@ def index_changesets(directory: Path, snapshot: Path, kept: list[tuple[Published
             (partial / MARKER).write_text(json.dumps({"product": entry.product, "sequence": entry.sequence}))
         log.info("changeset %d: built %d of the %d shards of the search index again in %.1f s", entry.sequence, len(plan.changed),
                  len(plan.digests), time.perf_counter() - started)
-        earlier = target
-    if cache is not None:
-        cache.store = store
+        earlier, touched = target, set()
+        if cache is not None:
+            cache.store = store
     return True
+
+
+def shards_touched(pages: list[tuple[PageHead | None, PageHead | None]]) -> set[int]:
+    """The shards of the served pages that changed (before, after)."""
+    return {shard_of(page.version) for pair in pages for page in pair if page is not None}
 
 
 def page_changes(chain: list[tuple[PublishedChangeset, Changeset]]) -> dict[int, tuple[str, bytes] | None]:

@@ -17,12 +17,12 @@ holds each (``pull.py``). A server started with ``--watch`` on ``DIR/current`` f
 
 A changeset that does not follow (another base, a gap), or fails its seal or its reading, is
 never applied: the worker says so in one line and serves what it has until ``head.json``
-changes. A changeset of pages is applied with the search index the pull built of the state it
-makes (``changeset_index.py``), opened in the heavy-work thread and swapped in with the store.
-One that the store cannot take in memory (it moves a project or version, takes one away that
-holds pages, or changes pages the pull built no index for) waits for the pull, which writes the
-snapshot it makes and points ``current`` at it: the server then reloads onto it, as it does for
-any new snapshot.
+changes. A changeset that changes the search index (pages, or a project or version that holds
+pages made private or deleted) is applied with the index the pull built of the state it makes
+(``changeset_index.py``), opened in the heavy-work thread and swapped in with the store. One
+that the store cannot take in memory (it moves a project or version, or changes the index and
+the pull built no index of it) waits for the pull, which writes the snapshot it makes and points
+``current`` at it: the server then reloads onto it, as it does for any new snapshot.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from .snapshot.changeset import Changeset, composed, read_listed
 from .snapshot.errors import SnapshotError
 from .snapshot.origin import HEAD, PublishedChangeset, changeset_path, decode_head
 from .store import Store
-from .store_changes import applied, in_memory
+from .store_changes import applied, changes_index, in_memory
 
 log = logging.getLogger("docsrv")
 
@@ -111,9 +111,11 @@ def step(directory: Path, store: Store) -> Step:
     """The changesets ``directory`` holds after ``store``, read and checked, composed into one and
     applied at once (``changeset.composed``), up to the first that does not apply in memory or
     cannot be read. One at a time, the 201 changesets of 10 builds a large replica kept took 3.5 s;
-    composed, 0.28 s. Those that change pages are applied with the index of the last one's state
-    (the pull keeps the newest two: ``changeset_index.KEEP_INDEXES``); when it has none, up to
-    the one before it."""
+    composed, 0.28 s. Those that change the search index (``store_changes.changes_index``) are
+    applied with the index of the last one's state (the pull keeps the newest two:
+    ``changeset_index.KEEP_INDEXES``); when it has none, up to the one before it. Those after the
+    last index are applied without it: one that takes pages away all the same (its header says
+    otherwise) is not applied, and waits for the pull's snapshot of it."""
     entries: list[PublishedChangeset] = []
     changesets: list[Changeset] = []
     waits = error = None
@@ -128,20 +130,31 @@ def step(directory: Path, store: Store) -> Step:
     except ChainError as problem:
         error = str(problem)
     index = None
-    while paged := [at for at, changeset in enumerate(changesets) if "pages" in changeset.kinds]:
+    while paged := [at for at, changeset in enumerate(changesets) if changes_index(changeset)]:
         index = changeset_index(directory, entries[paged[-1]])
         if index is not None:
             break
         waits = entries[paged[-1]].sequence  # its index is not there: it waits for the pull's snapshot of it
         del entries[paged[-1]:], changesets[paged[-1]:]
-    done = applied(store, composed(changesets), entries[-1].published_at, indexed=index is not None) if entries else None
-    if done is None:  # none, or one whose header claims what its records do not: waits for the pull's snapshot
-        return Step(store, None, [], [], entries[0].sequence if entries else waits, error)
+    cut = paged[-1] + 1 if index is not None else 0
+    made = store
+    touched: list[str] = []
+    done_entries: list[PublishedChangeset] = []
+    for part, indexed in ((slice(0, cut), True), (slice(cut, None), False)):
+        if not entries[part]:
+            continue
+        done = applied(made, composed(changesets[part]), entries[part][-1].published_at, indexed=indexed)
+        if done is None:  # one whose header claims what its records do not: waits for the pull's snapshot
+            waits = entries[part][0].sequence
+            break
+        made, touched, done_entries = done.store, touched + applied_keys(done), done_entries + entries[part]
+    if not done_entries:
+        return Step(store, None, [], [], waits, error)
     try:
-        search = SearchIndex.open(done.store, index) if index is not None else None
+        search = SearchIndex.open(made, index) if index is not None else None
     except (OSError, ValueError) as problem:  # the pull removed it meanwhile (a fold), or it was damaged
         return Step(store, None, [], [], None, f"{index}: {' '.join(str(problem).split())[:200]}")
-    return Step(done.store, search, applied_keys(done), entries, waits, error)
+    return Step(made, search, touched, done_entries, waits, error)
 
 
 def caught_up(served: Served, directory: Path | None) -> Served:

@@ -59,7 +59,7 @@ from .snapshot.origin import FORMAT_VERSION as ORIGIN_FORMAT_VERSION
 from .snapshot.records import FileDigest, Manifest
 from .snapshot.write import put_in_place
 from .store import load_store, prepare
-from .store_changes import in_memory
+from .store_changes import changes_index, in_memory
 from .utils.files import link_or_copy, replace_file
 from .utils.progress import progress_bar, wanted
 
@@ -353,9 +353,10 @@ INDEXED_STATE = StateCache()
 
 
 def indexes_built(into: Path, current: str, chain: list[PublishedChangeset], new: list[tuple[PublishedChangeset, Changeset]]) -> bool:
-    """Whether the changesets ``new``, to be kept after ``chain``, change no page, or their
-    indexes were built (``changeset_index.index_changesets``); False when they are to be folded."""
-    if not any("pages" in changeset.kinds for _entry, changeset in new):
+    """Whether the changesets ``new``, to be kept after ``chain``, do not change the search index
+    (``store_changes.changes_index``), or their indexes were built (``changeset_index.index_changesets``);
+    False when they are to be folded."""
+    if not any(changes_index(changeset) for _entry, changeset in new):
         return True
     kept = list(zip(chain, kept_changesets(into, chain), strict=True))
     try:

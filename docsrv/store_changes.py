@@ -4,14 +4,15 @@ A server that follows a replica's changesets (``following.py``) applies each one
 without a reload. What is applied in memory is what the service changes every few seconds:
 builds and their commands, users, subprojects, projects and versions added (as people import a
 project or push a tag), edited in place (as a build's end, or a maintainer's settings, edit them:
-the same slug and project), or made private or deleted when they hold no pages (what they hold
-leaves with them), and pages, when the pull built the search index of the state the changeset
-makes (``changeset_index.py``; ``indexed``). Nothing that was there becomes public, no address
-moves, and nothing the search index holds goes with its project or version: the changeset's
-header says so (``in_place``), and what it takes away is checked here (privacy does not rest on
-the header). A changeset that changes anything else (a project or version moved or made public,
-or one with pages made private or deleted) is not applied here: the pull writes the snapshot it
-makes, checks it whole, and points ``current`` at it (a reload).
+the same slug and project), or made private or deleted (what they hold leaves with them), and
+pages. What changes the search index (pages, and a project or version that holds pages made
+private or deleted) is applied when the pull built the index of the state the changeset makes
+(``changeset_index.py``; ``indexed``). Nothing that was there becomes public and no address
+moves: the changeset's header says so (``in_place``, or ``unmoved`` where pages are taken
+away), and what it takes away is checked here (privacy does not rest on the header: without
+the index, one that leaves holding pages is not applied). A changeset that changes anything
+else (a project or version moved or made public) is not applied here: the pull writes the
+snapshot it makes, checks it whole, and points ``current`` at it (a reload).
 
 The store made is a new one; the one it is made from is never changed, so a request in flight
 keeps reading one state. Records by id and their groupings are overlays of the changes on the
@@ -82,21 +83,32 @@ class Applied(msgspec.Struct, frozen=True):
 def in_memory(changeset: Changeset, public_url: str, *, indexed: bool = False) -> bool:
     """Whether a server applies ``changeset`` in memory to a snapshot published at ``public_url``:
     it changes users, subprojects, builds and their commands, and projects and versions in place
-    (its header says so: ``Header.in_place``), and pages when the search index of the state it
-    makes was built (``indexed``), names the build of each command it deletes, and keeps the
+    (its header says so: ``Header.in_place``), and, when the search index of the state it makes
+    was built (``indexed``), pages, and projects and versions that take pages away (made private
+    or deleted: ``Header.unmoved``); it names the build of each command it deletes, and keeps the
     public URL (which every reply's links begin with)."""
+    header = changeset.header
     return (changeset.kinds <= (INDEXED_KINDS if indexed else LIVE_KINDS)
-            and (not changeset.kinds.intersection(PLACED_KINDS) or changeset.header.in_place)
+            and (not changeset.kinds.intersection(PLACED_KINDS) or header.in_place or (indexed and header.unmoved))
             and changeset.deletes["build_commands"] <= changeset.deleted_commands.keys()
             and changeset.header.product.public_url.rstrip("/") == public_url.rstrip("/"))
 
 
+def changes_index(changeset: Changeset) -> bool:
+    """Whether ``changeset``, by its kinds and header, changes what the search index holds: it
+    changes pages, or takes away a project or version that holds pages (not ``in_place``). The
+    pull builds the index of the state such a changeset makes, and a server applies it only with
+    that index."""
+    return "pages" in changeset.kinds or (bool(changeset.kinds.intersection(PLACED_KINDS)) and not changeset.header.in_place)
+
+
 def applied(store: Store, changeset: Changeset, published_at: datetime | None = None, *, indexed: bool = False) -> Applied | None:
     """The store ``changeset`` makes of ``store``; None when it is not applied in memory
-    (``in_memory``, or it moves a served project or version after all, or takes one away that
-    holds pages: privacy does not rest on the header) or does not follow ``store`` (by name: its
-    sequence is the follower's to check, ``following.pending``). ``indexed``: the search index of
-    the state it makes was built, and its pages are applied too."""
+    (``in_memory``, or it moves a served project or version after all, or, without ``indexed``,
+    takes one away that holds pages: privacy does not rest on the header) or does not follow
+    ``store`` (by name: its sequence is the follower's to check, ``following.pending``).
+    ``indexed``: the search index of the state it makes was built, and its pages are applied too,
+    those of the projects and versions it takes away included."""
     header = changeset.header
     product = product_manifest(changeset)
     if not in_memory(changeset, store.public_url, indexed=indexed) or header.follows != store.name:
@@ -104,16 +116,16 @@ def applied(store: Store, changeset: Changeset, published_at: datetime | None = 
     made = copy.copy(store)
     made.manifest, made.name, made.created_at, made.published_at = product, product.name, product.created_at, published_at
     # Projects, then versions, then builds: which are served depends on what they belong to. One
-    # that leaves, or moves, and holds pages is not in place, whatever the header says: the pull's
-    # snapshot of it is loaded whole (the search index holds its pages).
+    # that moves is not in place, whatever the header says, nor one that leaves holding pages
+    # without the index of the state made: the pull's snapshot of it is loaded whole.
     projects = changed_in_place(store.projects, changeset.upserts["projects"], changeset.deletes["projects"], _project,
-                                attrgetter("slug"), lambda p: p.id in store.projects_with_pages)
+                                attrgetter("slug"), lambda p: not indexed and p.id in store.projects_with_pages)
     if projects is None:
         return None
     if projects:
         projects_changed(made, store, projects)
     versions = changed_in_place(store.versions, changeset.upserts["versions"], changeset.deletes["versions"], _version,
-                                attrgetter("project", "slug"), lambda v: v.id in store.versions_with_pages, made.projects)
+                                attrgetter("project", "slug"), lambda v: not indexed and v.id in store.versions_with_pages, made.projects)
     if versions is None:
         return None
     listed = {before.id for before, _after in versions if before is not None}
@@ -121,10 +133,11 @@ def applied(store: Store, changeset: Changeset, published_at: datetime | None = 
                  for version in store.versions_of_project.get(before.id, []) if version.id not in listed]  # type: ignore[union-attr]
     if versions:
         versions_changed(made, store, versions)
-    shown = builds_changed(made, store, changeset, {before.id for before, after in versions if after is None and before is not None})
+    left = {before.id for before, after in versions if after is None and before is not None}
+    shown = builds_changed(made, store, changeset, left)
     users = users_changed(made, store, changeset)
     relationships = relationships_changed(made, store, changeset, {before.id for before, after in projects if after is None and before})
-    pages = pages_changed(made, store, changeset)
+    pages = pages_changed(made, store, changeset, left & store.versions_with_pages.keys())
     return Applied(made, store, shown, [((made.projects.get(v.project) or store.projects[v.project]).slug, before, after)
                                         for before, after in versions if (v := after or before) is not None],
                    projects, users, relationships, pages)
@@ -279,13 +292,19 @@ def users_changed(made: Store, store: Store, changeset: Changeset) -> list[tuple
     return changed
 
 
-def pages_changed(made: Store, store: Store, changeset: Changeset) -> list[tuple[PageHead | None, PageHead | None]]:
+def pages_changed(made: Store, store: Store, changeset: Changeset, left: set[int]) -> list[tuple[PageHead | None, PageHead | None]]:
     """Give ``made`` (its versions changed already) the pages of ``store`` with those
-    ``changeset`` upserts and deletes; return each served before or after, as it was and as it
+    ``changeset`` upserts and deletes, and without those of the versions ``left`` (made private or
+    deleted, or of a project that was); return each served before or after, as it was and as it
     is (None where it is not served: a page of a version ``made`` does not serve is not). Pages are
-    listed by id: one that keeps its id is replaced where it stands."""
+    listed by id: one that keeps its id is replaced where it stands. The pages of a version that
+    leaves are found by reading every page: it is rare, and a grouping by version would cost the
+    memory of another list of every page."""
     upserts, deletes = changeset.upserts["pages"], changeset.deletes["pages"]
     changed: list[tuple[PageHead | None, PageHead | None]] = [(store.pages[i], None) for i in deletes if i in store.pages]
+    if left:
+        changed += [(page, None) for page in store.pages_ordered
+                    if page.version in left and page.id not in upserts and page.id not in deletes]
     for identity, line in upserts.items():
         after: PageHead | None = _page.decode(line)
         if after.version not in made.versions:  # type: ignore[union-attr]

@@ -53,8 +53,9 @@ def renamed(directory: Path, name: str) -> None:
 
 def random_change(old: Path, new: Path, name: str, rng: random.Random) -> None:
     """``new``: ``old`` with one change of every kind, chosen by ``rng``: a project edited and one
-    added, a version deleted and one with pages made private, builds added (with commands) and one's state
-    changed, commands added to an existing build, pages edited, added and deleted."""
+    added, a version deleted, one with pages made private and one renamed (its slug), builds added
+    (with commands) and one's state changed, commands added to an existing build, pages edited,
+    added and deleted."""
     shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
     records = {kind: read(new, kind) for kind in KINDS}
     ids = {kind: max((r["id"] for r in records[kind]), default=0) for kind in KINDS}
@@ -70,9 +71,11 @@ def random_change(old: Path, new: Path, name: str, rng: random.Random) -> None:
     records["builds"] = [b for b in records["builds"] if b["id"] not in gone_builds]
     records["build_commands"] = [c for c in records["build_commands"] if c["build"] not in gone_builds]
     records["pages"] = [p for p in records["pages"] if p["version"] != doomed["id"]]
-    # One with pages: the change is not in place, and the pull folds it.
+    # One with pages made private, and one renamed: a version that moves is not applied in memory, and the pull folds it.
     paged = {p["version"] for p in records["pages"]}
-    rng.choice([v for v in records["versions"] if v.get("privacy_level", "public") == "public" and v["id"] in paged])["privacy_level"] = "private"
+    hidden, moved = rng.sample([v for v in records["versions"] if v.get("privacy_level", "public") == "public" and v["id"] in paged], 2)
+    hidden["privacy_level"] = "private"
+    moved["slug"] = f"{moved['slug']}-moved"
     live = [v for v in records["versions"] if v.get("privacy_level", "public") == "public"]
     latest = max(datetime.fromisoformat(b["date"].replace("Z", "+00:00")) for b in records["builds"])
     for number in range(rng.randrange(1, 4)):
@@ -105,15 +108,26 @@ def random_change(old: Path, new: Path, name: str, rng: random.Random) -> None:
     renamed(new, name)
 
 
+def folded_change(old: Path, new: Path, name: str) -> None:
+    """``new``: a realistic change of ``old`` in which a version also moves (its slug): no server
+    applies it in memory, and the pull folds it into the snapshot it makes."""
+    realistic_change(old, new, name)
+    versions = read(new, "versions")
+    moved = next(v for v in versions if v.get("privacy_level", "public") == "public")
+    moved["slug"] = f"{moved['slug']}-moved"
+    write(new, "versions", versions)
+    renamed(new, name)
+
+
 def replica_and_change(tmp_path: Path, origin: Origin) -> tuple[Path, Path, Path]:
-    """A snapshot published whole and pulled into a replica, and a realistic change of it (not
-    published): (the snapshot, the replica, the changed snapshot)."""
+    """A snapshot published whole and pulled into a replica, and a change of it that the pull
+    folds (not published): (the snapshot, the replica, the changed snapshot)."""
     base = synth(tmp_path / "s0")
     docsrv("snapshot", "publish", str(base), str(origin.root))
     into = tmp_path / "replica"
     assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
     second = tmp_path / "s1"
-    realistic_change(base, second, "snap-1")
+    folded_change(base, second, "snap-1")
     return base, into, second
 
 
@@ -524,14 +538,16 @@ def projects_and_users_changed(old: Path, new: Path, name: str, rng: random.Rand
 
 
 @pytest.mark.parametrize(("change", "seed"), [(versions_edited, 12), (projects_and_users_changed, 21)])
-def test_changes_that_take_no_pages_away_are_applied_in_memory_and_one_that_does_is_folded(tmp_path, origin, start_server, change, seed):
+def test_changes_of_projects_and_versions_are_applied_in_memory_those_that_take_pages_away_with_the_index(
+        tmp_path, origin, start_server, change, seed):
     """A changeset that edits versions in place, or one that edits projects in place (a
     subproject, a new language, users moved), changes users (renamed, added, deleted), moves a
     subproject, adds a project and versions and takes some without pages away, with builds each,
     is applied in memory by a worker with a warm cache (its header says ``in_place``): every
     crawled reply equals a fresh server's. One that makes a version or project with pages
-    private is not in place: the pull folds it, the server reloads onto it, and it has left
-    every reply."""
+    private is not in place but ``unmoved``: the pull builds the index of what it makes and keeps
+    it, and the worker applies it with that index, without a reload: it has left every reply,
+    doc search included."""
     base, into, server = followed_replica(tmp_path, origin, start_server, with_subproject)
     worker = server.json("/readyz")["worker"]
     rng = random.Random(seed)
@@ -543,14 +559,17 @@ def test_changes_that_take_no_pages_away_are_applied_in_memory_and_one_that_does
     urls = crawl(base, edited, private)
     for url in urls:  # a warm cache
         server.get(url)
-    for sequence, (old, new, kept) in enumerate(((base, edited, True), (edited, private, False)), start=2):
+    for sequence, (old, new, in_place) in enumerate(((base, edited, True), (edited, private, False)), start=2):
         assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(old)).returncode == 0
         header = json.loads((origin.root / "changesets" / f"{sequence}.jsonl").read_bytes().split(b"\n", 1)[0])
-        assert header.get("in_place", False) is kept
-        assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
-        assert ((into / "current").resolve().name == "demo") is kept  # kept beside the snapshot served, or folded
+        assert (header.get("in_place", False), header.get("unmoved", False)) == (in_place, True)
+        pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+        assert pulled.returncode == 0, pulled.stderr
+        assert (into / "current").resolve().name == "demo"  # kept beside the snapshot served
+        built = re.findall(r"changeset (\d+): built \d+ of the \d+ shards", pulled.stderr)  # a shard whose pages all left is gone
+        assert built == ([] if in_place else [str(sequence)]), pulled.stderr
         poll(lambda sequence=sequence: server.json("/readyz")["sequence"] == sequence, what=f"changeset {sequence} served")
-        assert (server.json("/readyz")["worker"] == worker) is kept  # in memory, or a reload onto the fold
+        assert (server.json("/readyz")["worker"], server.json("/readyz")["reloads"]) == (worker, 0)  # in memory
         assert_serves_as_fresh(server, new, urls)
 
 
@@ -558,26 +577,54 @@ def test_changes_that_take_no_pages_away_are_applied_in_memory_and_one_that_does
 def test_a_header_that_claims_in_place_for_a_version_or_project_made_private_is_not_believed(tmp_path, origin, start_server, change):
     """Privacy does not rest on the header: a changeset whose header says ``in_place`` while it
     makes a served version or project that has pages private is kept by the pull (which trusts
-    its origin), but the worker does not apply it in memory; it says so and serves the state
-    before until the pull's fold."""
+    its origin) without an index of what it makes, and the worker does not apply it in memory; it
+    says so and serves the state before. The next changeset of pages has its index built with
+    the shards of the pages the first took away too, and the worker applies both with it. Such a
+    changeset pulled after one of pages is not applied with that one's index: the worker serves
+    the state of pages and waits. Every reply, doc search included, is then a fresh server's on
+    the snapshot served."""
     base, into, server = followed_replica(tmp_path, origin, start_server, with_subproject)
-    new = tmp_path / "s1"
-    change(base, new, "snap-1", random.Random(13), private=True)
-    assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(base)).returncode == 0
-    path = origin.root / "changesets" / "2.jsonl"
-    header, rest = path.read_bytes().split(b"\n", 1)
-    assert b'"in_place"' not in header
-    forged = header[:-1] + b',"in_place":true}\n' + rest
-    path.write_bytes(forged)
-    head = json.loads((origin.root / "head.json").read_bytes())
-    head["changesets"][-1].update(size=len(forged), sha256=hashlib.sha256(forged).hexdigest())
-    (origin.root / "head.json").write_text(json.dumps(head))
+    rng = random.Random(13)
+    states = [base, *(tmp_path / f"s{number}" for number in range(1, 5))]
+    change(states[0], states[1], "snap-1", rng, private=True)
+    random_in_place_change(states[1], states[2], "snap-2", rng, pages=True)
+    random_in_place_change(states[2], states[3], "snap-3", rng, pages=True)
+    change(states[3], states[4], "snap-4", rng, private=True)
+    urls = crawl(*states)
+    publish_claiming_in_place(states[0], states[1], origin)
     start = len(server.log)
     assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
     assert (into / "current").resolve().name == "demo"  # kept: the pull believed the header
     line = server.wait_for("changes what is not applied in memory", start=start)
     assert line.rstrip().endswith("changeset 2 changes what is not applied in memory: serving demo until the pull's snapshot of it")
     assert (server.json("/readyz")["snapshot"], server.json("/readyz")["sequence"]) == ("demo", 1)
+    assert docsrv("snapshot", "publish", str(states[2]), str(origin.root), "--since", str(states[1])).returncode == 0
+    pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert pulled.returncode == 0 and "changeset 3: built" in pulled.stderr, pulled.stderr
+    poll(lambda: server.json("/readyz")["sequence"] == 3, what="changesets 2 and 3 applied")
+    assert_serves_as_fresh(server, states[2], urls)
+    assert docsrv("snapshot", "publish", str(states[3]), str(origin.root), "--since", str(states[2])).returncode == 0
+    publish_claiming_in_place(states[3], states[4], origin)
+    start = len(server.log)
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0  # 4 and 5 at once
+    line = server.wait_for("changes what is not applied in memory", start=start)
+    assert line.rstrip().endswith("changeset 5 changes what is not applied in memory: serving snap-3 until the pull's snapshot of it")
+    assert server.json("/readyz")["sequence"] == 4
+    assert_serves_as_fresh(server, states[3], urls)
+
+
+def publish_claiming_in_place(old: Path, new: Path, origin: Origin) -> None:
+    """Publish the changeset from ``old`` to ``new`` (which takes pages away) with a header that
+    claims ``in_place``, sealed again as the origin's."""
+    assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(old)).returncode == 0
+    head = json.loads((origin.root / "head.json").read_bytes())
+    path = origin.root / "changesets" / f"{head['changesets'][-1]['sequence']}.jsonl"
+    header, rest = path.read_bytes().split(b"\n", 1)
+    assert b'"in_place"' not in header
+    forged = header[:-1] + b',"in_place":true}\n' + rest
+    path.write_bytes(forged)
+    head["changesets"][-1].update(size=len(forged), sha256=hashlib.sha256(forged).hexdigest())
+    (origin.root / "head.json").write_text(json.dumps(head))
 
 
 def test_a_kept_changeset_that_fails_its_seal_is_never_applied_and_a_new_worker_serves_what_its_peers_serve(
@@ -683,7 +730,7 @@ def test_a_new_replica_takes_the_base_and_every_changeset_and_compaction_makes_a
     base = synth(tmp_path / "s0")
     docsrv("snapshot", "publish", str(base), str(origin.root))
     second = tmp_path / "s1"
-    realistic_change(base, second, "snap-1")
+    folded_change(base, second, "snap-1")
     docsrv("snapshot", "publish", str(second), str(origin.root), "--since", str(base))
     into = tmp_path / "replica"
     pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
@@ -693,7 +740,7 @@ def test_a_new_replica_takes_the_base_and_every_changeset_and_compaction_makes_a
     # A change that, with the changesets since the base, holds more than a quarter of the base's
     # bytes (every build changed) is published whole: the new base.
     third = tmp_path / "s2"
-    realistic_change(second, third, "snap-2")
+    folded_change(second, third, "snap-2")
     write(third, "builds", [dict(build, length=build.get("length", 0) + 1) for build in read(third, "builds")])
     renamed(third, "snap-2")
     compacted = docsrv("snapshot", "publish", str(third), str(origin.root), "--since", str(second))
@@ -803,7 +850,7 @@ def test_a_full_disk_applies_nothing_and_publishes_nothing(tmp_path, origin):
     assert (into / "current").resolve().name == "snap-1"
 
     third = tmp_path / "s2"
-    realistic_change(second, third, "snap-2")
+    folded_change(second, third, "snap-2")
     docsrv("snapshot", "prepare", str(third))
     head = (origin.root / "head.json").read_bytes()
     refused = docsrv("snapshot", "publish", str(third), str(origin.root), preexec_fn=small_files)  # whole: past 16 KB
@@ -953,7 +1000,8 @@ def random_in_place_change(old: Path, new: Path, name: str, rng: random.Random, 
     and unlinked; builds flipped, moved, given another commit or version in place, and created.
     With ``pages`` (applied in memory with the index the pull builds): pages of versions that
     keep theirs retitled, their text alone edited, moved to another such version, added, and
-    deleted (a version's last one at times)."""
+    deleted (a version's last one at times); a version that holds pages made private, at times
+    a project that holds pages made private too, or a version deleted with its pages and builds."""
     shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
     records = {kind: read(new, kind) for kind in KINDS}
     projects, versions, users, builds = (records[kind] for kind in ("projects", "versions", "users", "builds"))
@@ -987,11 +1035,22 @@ def random_in_place_change(old: Path, new: Path, name: str, rng: random.Random, 
     pageless = [v for v in live if v["id"] not in paged]
     hidden, deleted = rng.sample(pageless, 2)
     hidden["privacy_level"] = "private"
+    if rng.random() < 0.5:
+        rng.choice([p for p in shown if p["id"] not in paged])["privacy_level"] = "private"
+    holding = [v for v in live if v["id"] in paged and v["project"] in {p["id"] for p in shown}]
+    if pages and len(holding) > 4:  # what the index holds taken away, while enough is left to change
+        taken, other = rng.sample(holding, 2)
+        taken["privacy_level"] = "private"
+        if rng.random() < 0.5:
+            deleted = other
+            records["pages"] = [p for p in records["pages"] if p["version"] != deleted["id"]]
+        elif len({v["project"] for v in holding}) > 3:
+            next(p for p in shown if p["id"] == other["project"])["privacy_level"] = "private"
     gone = {b["id"] for b in builds if b["version"] == deleted["id"]}
     records["versions"] = [v for v in versions if v is not deleted]
     records["build_commands"] = [c for c in records["build_commands"] if c["build"] not in gone]
-    if rng.random() < 0.5:
-        rng.choice([p for p in shown if p["id"] not in paged])["privacy_level"] = "private"
+    shown_ids = {p["id"] for p in projects if p.get("privacy_level", "public") == "public"}
+    live = [v for v in records["versions"] if v.get("privacy_level", "public") == "public" and v["project"] in shown_ids]
     links = records["relationships"]
     links[:] = [r for r in links if rng.random() < 0.7]
     for _ in range(rng.randrange(1, 3)):
@@ -1087,7 +1146,7 @@ def test_changes_applied_in_memory_make_the_store_loaded_from_scratch(tmp_path, 
         random_in_place_change(old, new, f"snap-{number}", rng, pages)
         data = compute(old, manifest_of(old), new, manifest_of(new), number + 1)
         changeset = read_changeset(data, f"{number + 1}.jsonl")
-        assert changeset.header.in_place
+        assert changeset.header.unmoved and (changeset.header.in_place or pages)  # with pages, what the index holds is taken away
         assert (applied(store, changeset) is None) is pages  # pages are applied only with the index of what they make
         done = applied(store, changeset, indexed=pages)
         assert done is not None

@@ -69,6 +69,11 @@ class Header(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defau
     #: project) or is made public, and every one it makes private or deletes holds no page:
     #: nothing the search index holds moves or goes (a replica may apply such a change in memory).
     in_place: bool = False
+    #: Whether no project or version of the snapshot it follows moves to another address or is
+    #: made public, whether or not one it makes private or deletes holds pages: a replica that
+    #: builds the search index of the state it makes may apply it in memory (``in_place`` says
+    #: this too; a changeset of an older docsrv has only ``in_place``).
+    unmoved: bool = False
 
 
 class Upsert(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="op", tag="upsert"):
@@ -233,7 +238,7 @@ def compute(old: Path, old_manifest: Manifest, new: Path, new_manifest: Manifest
     sealed = [old_manifest.files, new_manifest.files]
     body: list[bytes] = []
     #: Whether no project or version that was there moves to another address or is made public.
-    in_place = True
+    unmoved = True
     #: The projects and versions that were there and are made private, or go.
     hidden: dict[str, set[int]] = {kind: set() for kind in PLACED_KINDS}
     for kind in KINDS:
@@ -247,7 +252,7 @@ def compute(old: Path, old_manifest: Manifest, new: Path, new_manifest: Manifest
                 body.append(b'{"op":"upsert","kind":"%s","record":%s}' % (kind.encode(), line))
                 if kind in PLACED_KINDS and identity in places and places[identity] != (placed := _placed.decode(line)):
                     if places[identity].address != placed.address or placed.privacy_level == "public":
-                        in_place = False
+                        unmoved = False
                     hidden[kind].add(identity)
         if kind in PLACED_KINDS:
             hidden[kind].update(before)
@@ -258,7 +263,7 @@ def compute(old: Path, old_manifest: Manifest, new: Path, new_manifest: Manifest
     product = Product(name=new_manifest.name, created_at=new_manifest.created_at, public_url=new_manifest.public_url,
                       counts=new_manifest.counts, description=new_manifest.description)
     header = Header(format=FORMAT, format_version=FORMAT_VERSION, sequence=sequence, follows=old_manifest.name, product=product,
-                    changes=len(body), in_place=in_place and (not any(hidden.values()) or hold_no_pages(old, hidden)))
+                    changes=len(body), in_place=unmoved and (not any(hidden.values()) or hold_no_pages(old, hidden)), unmoved=unmoved)
     return b"\n".join([msgspec.json.encode(header), *body]) + b"\n"
 
 
@@ -303,9 +308,10 @@ def composed(changesets: list[Changeset]) -> Changeset:
                 upserts[kind][identity] = line
         deleted_commands.update(changeset.deleted_commands)
     last = changesets[-1].header
+    placing = [c.header for c in changesets if c.kinds & set(PLACED_KINDS)]
     header = msgspec.structs.replace(last, follows=changesets[0].header.follows,
                                      changes=sum(map(len, upserts.values())) + sum(map(len, deletes.values())),
-                                     in_place=all(c.header.in_place for c in changesets if c.kinds & set(PLACED_KINDS)))
+                                     in_place=all(h.in_place for h in placing), unmoved=all(h.in_place or h.unmoved for h in placing))
     return Changeset(header, upserts, deletes, deleted_commands)
 
 

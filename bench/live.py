@@ -4,6 +4,7 @@ what it serves equals a fresh server's.
 
     python bench/live.py [--scale medium] [--sizes 1 10 100 1000] [--rounds 50] [--pss-changesets 1000]
                          [--crawl-changesets 20] [--skip publisher hot pss crawl] [--mix] [--pages 0]
+                         [--private-pages 0]
 
 A synthetic snapshot (bench/scratch/, indexed: its index is published with it) is published whole
 on an origin directory that Python's http.server serves on loopback, pulled into a replica, and
@@ -15,8 +16,9 @@ follows the origin as a sidecar and wrk asks the server for a project list witho
    and ``docsrv snapshot keys`` reads its purge keys back (seconds, the process's start included).
 2. The lag: for each size, ``--rounds`` changesets of that many changed builds (with ``--mix``,
    records of every kind a replica applies in memory: ``mixed``; with ``--pages N``, each also
-   uploads every page of N versions again, as a build's end does: the sidecar builds the index
-   of what it makes), one a second,
+   uploads every page of N versions again, as a build's end does, and with ``--private-pages N``
+   makes N versions that hold pages private: the sidecar builds the index of what it makes), one
+   a second,
    written by a feed (the service's own publisher would emit them from its database: it writes
    each changeset with docsrv's format code, then ``head.json``, as ``publish`` does). For each,
    the seconds from ``head.json`` being written to each worker serving it, as the worker logs
@@ -245,15 +247,15 @@ class Feed:
         self.changed: set[int] = set()
 
     def publish(self, builds: int, moved: int = 0, added: int = 0, versions: int = 0, projects: int = 0,
-                users: int = 0, created: int = 0, hidden: int = 0, pages: int = 0) -> tuple[int, int, float]:
+                users: int = 0, created: int = 0, hidden: int = 0, pages: int = 0, private_pages: int = 0) -> tuple[int, int, float]:
         """Publish a changeset of ``builds`` builds flipped, of which ``moved`` also get a new date
         (they move to the top of their lists), ``added`` new ones, ``versions`` versions edited
         in place (renamed, made active or inactive, or given a new identifier, in turn),
         ``projects`` projects edited in place (``project_edited``), ``users`` users renamed, and
         ``created`` new projects, each with its first version, as many new versions of existing
-        projects (a tag pushed), ``hidden`` versions without pages made private, and every page
-        of ``pages`` versions uploaded again (``uploaded``): (its sequence, its bytes, when
-        head.json was written)."""
+        projects (a tag pushed), ``hidden`` versions without pages made private, every page
+        of ``pages`` versions uploaded again (``uploaded``), and ``private_pages`` versions that
+        hold pages made private: (its sequence, its bytes, when head.json was written)."""
         head = read_head(self.origin)
         assert head is not None
         sequence = head.sequence + 1
@@ -292,6 +294,7 @@ class Feed:
             body += self.created(f"{self.turn}-{number}", now)
         body += self.hidden(hidden)
         body += self.uploaded(pages, f"{self.turn}")
+        body += self.hidden(private_pages, paged=True)
         # A record changed twice (a version edited, then made private) is sent once, as it is last.
         body = list({CHANGED.match(line).groups(): line for line in body}.values())  # type: ignore[union-attr]
         name = f"feed-{sequence}"
@@ -301,7 +304,7 @@ class Feed:
         product = Product(name=name, created_at=datetime.now(UTC), public_url=manifest.public_url, counts=counts,
                           description=manifest.description)
         header = Header(format=FORMAT, format_version=FORMAT_VERSION, sequence=sequence, follows=head.name, product=product,
-                        changes=len(body), in_place=True)
+                        changes=len(body), in_place=not private_pages, unmoved=True)
         data = b"\n".join([msgspec.json.encode(header), *body]) + b"\n"
         (self.origin / CHANGESETS).mkdir(exist_ok=True)
         replace_file(self.origin / changeset_path(sequence), data)
@@ -333,9 +336,9 @@ class Feed:
             lines.append(b'{"op":"upsert","kind":"%s","record":%s}' % (kind.encode(), line))
         return lines
 
-    def hidden(self, count: int) -> list[bytes]:
-        """The change lines of ``count`` public versions without pages made private (a replica
-        takes them away at once)."""
+    def hidden(self, count: int, paged: bool = False) -> list[bytes]:
+        """The change lines of ``count`` public versions without pages (or, ``paged``, with
+        pages) made private."""
         if not count:
             return []
         if not self.paged:
@@ -344,7 +347,7 @@ class Feed:
         lines = []
         for at in range((self.turn * 104729) % len(versions), len(versions)):
             version = json.loads(versions[at])
-            if version["id"] not in self.paged and version.get("privacy_level", "public") == "public":
+            if (version["id"] in self.paged) is paged and version.get("privacy_level", "public") == "public":
                 version["privacy_level"] = "private"
                 versions[at] = json.dumps(version, separators=(",", ":"), ensure_ascii=False).encode()
                 self.edited_projects.add(version["project"])
@@ -511,6 +514,8 @@ def main() -> None:
     parser.add_argument("--mix", action="store_true", help="the lag's changesets change records of every kind, not builds alone")
     parser.add_argument("--pages", type=int, default=0, help="versions whose every page each changeset of the lag and the crawl "
                                                              "uploads again")
+    parser.add_argument("--private-pages", type=int, default=0, help="versions that hold pages each changeset of the lag makes "
+                                                                     "private")
     args = parser.parse_args()
     base = snapshot_path(args.scale, 1)
     if not (base / "index" / "docsrv-index.json").exists():
@@ -575,7 +580,7 @@ def main() -> None:
             for _ in range(args.rounds):
                 started = time.monotonic()
                 kinds = mixed(size) if args.mix else {"builds": size}
-                sequence, size_bytes, written = feed.publish(**kinds, pages=args.pages)
+                sequence, size_bytes, written = feed.publish(**kinds, pages=args.pages, private_pages=args.private_pages)
                 heads.append((origin / "head.json").stat().st_size)
                 sizes.append(size_bytes)
                 lags.append(log.wait(sequence, 2, written, served))

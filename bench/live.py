@@ -26,7 +26,8 @@ follows the origin as a sidecar and wrk asks the server for a project list witho
    replica fetched for it: ``head.json`` and the changeset.
 3. The hot path: wrk on a cached project detail for ``--hot-seconds``, against docsrv and nginx
    (tuned as its documentation advises, two workers like docsrv, serving the same body as a
-   file), with no changeset arriving and with one a second; each ratio docsrv/nginx, and the
+   file), with no changeset arriving and with one a second (of one build, and with ``--pages`` and
+   ``--private-pages`` those too); each ratio docsrv/nginx, and the
    CPU time docsrv's processes spent per request (the feed, the sidecar and the origin share
    the machine's two cores with both servers and wrk).
 4. Memory: ``--pss-changesets`` changesets of 10 builds as fast as the replica applies them
@@ -34,7 +35,8 @@ follows the origin as a sidecar and wrk asks the server for a project list witho
    the server's processes every 100 changesets.
 5. Equivalence, by a crawl: ``--crawl-changesets`` changesets that flip, move (a new date) and
    add builds, add projects and versions, edit them in place, make versions without pages private
-   and rename users (and with ``--pages``, upload pages), applied in memory; then
+   and rename users (and with ``--pages`` and ``--private-pages``, upload pages and make versions
+   that hold pages private), applied in memory; then
    the sidecar is stopped, the changesets kept are folded into the snapshot they make (as the
    pull folds them), a fresh server is started on it, and every URL of a crawl
    (``tests/crawl.py``: each kind of URL of the projects whose builds, versions or settings
@@ -514,8 +516,8 @@ def main() -> None:
     parser.add_argument("--mix", action="store_true", help="the lag's changesets change records of every kind, not builds alone")
     parser.add_argument("--pages", type=int, default=0, help="versions whose every page each changeset of the lag and the crawl "
                                                              "uploads again")
-    parser.add_argument("--private-pages", type=int, default=0, help="versions that hold pages each changeset of the lag makes "
-                                                                     "private")
+    parser.add_argument("--private-pages", type=int, default=0, help="versions that hold pages each changeset of the lag and the "
+                                                                     "crawl makes private")
     args = parser.parse_args()
     base = snapshot_path(args.scale, 1)
     if not (base / "index" / "docsrv-index.json").exists():
@@ -613,8 +615,8 @@ def main() -> None:
             wrk_rps(server_port, hot, 2)  # warm both (nginx's first run was a third faster than every later one)
             wrk_rps(peer.port, "/hot/project.json", 2)
             for condition in ("quiet", "changesets", "quiet", "changesets"):
-                feeder = subprocess.Popen([sys.executable, __file__, "--feed-only", str(origin), str(previous), "1"],
-                                          start_new_session=True) if condition == "changesets" else None
+                feeder = subprocess.Popen([sys.executable, __file__, "--feed-only", str(origin), str(previous), "1", str(args.pages),
+                                           str(args.private_pages)], start_new_session=True) if condition == "changesets" else None
                 try:
                     if feeder is not None:  # its start (reading every build) is not the server's cost
                         wait_for_sequence(server, read_head(origin).sequence + 1)
@@ -653,7 +655,7 @@ def main() -> None:
         if "crawl" not in args.skip:
             for _ in range(args.crawl_changesets):
                 sequence, _bytes, _written = feed.publish(100, moved=20, added=5, versions=10, projects=10, users=10, created=2,
-                                                          hidden=2, pages=args.pages)
+                                                          hidden=2, pages=args.pages, private_pages=args.private_pages)
             wait_for_sequence(server, sequence)
             os.killpg(sidecar.pid, signal.SIGTERM)
             sidecar.wait(timeout=300)
@@ -703,18 +705,18 @@ def save(report: dict) -> None:
     out_path.write_text(json.dumps(report, indent=2) + "\n")
 
 
-def feed_only(origin: Path, snapshot: Path, builds: int) -> None:
+def feed_only(origin: Path, snapshot: Path, builds: int, pages: int, private_pages: int) -> None:
     """One changeset a second until stopped (a process of its own, beside wrk)."""
     feed = Feed(origin, snapshot)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while True:
         started = time.monotonic()
-        feed.publish(builds)
+        feed.publish(builds, pages=pages, private_pages=private_pages)
         time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--feed-only":
-        feed_only(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))
+    if len(sys.argv) == 7 and sys.argv[1] == "--feed-only":
+        feed_only(Path(sys.argv[2]), Path(sys.argv[3]), *map(int, sys.argv[4:]))
     else:
         main()

@@ -1,19 +1,20 @@
-"""The search index of the state each kept changeset of pages makes, which the pull builds and a
+"""The search index of the state kept changesets of pages make, which the pull builds and a
 following server opens: pages are then applied in memory, as every other kind is.
 
 A changeset that changes pages, or makes private or deletes a project or version that holds
 pages, changes what doc search finds (``store_changes.changes_index``). The pull that keeps it
-builds the index of the state it makes beside the changesets, in ``DIR/indexes/<sequence>/``,
-before ``head.json`` lists it (the index first, the pointer last): the shards whose served pages
+builds the index of the state it makes (of several pulled at once, the last one's) beside the
+changesets, in ``DIR/indexes/<sequence>/``, before ``head.json`` lists it (the index first, the
+pointer last): the shards whose served pages
 changed are built again from the snapshot's lines of theirs with every kept change made, the
 others are hard links to the index of the state before (``index_build.py``). Every score then
 equals that of an index built whole from the snapshot the changesets make, and a fold of them
 finds that index current, shard by shard. A worker applying the changeset opens that index and
 serves it with the store the changeset makes, both at once (``following.py``).
 
-The pull keeps the indexes of the newest two such changesets: a worker applies every changeset
-it has not applied at once, with the last one's index. A kept changeset that changes the index
-and has no index after it is not applied in memory: it waits for the pull's snapshot of it. A
+The pull keeps the newest two of those indexes: a worker applies every changeset it has not
+applied at once, with the last one's index. A kept changeset that changes the index and has no
+index at or after it is not applied in memory: it waits for the pull's snapshot of it. A
 sidecar keeps the store of the state it indexed last and where the lines of the snapshot's pages
 file are (``StateCache``), so that the next changeset costs the shards it changes.
 """
@@ -132,15 +133,22 @@ class StateCache:
 
 def index_changesets(directory: Path, snapshot: Path, kept: list[tuple[PublishedChangeset, Changeset]],
                      new: list[tuple[PublishedChangeset, Changeset]], cache: StateCache | None = None) -> bool:
-    """Build in ``directory`` the index of the state each changeset of ``new`` that changes the
-    index (``store_changes.changes_index``) makes, following the snapshot ``snapshot`` and the
-    changesets ``kept`` after it; False, with what was built left in place for nothing, when one
-    of them is not applied in memory after all or its index needs every shard built (the
-    operators its pages name changed): the pull then folds them. Each index builds again the
-    shards of the pages that every changeset since the index before changed, those its header
-    did not say it changed included: a server applies those with this index."""
+    """Build in ``directory`` the index of the state that the last changeset of ``new`` that
+    changes the index (``store_changes.changes_index``) makes, following the snapshot ``snapshot``
+    and the changesets ``kept`` after it; False, with what was built left in place for nothing,
+    when they are not applied in memory after all or the index needs every shard built (the
+    operators its pages name changed): the pull then folds them.
+
+    The index builds again the shards of the pages that every changeset since the index before
+    changed, those whose header did not say so included: a server applies those with this index.
+    Those of ``new`` before the last have none of their own: a server that has not applied them
+    applies them all at once with the last one's, and a sidecar that falls behind (a shard's build
+    takes longer than changesets take to come) catches up with one build, not one for each."""
     chain = [*kept, *new]
     first = chain[0]
+    indexing = [at for at, (_entry, changeset) in enumerate(new) if changes_index(changeset)]
+    if not indexing:
+        return True
     indexed = [at for at, (_entry, changeset) in enumerate(kept) if changes_index(changeset)]
     reflected = kept[: indexed[-1] + 1] if indexed else []  # what the index before holds
     store = cache.state(snapshot, (first[1].header.follows, first[0].sequence - 1), reflected) if cache is not None else None
@@ -155,35 +163,24 @@ def index_changesets(directory: Path, snapshot: Path, kept: list[tuple[Published
                                                                                             own=True)
     if earlier is None:
         return False
-    touched: set[int] = set()
-    since = [changeset for _entry, changeset in kept[len(reflected):]]
-    if since:
-        done = applied(store, composed(since), indexed=True)
-        if done is None:
-            return False
-        store, touched = done.store, shards_touched(done.pages)
-    for position, (entry, changeset) in enumerate(new, start=len(kept)):
-        done = applied(store, changeset, indexed=True)
-        if done is None:
-            return False
-        store = done.store
-        touched |= shards_touched(done.pages)
-        if not changes_index(changeset):
-            continue
-        started = time.perf_counter()
-        plan = plan_changed_shards(store, page_changes(chain[: position + 1]), touched, earlier,
-                                   cache.places_of(store) if cache is not None else None)
-        if plan is None:
-            return False
-        target = index_path(directory, entry.sequence)
-        with built_aside(target, replace=True) as partial:
-            rebuild_index(store, plan, partial)
-            (partial / MARKER).write_text(json.dumps({"product": entry.product, "sequence": entry.sequence}))
-        log.info("changeset %d: built %d of the %d shards of the search index again in %.1f s", entry.sequence, len(plan.changed),
-                 len(plan.digests), time.perf_counter() - started)
-        earlier, touched = target, set()
-        if cache is not None:
-            cache.store = store
+    upto = len(kept) + indexing[-1] + 1
+    done = applied(store, composed([changeset for _entry, changeset in chain[len(reflected):upto]]), indexed=True)
+    if done is None:
+        return False
+    entry = chain[upto - 1][0]
+    started = time.perf_counter()
+    plan = plan_changed_shards(done.store, page_changes(chain[:upto]), shards_touched(done.pages), earlier,
+                               cache.places_of(done.store) if cache is not None else None)
+    if plan is None:
+        return False
+    target = index_path(directory, entry.sequence)
+    with built_aside(target, replace=True) as partial:
+        rebuild_index(done.store, plan, partial)
+        (partial / MARKER).write_text(json.dumps({"product": entry.product, "sequence": entry.sequence}))
+    log.info("changeset %d: built %d of the %d shards of the search index again in %.1f s", entry.sequence, len(plan.changed),
+             len(plan.digests), time.perf_counter() - started)
+    if cache is not None:
+        cache.store = done.store
     return True
 
 

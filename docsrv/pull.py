@@ -400,6 +400,9 @@ def finish_fold(into: Path, folded: Folded) -> bool:
     if current_name(into) != folded.source or kept is None:
         shutil.rmtree(into / folded.last.product, ignore_errors=True)
         return False
+    applied_in_fold = [entry for entry in kept.changesets if entry.sequence <= folded.last.sequence]
+    INDEXED_STATE.rebase(into / folded.source, (kept.base, kept.base_sequence),
+                         list(zip(applied_in_fold, kept_changesets(into, applied_in_fold), strict=True)), into / folded.last.product)
     point_current(into, folded.last.product)
     write_chain(into, folded.last.product, folded.last.sequence, [e for e in kept.changesets if e.sequence > folded.last.sequence])
     return True

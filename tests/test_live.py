@@ -992,6 +992,58 @@ def test_a_sidecar_folds_the_kept_changesets_in_the_background_and_keeps_what_ca
     assert_serves_the_same(into / "current", tmp_path / "s2")
 
 
+def test_after_a_sidecars_fold_the_next_change_of_pages_is_indexed_from_the_state_it_kept(tmp_path, origin, start_server, monkeypatch):
+    """A sidecar keeps the store of the state it indexed last (``changeset_index.StateCache``):
+    once a fold of the kept changesets is put in place, that store, caught up with the changesets
+    folded after it (builds here), reads the fold's files, and the next changeset of pages is
+    indexed from it, not from the fold loaded again. A server applying it serves what a fresh
+    server on its snapshot serves."""
+    import asyncio
+
+    from docsrv import changeset_index
+    from docsrv import pull as pulling
+
+    monkeypatch.setattr(pulling, "FOLD_CHANGESETS", 3)
+    monkeypatch.setattr(pulling, "INDEXED_STATE", changeset_index.StateCache())
+    rng = random.Random(31)
+    states = [synth(tmp_path / "s0")]
+    assert docsrv("snapshot", "publish", str(states[0]), str(origin.root)).returncode == 0
+    into = tmp_path / "replica"
+    asyncio.run(pulling.pull(origin.url, into, progress=False))
+    for number in range(1, 5):
+        states.append(tmp_path / f"s{number}")
+        if number == 3:
+            builds_change(states[-2], states[-1], f"snap-{number}", rng)
+        else:
+            random_in_place_change(states[-2], states[-1], f"snap-{number}", rng, pages=True)
+    for number in range(1, 4):
+        assert docsrv("snapshot", "publish", str(states[number]), str(origin.root), "--since", str(states[number - 1])).returncode == 0
+        asyncio.run(pulling.pull(origin.url, into, progress=False, fold_at=None))
+    assert pulling.INDEXED_STATE.store is not None and pulling.INDEXED_STATE.store.manifest.sequence == 3  # of the last index
+
+    async def fold() -> None:
+        folding = await pulling.tend_fold(into, None)
+        assert folding is not None
+        await folding
+        assert await pulling.tend_fold(into, folding) is None
+
+    asyncio.run(fold())
+    assert (into / "current").resolve().name == "snap-3"
+    kept = pulling.INDEXED_STATE.store
+    assert kept is not None and (kept.path, kept.name, kept.manifest.sequence) == (into / "snap-3", "snap-3", 4)
+
+    def loaded_again(*args, **kwargs):
+        raise AssertionError("the fold's snapshot was loaded again")
+
+    monkeypatch.setattr(changeset_index, "load_store", loaded_again)
+    assert docsrv("snapshot", "publish", str(states[4]), str(origin.root), "--since", str(states[3])).returncode == 0
+    asyncio.run(pulling.pull(origin.url, into, progress=False, fold_at=None))
+    assert (into / "indexes" / "5").is_dir()
+    server = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", PUBLIC_URL)
+    assert (server.json("/readyz")["snapshot"], server.json("/readyz")["sequence"]) == ("snap-4", 5)
+    assert_serves_as_fresh(server, states[4], crawl(*states))
+
+
 def random_in_place_change(old: Path, new: Path, name: str, rng: random.Random, pages: bool = False) -> None:
     """``new``: ``old`` with a random change of every kind a server applies in memory: projects
     edited (description, language, users), created and, without pages, made private; versions

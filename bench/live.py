@@ -431,23 +431,32 @@ class Load:
     """wrk asking the server for a project list without a pause, from ``start`` to ``stop``."""
 
     def __init__(self, port: int) -> None:
-        self.process = subprocess.Popen(pinned(["wrk", "-t1", "-c8", "-d3600s", "--timeout", "10s",
+        self.process = subprocess.Popen(pinned(["wrk", "-t1", "-c8", "-d3600s", "--timeout", "10s", "--latency",
                                                 f"http://127.0.0.1:{port}/api/v2/project/"], 0),
                                         stdout=subprocess.PIPE, text=True, start_new_session=True)
 
     def stop(self) -> dict:
-        """The requests it made, and those that failed (non-2xx, and socket errors by kind)."""
+        """The requests it made, those that failed (non-2xx, and socket errors by kind), and the
+        latency of half of them and of 99 in 100 (ms)."""
         os.killpg(self.process.pid, signal.SIGINT)
         summary = self.process.communicate(timeout=30)[0]
         non_2xx = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", summary))
         sockets = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", summary)
         errors = dict(zip(("connect", "read", "write", "timeout"), map(int, sockets.groups()), strict=True)) if sockets else {}
+        latency = {f"latency_p{share}_ms": milliseconds(re.search(rf"^\s*{share}%\s+(\S+)$", summary, re.MULTILINE).group(1))
+                   for share in (50, 99)}
         return {"requests": int(re.search(r"(\d+) requests in", summary).group(1)), "failed": non_2xx + sum(errors.values()),
-                "non_2xx": non_2xx, "socket_errors": errors}
+                "non_2xx": non_2xx, "socket_errors": errors, **latency}
 
     def kill(self) -> None:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
+
+
+def milliseconds(shown: str) -> float:
+    """A duration as wrk shows it (``812.00us``, ``1.23ms``, ``2.01s``), in milliseconds."""
+    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", shown).groups()  # type: ignore[union-attr]
+    return round(float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit], 3)
 
 
 def mixed(size: int) -> dict[str, int]:
@@ -620,6 +629,8 @@ def main() -> None:
                 try:
                     if feeder is not None:  # its start (reading every build) is not the server's cost
                         wait_for_sequence(server, read_head(origin).sequence + 1)
+                    else:  # quiet: once the replica serves what the origin published (the sidecar may be building an index)
+                        wait_for_sequence(server, read_head(origin).sequence)
                     used = cpu_seconds(tree(server.process.pid))
                     ours, ours_errors = wrk_rps(server_port, hot, args.hot_seconds)
                     used = cpu_seconds(tree(server.process.pid)) - used

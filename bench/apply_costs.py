@@ -13,8 +13,10 @@ the swap and the poll (``bench/live.py`` measures the lag whole, for builds).
 
 The kinds: builds flipped (their state), builds moved (a new date: they move in their lists),
 versions renamed in place, projects edited (description, first user replaced), users renamed,
-projects created (each with its first version), versions created (a tag pushed), and versions
-and projects without pages made private (they leave every list, with what they hold).
+projects created (each with its first version), versions created (a tag pushed), versions and
+projects without pages made private (they leave every list, with what they hold), and versions
+and projects that hold pages made private (their pages leave too: applied as a server applies
+them with the index the pull built, ``indexed``; the index is not opened here).
 """
 
 from __future__ import annotations
@@ -98,17 +100,29 @@ def projects_hidden(store: Store, size: int, rng: random.Random) -> dict[str, di
     return {"projects": encoded([msgspec.structs.replace(p, privacy_level="private") for p in rng.sample(pageless, size)])}
 
 
+def paged_versions_hidden(store: Store, size: int, rng: random.Random) -> dict[str, dict[int, bytes]]:
+    paged = [store.versions[v] for v in store.versions_with_pages]
+    return {"versions": encoded([msgspec.structs.replace(v, privacy_level="private") for v in rng.sample(paged, size)])}
+
+
+def paged_projects_hidden(store: Store, size: int, rng: random.Random) -> dict[str, dict[int, bytes]]:
+    paged = [store.projects[p] for p in store.projects_with_pages]
+    return {"projects": encoded([msgspec.structs.replace(p, privacy_level="private") for p in rng.sample(paged, size)])}
+
+
 CHANGES: dict[str, Change] = {change.__name__: change for change in (
     builds_flipped, builds_moved, versions_renamed, projects_edited, users_renamed, projects_created, versions_created,
-    versions_hidden, projects_hidden,
+    versions_hidden, projects_hidden, paged_versions_hidden, paged_projects_hidden,
 )}
+#: The kinds that take pages away: not in place, applied with the index of the state they make.
+INDEXED = {"paged_versions_hidden", "paged_projects_hidden"}
 
 
-def changeset(store: Store, upserts: dict[str, dict[int, bytes]]) -> Changeset:
+def changeset(store: Store, upserts: dict[str, dict[int, bytes]], in_place: bool) -> Changeset:
     manifest = store.manifest
     product = Product(name=f"{store.name}-next", created_at=NOW, public_url=manifest.public_url, counts=dict(manifest.counts))
     header = Header(format=FORMAT, format_version=FORMAT_VERSION, sequence=manifest.sequence + 1, follows=store.name,
-                    product=product, changes=sum(map(len, upserts.values())), in_place=True)
+                    product=product, changes=sum(map(len, upserts.values())), in_place=in_place, unmoved=True)
     return Changeset(header, {kind: upserts.get(kind, {}) for kind in KINDS}, {kind: set() for kind in KINDS}, {})
 
 
@@ -128,9 +142,9 @@ def main() -> None:
         for size in args.sizes:
             applies, keys, named = [], [], 0
             for _ in range(args.rounds):
-                made = changeset(store, CHANGES[kind](store, size, rng))
+                made = changeset(store, CHANGES[kind](store, size, rng), kind not in INDEXED)
                 started = time.perf_counter()
-                done = applied(store, made)
+                done = applied(store, made, indexed=kind in INDEXED)
                 between = time.perf_counter()
                 assert done is not None, f"{kind}: not applied in memory"
                 named = len(set(applied_keys(done)))

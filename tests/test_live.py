@@ -627,6 +627,33 @@ def publish_claiming_in_place(old: Path, new: Path, origin: Origin) -> None:
     (origin.root / "head.json").write_text(json.dumps(head))
 
 
+def test_a_worker_applies_a_changeset_without_a_collection_and_freezes_what_it_made(tmp_path, origin, monkeypatch):
+    """A changeset is applied with the garbage collector held (``following.uncollected``): no
+    collection can run while its lists are made, and what it made is frozen after, out of every
+    later collection's reach, as a loaded store is; the collector is on again after."""
+    import gc
+
+    from docsrv import following
+
+    _first, into = replica_keeping_a_changeset(tmp_path, origin, 3)
+    store = load_store(into / "current", page_text=False)
+    collecting: list[bool] = []
+    applying = following.applied
+
+    def watched(*args, **kwargs):
+        collecting.append(gc.isenabled())
+        return applying(*args, **kwargs)
+
+    monkeypatch.setattr(following, "applied", watched)
+    assert gc.isenabled()
+    done = following.step(into, store)
+    assert [entry.sequence for entry in done.entries] == [2] and done.store.name == "snap-1"
+    assert collecting == [False] and gc.isenabled()
+    made = [done.store.builds_ordered, done.store.versions_ordered, done.store.builds]
+    tracked = {id(o) for o in gc.get_objects()}
+    assert not any(id(o) in tracked for o in made)  # frozen: no generation holds them
+
+
 def test_a_kept_changeset_that_fails_its_seal_is_never_applied_and_a_new_worker_serves_what_its_peers_serve(
     tmp_path, origin, start_server
 ):

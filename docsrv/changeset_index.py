@@ -5,12 +5,12 @@ A changeset that changes pages, or makes private or deletes a project or version
 pages, changes what doc search finds (``store_changes.changes_index``). The pull that keeps it
 builds the index of the state it makes (of several pulled at once, the last one's) beside the
 changesets, in ``DIR/indexes/<sequence>/``, before ``head.json`` lists it (the index first, the
-pointer last): the shards whose served pages
-changed are built again from the snapshot's lines of theirs with every kept change made, the
-others are hard links to the index of the state before (``index_build.py``). Every score then
-equals that of an index built whole from the snapshot the changesets make, and a fold of them
-finds that index current, shard by shard. A worker applying the changeset opens that index and
-serves it with the store the changeset makes, both at once (``following.py``).
+pointer last): the shards whose served pages changed are built again from the snapshot's lines
+of theirs with every kept change made, the others are hard links to the index of the state
+before (``index_build.py``). Every score then equals that of an index built whole from the
+snapshot the changesets make, and a fold of them finds that index current, shard by shard. A
+worker applying the changeset opens that index and serves it with the store the changeset
+makes, both at once (``following.py``).
 
 The pull keeps the newest two of those indexes: a worker applies every changeset it has not
 applied at once, with the last one's index. A kept changeset that changes the index and has no

@@ -366,7 +366,7 @@ def indexes_built(into: Path, current: str, chain: list[PublishedChangeset], new
 
 
 def latest_index(into: Path, chain: list[PublishedChangeset]) -> Path | None:
-    """The index of the last state of ``chain`` whose pages changed, if the pull built one."""
+    """The index of the last state of ``chain`` whose search index changed, if the pull built one."""
     return next((found for entry in reversed(chain) if (found := changeset_index(into, entry)) is not None), None)
 
 
@@ -401,8 +401,11 @@ def finish_fold(into: Path, folded: Folded) -> bool:
         shutil.rmtree(into / folded.last.product, ignore_errors=True)
         return False
     applied_in_fold = [entry for entry in kept.changesets if entry.sequence <= folded.last.sequence]
-    INDEXED_STATE.rebase(into / folded.source, (kept.base, kept.base_sequence),
-                         list(zip(applied_in_fold, kept_changesets(into, applied_in_fold), strict=True)), into / folded.last.product)
+    try:
+        INDEXED_STATE.rebase(into / folded.source, (kept.base, kept.base_sequence),
+                             list(zip(applied_in_fold, kept_changesets(into, applied_in_fold), strict=True)), into / folded.last.product)
+    except PullError:  # a kept changeset damaged since the fold read it: the next change of pages loads the fold's snapshot
+        INDEXED_STATE.store = None
     point_current(into, folded.last.product)
     write_chain(into, folded.last.product, folded.last.sequence, [e for e in kept.changesets if e.sequence > folded.last.sequence])
     return True

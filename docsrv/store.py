@@ -117,9 +117,10 @@ class Store:
         self.pages: Mapping[int, PageHead] = {p.id: p for p in pages}
         self.pages_ordered: Sequence[PageHead] = chunked(pages)
         #: How many public pages each project and version holds (those with none are not keys):
-        #: the search index holds them, so a change in memory may not take such a one away
-        #: (``store_changes.py``), and a change of a project's language moves its hits
-        #: (``http/purge.py``). Counted, so that a page that leaves says whether it was the last.
+        #: the search index holds them, so a change in memory takes such a one away only with the
+        #: index of the state it makes (``store_changes.py``), and a change of a project's language
+        #: moves its hits (``http/purge.py``). Counted, so that a page that leaves says whether it
+        #: was the last.
         self.projects_with_pages: Mapping[int, int] = Counter(p.project for p in pages)
         self.versions_with_pages: Mapping[int, int] = Counter(p.version for p in pages)
 

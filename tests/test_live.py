@@ -1019,12 +1019,16 @@ def test_a_sidecar_folds_the_kept_changesets_in_the_background_and_keeps_what_ca
     assert_serves_the_same(into / "current", tmp_path / "s2")
 
 
-def test_after_a_sidecars_fold_the_next_change_of_pages_is_indexed_from_the_state_it_kept(tmp_path, origin, start_server, monkeypatch):
+@pytest.mark.parametrize("damaged", [False, True])
+def test_after_a_sidecars_fold_the_next_change_of_pages_is_indexed_from_the_state_it_kept(tmp_path, origin, start_server, monkeypatch,
+                                                                                            damaged):
     """A sidecar keeps the store of the state it indexed last (``changeset_index.StateCache``):
     once a fold of the kept changesets is put in place, that store, caught up with the changesets
     folded after it (builds here), reads the fold's files, and the next changeset of pages is
     indexed from it, not from the fold loaded again. A server applying it serves what a fresh
-    server on its snapshot serves."""
+    server on its snapshot serves. A kept changeset damaged while the fold ran (``damaged``)
+    leaves the fold in place and the sidecar running: the kept state is dropped, and the next
+    change loads the fold's snapshot."""
     import asyncio
 
     from docsrv import changeset_index
@@ -1052,17 +1056,22 @@ def test_after_a_sidecars_fold_the_next_change_of_pages_is_indexed_from_the_stat
         folding = await pulling.tend_fold(into, None)
         assert folding is not None
         await folding
+        if damaged:
+            (into / "changesets" / "4.jsonl").write_bytes(b"not a changeset\n")
         assert await pulling.tend_fold(into, folding) is None
 
     asyncio.run(fold())
     assert (into / "current").resolve().name == "snap-3"
     kept = pulling.INDEXED_STATE.store
-    assert kept is not None and (kept.path, kept.name, kept.manifest.sequence) == (into / "snap-3", "snap-3", 4)
+    if damaged:
+        assert kept is None
+    else:
+        assert kept is not None and (kept.path, kept.name, kept.manifest.sequence) == (into / "snap-3", "snap-3", 4)
 
-    def loaded_again(*args, **kwargs):
-        raise AssertionError("the fold's snapshot was loaded again")
+        def loaded_again(*args, **kwargs):
+            raise AssertionError("the fold's snapshot was loaded again")
 
-    monkeypatch.setattr(changeset_index, "load_store", loaded_again)
+        monkeypatch.setattr(changeset_index, "load_store", loaded_again)
     assert docsrv("snapshot", "publish", str(states[4]), str(origin.root), "--since", str(states[3])).returncode == 0
     asyncio.run(pulling.pull(origin.url, into, progress=False, fold_at=None))
     assert (into / "indexes" / "5").is_dir()

@@ -63,8 +63,9 @@ class Store:
 
         # A changeset applied in memory may change users, and edit projects and versions in place
         # (``store_changes.py``): their dictionaries may then be overlays of the loaded ones, and
-        # their ordered lists ``Replaced`` views or new lists. A list longer than a chunk is kept
-        # in chunks (``chunked``), so that a change copies the chunks it touches.
+        # their ordered lists ``Replaced`` views or new lists. A list longer than a piece is kept
+        # in pieces (``chunked``), so that a change cuts the pieces it touches, copying none of
+        # the records they keep.
         users: list[User] = records["users"]
         self.users: Mapping[int, User] = {u.id: u for u in users}
         self.users_ordered: Sequence[User] = chunked(users)

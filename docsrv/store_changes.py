@@ -20,7 +20,8 @@ loaded dictionaries (``utils/positions.Overlay``); a record that keeps its place
 where it stands in an ordered list (``Replaced``); lookups by commit, and by project and slug,
 resolve through the current records (``PatchedOrder``, ``Store.version_of``). A record that
 joins, leaves or moves in a list makes a new list (``rearranged``): a short one is copied, a long
-one is kept in chunks (``utils/positions.Chunked``) and only the chunks it touches are. What a
+one is kept in pieces (``utils/positions.Chunked``), and the pieces it touches are cut around it,
+copying none of the items they keep. What a
 changeset costs is then about what it changed (``bench/apply_costs.py`` measures it by kind).
 """
 
@@ -507,8 +508,8 @@ def place(items: Sequence[V], record: V, order: Order[V]) -> int:
 def rearranged(items: Sequence[V], at: Mapping[int, V], gone: list[V], came: list[V], order: Order[V]) -> Sequence[V]:
     """``items`` (in ``order``) with the records ``at`` positions replaced, those ``gone`` left out
     and those that ``came`` put in their places, each found by bisection: a new list assembled
-    from the slices between them (``assembled``), or for a long list kept in chunks, the chunks
-    they touch assembled again (``Chunked.edited``)."""
+    from the slices between them (``assembled``), or for a long list kept in pieces, the pieces
+    they touch cut around them (``Chunked.edited``)."""
     replacing = dict(at)
     edits: list[Edit] = []
     left_out: set[int] = set()

@@ -1,11 +1,12 @@
-"""A long list kept in chunks (``utils/positions.Chunked``), as the store keeps its long lists for
+"""A long list kept in pieces (``utils/positions.Chunked``), as the store keeps its long lists for
 changesets applied in memory: every read a handler makes of it, and every edit, gives what the
-same read and edit of a plain list give."""
+same read and edit of a plain list give, and an edit copies none of the items it keeps."""
 
 from __future__ import annotations
 
 import random
 from bisect import bisect_left
+from itertools import pairwise
 
 import pytest
 
@@ -14,8 +15,9 @@ from docsrv.utils.positions import LEAVE_OUT, PUT_IN, REPLACE, Chunked, assemble
 
 
 @pytest.fixture(autouse=True)
-def small_chunks(monkeypatch):
+def small_pieces(monkeypatch):
     monkeypatch.setattr(positions, "CHUNK", 4)
+    monkeypatch.setattr(positions, "SHORT", 3)
 
 
 def random_edits(length: int, rng: random.Random) -> list:
@@ -37,7 +39,8 @@ def test_a_chunked_list_reads_and_edits_as_a_plain_list(seed):
     chunked = Chunked.of(plain)
     for _round in range(6):
         assert len(chunked) == len(plain) and list(chunked) == plain
-        assert all(chunk and len(chunk) <= 2 * positions.CHUNK for chunk in chunked.chunks)
+        lengths = [stop - start for _items, start, stop in chunked.pieces]
+        assert all(lengths) and not any(a < positions.SHORT and b < positions.SHORT for a, b in pairwise(lengths)), lengths
         for start in range(-2, len(plain) + 3):
             for stop in (start, start + 1, start + 5, start + 20, len(plain) + 4):
                 assert chunked[start:stop] == plain[start:stop], (start, stop)
@@ -57,12 +60,28 @@ def test_bisection_finds_where_a_plain_list_puts_an_item():
         assert chunked.bisect_left(value, key=int) == bisect_left(plain, value), value
 
 
-def test_an_edit_copies_only_the_chunks_it_touches():
-    """What a change of a list of a million versions costs is what it changes."""
-    plain = list(range(40))
+def test_an_edit_copies_none_of_the_items_it_keeps(monkeypatch):
+    """What a change of a list of a million versions costs is what it changes: the items it keeps
+    stay in the lists they were in (a copy would write to each one's memory, taking it out of the
+    workers' copy-on-write sharing), and so does every piece it does not touch."""
+    monkeypatch.setattr(positions, "CHUNK", 10)
+    plain = [f"i{number}" for number in range(40)]
     chunked = Chunked.of(plain)
-    edited = chunked.edited([(9, REPLACE, -9), (10, PUT_IN, -10)])
-    assert list(edited) == [*plain[:9], -9, -10, *plain[10:]]
-    shared = [chunk for chunk in edited.chunks if any(chunk is before for before in chunked.chunks)]
-    assert len(shared) == len(chunked.chunks) - 1
+    edited = chunked.edited([(15, REPLACE, "r15"), (16, PUT_IN, "n16"), (25, LEAVE_OUT, None)])
+    assert list(edited) == [*plain[:15], "r15", "n16", *plain[16:25], *plain[26:]]
+    assert [(start, stop) for items, start, stop in edited.pieces if items is plain] == [(0, 10), (10, 15), (16, 20), (20, 25), (26, 30),
+                                                                                          (30, 40)]
+    assert [items[start:stop] for items, start, stop in edited.pieces if items is not plain] == [["r15", "n16"]]
     assert list(chunked) == plain  # the list it was made from is unchanged: requests in flight read it
+
+
+def test_short_pieces_beside_an_edit_are_copied_into_one():
+    """Edits at the same places again and again leave a piece for about every SHORT items they put
+    in, not a few for each edit."""
+    plain = list(range(100))
+    chunked = Chunked.of(plain)
+    for number in range(50):
+        chunked = chunked.edited([(41, REPLACE, -number), (42, PUT_IN, -number)])
+        plain = assembled(plain, [(41, REPLACE, -number), (42, PUT_IN, -number)])
+    assert list(chunked) == plain
+    assert len(chunked.pieces) <= len(Chunked.of(plain).pieces) + 50 // (positions.SHORT - 1)

@@ -235,29 +235,41 @@ class Replaced(Sequence[T]):
         return self.base[index] if found is None else found
 
 
-#: Items per chunk of a ``Chunked`` list; a list longer than this is kept in chunks by the store.
-CHUNK = 2048
+#: Items per piece of a ``Chunked`` list as the store loads it; a list longer than this is kept in pieces.
+CHUNK = 512
+#: A piece shorter than this is copied into a neighbour as short (``Chunked.edited``): no two
+#: short pieces stand side by side, so a list of n items keeps fewer than 2n / SHORT + 1 pieces.
+SHORT = 32
+#: A piece of a ``Chunked`` list: the items ``items[start:stop]`` of a list no one changes.
+Piece = tuple[list[Any], int, int]
 
 
 class Chunked(Sequence[T]):
-    """A long list kept in chunks of about CHUNK items (changesets applied in memory). A record
-    that joins, leaves or moves in a list copied the list: at the large scale, one version made
-    private copied lists of nearly a million versions, incrementing the count of references of
-    every one (taking their pages out of the workers' copy-on-write sharing) under the event
-    loop's nose. Edited (``edited``), a chunked list copies the chunks a change touches and the
-    short list of chunks; every chunk it does not touch is shared with the list it was made from."""
+    """A long list kept as pieces of lists that no one changes (changesets applied in memory).
 
-    __slots__ = ("chunks", "starts")
+    A record that joins, leaves or moves in a list copied the list: at the large scale, one
+    version made private copied lists of nearly a million versions. Then the chunks it touched
+    were copied (2,048 items each), and a copy still increments the count of references of every
+    item it holds, writing to the page of memory each one is in: a worker's first changeset of
+    1,000 mixed records took about 115,000 pages of the records out of the copy-on-write sharing
+    with its peers, and its apply took seven times as long as the next one's. Edited
+    (``edited``), a list in pieces copies no item it keeps: the piece an edit falls in is cut into
+    views of the same list around a short list of what the edit put in; only a piece left shorter
+    than SHORT is copied, into its short neighbour. Every piece an edit does not touch is shared
+    with the list it was made from."""
 
-    def __init__(self, chunks: list[list[T]]) -> None:
-        #: No chunk is empty.
-        self.chunks = chunks
-        #: Where each chunk starts in the list, and (last) the list's length.
-        self.starts = [0, *accumulate(map(len, chunks))]
+    __slots__ = ("pieces", "starts")
+
+    def __init__(self, pieces: list[Piece]) -> None:
+        #: No piece is empty.
+        self.pieces = pieces
+        #: Where each piece starts in the list, and (last) the list's length.
+        self.starts = [0, *accumulate(stop - start for _items, start, stop in pieces)]
 
     @classmethod
-    def of(cls, items: Sequence[T]) -> Chunked[T]:
-        return cls([list(items[start : start + CHUNK]) for start in range(0, len(items), CHUNK)])
+    def of(cls, items: list[T]) -> Chunked[T]:
+        """``items`` in pieces of CHUNK; ``items`` is shared, and no one may change it after."""
+        return cls([(items, start, min(start + CHUNK, len(items))) for start in range(0, len(items), CHUNK)])
 
     def __len__(self) -> int:
         return self.starts[-1]
@@ -275,65 +287,112 @@ class Chunked(Sequence[T]):
             if step != 1:
                 return list(self)[index]
             found: list[T] = []
-            chunk = bisect_right(starts, start) - 1
+            piece = bisect_right(starts, start) - 1
             while start < stop:
-                base = starts[chunk]
-                found += self.chunks[chunk][start - base : stop - base]
-                start = starts[chunk + 1]
-                chunk += 1
+                items, first, _stop = self.pieces[piece]
+                base = starts[piece]
+                found += items[first + start - base : first + min(stop, starts[piece + 1]) - base]
+                start = starts[piece + 1]
+                piece += 1
             return found
         if index < 0:
             index += starts[-1]
         if not 0 <= index < starts[-1]:
             raise IndexError("chunked list index out of range")
-        chunk = bisect_right(starts, index) - 1
-        return self.chunks[chunk][index - starts[chunk]]
+        piece = bisect_right(starts, index) - 1
+        items, first, _stop = self.pieces[piece]
+        return items[first + index - starts[piece]]
 
     def __iter__(self) -> Iterator[T]:
-        return chain.from_iterable(self.chunks)
+        return chain.from_iterable(items[start:stop] for items, start, stop in self.pieces)
 
     def bisect_left(self, value: Any, key: Callable[[T], Any]) -> int:
-        """Where ``value`` would go in the list (sorted by ``key``): the chunk by its first item,
-        then the place in the chunk (``bisect.bisect_left`` would look each item up through
+        """Where ``value`` would go in the list (sorted by ``key``): the piece by its first item,
+        then the place in the piece (``bisect.bisect_left`` would look each item up through
         ``__getitem__``)."""
-        chunks = self.chunks
-        low, high = 0, len(chunks)
-        while low < high:  # the first chunk whose first item is not below ``value``
+        pieces = self.pieces
+        low, high = 0, len(pieces)
+        while low < high:  # the first piece whose first item is not below ``value``
             middle = (low + high) // 2
-            if key(chunks[middle][0]) < value:
+            items, start, _stop = pieces[middle]
+            if key(items[start]) < value:
                 low = middle + 1
             else:
                 high = middle
         if low == 0:
             return 0
-        return self.starts[low - 1] + bisect_left(chunks[low - 1], value, key=key)
+        items, start, stop = pieces[low - 1]
+        return self.starts[low - 1] + bisect_left(items, value, start, stop, key=key) - start
 
     def edited(self, edits: Sequence[Edit]) -> Chunked[T]:
-        """The list with ``edits`` made (``assembled``): each chunk they touch assembled again from
-        its slices, one longer than twice CHUNK cut in two or more, one left empty dropped. A
-        position at the list's end is in the last chunk; one at a chunk's start, in that chunk."""
-        chunks, starts = list(self.chunks), self.starts
-        if not chunks:
+        """The list with ``edits`` made (as ``assembled`` makes them): each piece they touch cut
+        around them (``cut``), every other one shared. A position at the list's end is in the
+        last piece; one at a piece's start, in that piece."""
+        pieces, starts = self.pieces, self.starts
+        if not pieces:
             return Chunked.of(assembled([], edits))
-        last = len(chunks) - 1
-        by_chunk: dict[int, list[Edit]] = {}
+        last = len(pieces) - 1
+        by_piece: dict[int, list[Edit]] = {}
         for position, what, item in edits:
-            chunk = bisect_right(starts, position) - 1 if position < starts[-1] else last
-            by_chunk.setdefault(chunk, []).append((position - starts[chunk], what, item))
-        for chunk, local in by_chunk.items():
-            chunks[chunk] = assembled(chunks[chunk], local)
-        kept: list[list[T]] = []
-        for items in chunks:
-            if len(items) > 2 * CHUNK:
-                kept += [items[start : start + CHUNK] for start in range(0, len(items), CHUNK)]
-            elif items:
-                kept.append(items)
-        return Chunked(kept)
+            piece = bisect_right(starts, position) - 1 if position < starts[-1] else last
+            by_piece.setdefault(piece, []).append((position - starts[piece], what, item))
+        made: list[Piece] = []
+        done = 0
+        for piece, local in sorted(by_piece.items()):
+            if done < piece:  # the pieces untouched before it: only the first may meet a short one
+                put(made, pieces[done])
+                made += pieces[done + 1 : piece]
+            for part in cut(pieces[piece], local):
+                put(made, part)
+            done = piece + 1
+        if done <= last:
+            put(made, pieces[done])
+            made += pieces[done + 1 :]
+        return Chunked(made)
+
+
+def cut(piece: Piece, edits: Sequence[Edit]) -> list[Piece]:
+    """``piece`` with ``edits`` made (positions in it, in order, as ``assembled`` takes them): views
+    of its list between them, and lists of the items they put in."""
+    items, start, stop = piece
+    parts: list[Piece] = []
+    fresh: list[Any] = []
+    kept = start  # the first item of the piece not yet placed
+    for position, what, item in edits:
+        at = start + position
+        if at > kept:
+            if fresh:
+                parts.append((fresh, 0, len(fresh)))
+                fresh = []
+            parts.append((items, kept, at))
+        if item is not None and what != LEAVE_OUT:
+            fresh.append(item)
+        kept = at if what == PUT_IN else at + 1
+    if kept < stop:
+        if fresh:
+            parts.append((fresh, 0, len(fresh)))
+            fresh = []
+        parts.append((items, kept, stop))
+    if fresh:
+        parts.append((fresh, 0, len(fresh)))
+    return parts
+
+
+def put(made: list[Piece], piece: Piece) -> None:
+    """Add ``piece`` after ``made``: copied into the last piece when both are shorter than SHORT."""
+    items, start, stop = piece
+    if made and stop - start < SHORT:
+        before, first, end = made[-1]
+        if end - first < SHORT:
+            joined = before[first:end] + items[start:stop]
+            made[-1] = (joined, 0, len(joined))
+            return
+    made.append(piece)
 
 
 def chunked(items: list[T]) -> Sequence[T]:
-    """``items``, in chunks when it is longer than one (``Chunked``): a changeset applied in memory
-    then copies the chunks it changes, not the list (the large scale's versions: nearly a million)."""
+    """``items``, in pieces when it is longer than one (``Chunked``): a changeset applied in memory
+    then cuts the pieces it changes, not the list (the large scale's versions: nearly a million)."""
     return Chunked.of(items) if len(items) > CHUNK else items
 
 

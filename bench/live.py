@@ -556,6 +556,8 @@ def main() -> None:
         with open(work / "sidecar.log", "w") as sidecar_log:
             sidecar = subprocess.Popen([sys.executable, "-m", "docsrv", "snapshot", "pull", url, "--into", str(into), "--every", "0.2"],
                                        stdout=subprocess.DEVNULL, stderr=sidecar_log, start_new_session=True)
+        if args.pages or args.private_pages:  # as a sidecar that has run a while: its state loaded (``pull.tend_warming``)
+            wait_for_sidecar(work / "sidecar.log", "ahead of the next change of pages")
         under_load: dict = {}
         load: Load | None = Load(server_port)
 
@@ -701,6 +703,15 @@ def wait_for_sequence(server: System, sequence: int, timeout: float = 300.0) -> 
         if time.monotonic() > deadline:
             raise TimeoutError(f"changeset {sequence} not served within {timeout} s")
         time.sleep(0.02)
+
+
+def wait_for_sidecar(log: Path, said: str, timeout: float = 600.0) -> None:
+    """Until the sidecar's log says ``said``."""
+    deadline = time.monotonic() + timeout
+    while said not in log.read_text():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the sidecar did not say {said!r} within {timeout} s")
+        time.sleep(0.2)
 
 
 def settled(server: System, reloads: int) -> bool:

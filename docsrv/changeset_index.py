@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -103,12 +104,38 @@ def held_index(index: Path | None) -> Iterator[Path | None]:
 class StateCache:
     """The store of the last state a pull indexed, kept for the next pull of a sidecar (loading
     the snapshot and applying the kept changesets again would cost a second at the medium scale),
-    and where the lines of its snapshot's pages file are."""
+    and where the lines of its snapshot's pages file are. A sidecar loads both as soon as it
+    holds a snapshot (``warm``), not when the first changeset of pages asks for them."""
 
     def __init__(self) -> None:
         self.store: Store | None = None
         #: Where the lines of the snapshot's pages file are, found at its first changeset of pages.
         self.places: PageLines | None = None
+        #: Held while ``warm`` loads a store: ``state`` waits for it, rather than load another.
+        self._loading = threading.Lock()
+        #: The snapshot ``warm`` last loaded, or tried to.
+        self._warmed: Path | None = None
+
+    def cold(self, snapshot: Path) -> bool:
+        """Whether ``warm`` has something to do for ``snapshot``: the store kept is of another, or
+        the lines of its pages file are not found yet; and it was not tried (a load that failed
+        is not tried again)."""
+        store = self.store
+        return self._warmed != snapshot and (store is None or store.path != snapshot or self.places is None)
+
+    def warm(self, snapshot: Path) -> None:
+        """Load the store of ``snapshot``, unless the store kept is of it, and find the lines of
+        its pages file: at the large scale, about 10 s that the first changeset of pages after a
+        sidecar's start (or a snapshot pulled whole, or a fold) otherwise waits for. The store
+        kept before, of another snapshot, is let go first (two large stores at once are 6 GB)."""
+        with self._loading:
+            self._warmed = snapshot
+            started = time.perf_counter()
+            if self.store is None or self.store.path != snapshot:
+                self.store = self.places = None
+                self.store = load_store(snapshot, progress=False, page_text=False)
+            self.places_of(self.store)
+        log.info("loaded %s ahead of the next change of pages in %.1f s", snapshot.name, time.perf_counter() - started)
 
     def places_of(self, store: Store) -> PageLines | None:
         """The places of the lines of ``store``'s snapshot's pages file, found once for each snapshot."""
@@ -131,8 +158,9 @@ class StateCache:
     def state(self, snapshot: Path, base: tuple[str, int], kept: list[tuple[PublishedChangeset, Changeset]]) -> Store | None:
         """The store of the snapshot ``snapshot`` (its name and sequence: ``base``) with the
         changesets ``kept`` applied: the one kept, caught up with those kept since it was; None
-        when it is of none of those states."""
-        store = self.store
+        when it is of none of those states. A store being loaded (``warm``) is waited for."""
+        with self._loading:
+            store = self.store
         if store is None or store.path != snapshot:
             return None
         if (store.name, store.manifest.sequence) not in [base, *((entry.product, entry.sequence) for entry, _changeset in kept)]:

@@ -676,6 +676,7 @@ async def pull_every(
     logged in one line (a pull, or that the snapshot is current), and so is a recovery."""
     failures = 0
     folding: asyncio.Task[Folded | None] | None = None
+    warming: asyncio.Task[None] | None = None
     while True:
         try:
             pulled = await pull(url, into, keep=keep, progress=progress, deadlines=deadlines, fold_at=None)
@@ -694,7 +695,24 @@ async def pull_every(
             log.info("pulling works again after %d failure(s) in a row", failures)
         failures = 0
         folding = await tend_fold(into, folding)
+        warming = tend_warming(into, warming)
         await asyncio.sleep(seconds)
+
+
+def tend_warming(into: Path, warming: asyncio.Task[None] | None) -> asyncio.Task[None] | None:
+    """A sidecar's kept state loaded in the background, once ``current`` names a snapshot it is not
+    of (``changeset_index.StateCache.warm``): the first changeset of pages after a start, a
+    snapshot pulled whole or a fold then costs the shards it changes, not a load of the snapshot
+    too. A load that fails is logged in one line; a change of pages then loads the snapshot itself."""
+    if warming is not None:
+        if not warming.done():
+            return warming
+        if not warming.cancelled() and isinstance(error := warming.exception(), Exception):
+            log.error("loading the snapshot ahead of the next change of pages failed (%s)", describe(error))
+    current = current_name(into)
+    if current is None or not INDEXED_STATE.cold(into / current):
+        return None
+    return asyncio.create_task(asyncio.to_thread(INDEXED_STATE.warm, into / current))
 
 
 async def tend_fold(into: Path, folding: asyncio.Task[Folded | None] | None) -> asyncio.Task[Folded | None] | None:

@@ -1019,6 +1019,103 @@ def test_a_sidecar_folds_the_kept_changesets_in_the_background_and_keeps_what_ca
     assert_serves_the_same(into / "current", tmp_path / "s2")
 
 
+@pytest.mark.parametrize("failing", [False, True])
+def test_a_sidecar_loads_the_snapshot_it_holds_before_a_change_of_pages_asks_for_it(tmp_path, origin, monkeypatch, caplog, failing):
+    """A sidecar loads the store of the snapshot ``current`` names, and finds the lines of its pages
+    file, in the background (``pull.tend_warming``): the first changeset of pages is then indexed
+    from them, not from the snapshot loaded when it comes (about 10 s at the large scale). A load
+    that fails (``failing``) is said in one line and not tried again; the change of pages then
+    loads the snapshot itself."""
+    import asyncio
+    import contextlib
+    import errno
+    import logging
+
+    from docsrv import changeset_index
+    from docsrv import pull as pulling
+
+    monkeypatch.setattr(pulling, "INDEXED_STATE", changeset_index.StateCache())
+    base, into, _second = replica_and_change(tmp_path, origin)
+    current = pulling.current_name(into)
+    assert current is not None
+    loading = changeset_index.load_store
+    if failing:
+        def unreadable(*args, **kwargs):
+            raise OSError(errno.EIO, "Input/output error", str(into / current / "projects.jsonl"))
+
+        monkeypatch.setattr(changeset_index, "load_store", unreadable)
+
+    async def warm() -> None:
+        warming = pulling.tend_warming(into, None)
+        assert warming is not None
+        with contextlib.suppress(OSError):
+            await warming
+        assert pulling.tend_warming(into, warming) is None  # done, or not tried again
+
+    with caplog.at_level(logging.ERROR, logger="docsrv"):
+        asyncio.run(warm())
+    kept = pulling.INDEXED_STATE.store
+    if failing:
+        assert kept is None
+        assert [r.getMessage() for r in caplog.records] == [
+            f"loading the snapshot ahead of the next change of pages failed ({into / current / 'projects.jsonl'}: Input/output error)"]
+        monkeypatch.setattr(changeset_index, "load_store", loading)
+    else:
+        assert kept is not None and (kept.path, kept.name) == (into / current, current)
+        assert pulling.INDEXED_STATE.places is not None and not caplog.records
+
+        def loaded_again(*args, **kwargs):
+            raise AssertionError("the snapshot was loaded again")
+
+        monkeypatch.setattr(changeset_index, "load_store", loaded_again)
+    published_pages_change(tmp_path, origin, base)
+    asyncio.run(pulling.pull(origin.url, into, progress=False, fold_at=None))
+    kept_chain = pulling.kept_chain(into, current)
+    assert kept_chain is not None and [entry.sequence for entry in kept_chain.changesets] == [2]
+    assert changeset_index.changeset_index(into, kept_chain.changesets[0]) is not None
+
+
+def test_a_change_of_pages_that_comes_while_the_sidecar_loads_its_state_waits_for_that_load(tmp_path, monkeypatch):
+    """Asked for the state a changeset of pages follows while ``StateCache.warm`` loads it, the
+    cache waits and gives the store loaded, rather than nothing (the pull would load a second)."""
+    import threading
+
+    from docsrv import changeset_index
+    from docsrv.snapshot.load import manifest_of
+
+    snapshot = synth(tmp_path / "s0")
+    cache = changeset_index.StateCache()
+    started, go_on = threading.Event(), threading.Event()
+    loading = changeset_index.load_store
+
+    def held_load(*args, **kwargs):
+        started.set()
+        assert go_on.wait(60)
+        return loading(*args, **kwargs)
+
+    monkeypatch.setattr(changeset_index, "load_store", held_load)
+    assert cache.cold(snapshot)
+    warming = threading.Thread(target=cache.warm, args=(snapshot,))
+    warming.start()
+    assert started.wait(60)
+    manifest = manifest_of(snapshot)
+    found = []
+    asked = threading.Event()
+
+    def ask() -> None:
+        asked.set()
+        found.append(cache.state(snapshot, (manifest.name, manifest.sequence), []))
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    assert asked.wait(60)
+    go_on.set()
+    asking.join()
+    warming.join()
+    assert found == [cache.store] and found[0] is not None
+    assert not cache.cold(snapshot)
+
+
 @pytest.mark.parametrize("damaged", [False, True])
 def test_after_a_sidecars_fold_the_next_change_of_pages_is_indexed_from_the_state_it_kept(tmp_path, origin, start_server, monkeypatch,
                                                                                             damaged):

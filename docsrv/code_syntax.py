@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 
 from .named_entries import entry_key
 from .snapshot.records import Page
@@ -67,4 +68,26 @@ def tokens(text: str, is_known: Callable[[str], bool]) -> list[str]:
                     break
             else:
                 start += 1
+    return kept(found)
+
+
+def page_tokens(text: str, operators: frozenset[str]) -> list[str]:
+    """``tokens`` of a page's text, for the index, whose build knows its ``operators``: one
+    regular expression finds them, as ``tokens`` reads runs of punctuation (an operator being
+    punctuation alone, no match runs past a run; at each place the longest comes first, then the
+    search goes on after it). A shard of 36,000 pages spent 1.0 s in ``tokens``."""
+    found = [token.lower() for token in _SHAPED.findall(text)]
+    if operators:
+        found += operator_pattern(operators).findall(text)
+    return kept(found)
+
+
+@lru_cache(maxsize=8)
+def operator_pattern(operators: frozenset[str]) -> re.Pattern[str]:
+    """Any of ``operators``, the longest first."""
+    return re.compile("|".join(map(re.escape, sorted(operators, key=lambda operator: (-len(operator), operator)))))
+
+
+def kept(found: list[str]) -> list[str]:
+    """The tokens ``found``, each once, but those tantivy would not take."""
     return [token for token in dict.fromkeys(found) if len(token.encode()) < MAX_TOKEN_BYTES]

@@ -220,7 +220,7 @@ def build_shard(store: Store, index: Path, shard: int, pages: list[Page], operat
                     headings=" ".join(section.title for section in page.sections),
                     body=page.text,
                     path=page.document_name,
-                    symbols=" ".join(code_syntax.tokens(page.text, operators.__contains__)),
+                    symbols=" ".join(code_syntax.page_tokens(page.text, operators)),
                 )
             )
             for document in named_entries.documents(page, scope, slot, changelog):

@@ -152,3 +152,20 @@ def test_operators_are_the_punctuation_a_build_names_read_longest_first():
                          Entry(name="-> (arrow)", title="", role="index", anchor="", priority=1),
                          Entry(name="......", title="", role="index", anchor="", priority=1)))
     assert operator_names([page]) == {"//", "->"}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_pages_operators_are_found_as_a_query_finds_them(seed):
+    """The index finds the operators of a page's text with one regular expression
+    (``code_syntax.page_tokens``); a query reads its runs of punctuation place by place
+    (``tokens``). Both give the same tokens, in the same order, for any text and operators."""
+    import random
+
+    from docsrv.code_syntax import page_tokens, tokens
+
+    rng = random.Random(seed)
+    alphabet = "/=-><|*%&.:;()[]{}!?^~+@_ ab\n"
+    operators = frozenset("".join(rng.choices("/=-><|*%&.:!^~+", k=rng.randint(1, 4))) for _ in range(rng.randint(0, 12)))
+    for _ in range(50):
+        text = "".join(rng.choices(alphabet, k=rng.randint(0, 80)))
+        assert page_tokens(text, operators) == tokens(text, operators.__contains__), (text, sorted(operators))

@@ -251,12 +251,12 @@ class Chunked(Sequence[T]):
     version made private copied lists of nearly a million versions. Then the chunks it touched
     were copied (2,048 items each), and a copy still increments the count of references of every
     item it holds, writing to the page of memory each one is in: a worker's first changeset of
-    1,000 mixed records took about 115,000 pages of the records out of the copy-on-write sharing
-    with its peers, and its apply took seven times as long as the next one's. Edited
-    (``edited``), a list in pieces copies no item it keeps: the piece an edit falls in is cut into
-    views of the same list around a short list of what the edit put in; only a piece left shorter
-    than SHORT is copied, into its short neighbour. Every piece an edit does not touch is shared
-    with the list it was made from."""
+    1,000 mixed records at the large scale took about 115,000 pages of the records out of the
+    copy-on-write sharing with its peers, and its apply took over twice as long as the next
+    one's. Edited (``edited``), a list in pieces copies no item it keeps: the piece an edit falls
+    in is cut into views of the same list around a short list of what the edit put in; only a
+    piece left shorter than SHORT is copied, into its short neighbour. Every piece an edit does
+    not touch is shared with the list it was made from."""
 
     __slots__ = ("pieces", "starts")
 

@@ -325,7 +325,9 @@ def write_chain(into: Path, name: str, sequence: int, changesets: list[Published
 
 def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, build_index: bool, fold_at: int | None) -> None:
     """Keep the changesets ``fetched`` after those kept, when a server applies every one in memory
-    and no more than ``fold_at`` would be kept; else fold them all into the snapshot they make."""
+    and no more than ``fold_at`` would be kept; else fold them all into the snapshot they make.
+    Those before the first that changes the search index are kept first when they apply in
+    memory: a server serves them while that one's index is built (a shard's build: seconds)."""
     current = current_name(into)
     assert current is not None
     kept = kept_chain(into, current)
@@ -334,18 +336,31 @@ def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, 
         raise PullError(f"{into / current}: the snapshot current names has no manifest that reads")
     chain = kept.changesets if kept is not None else []
     changesets = [read_checked(path, entry) for entry, path in fetched]
+    ahead = next((at for at, changeset in enumerate(changesets) if changes_index(changeset)), 0)
+    if ahead and (fold_at is None or len(chain) + ahead <= fold_at) and all(in_memory(c, held.public_url) for c in changesets[:ahead]):
+        chain = keep_changesets(into, current, held.sequence, chain, fetched[:ahead])
+        fetched, changesets = fetched[ahead:], changesets[ahead:]
     if (fold_at is None or len(chain) + len(fetched) <= fold_at) and all(in_memory(c, held.public_url, indexed=build_index)
                                                                           for c in changesets) \
             and indexes_built(into, current, chain, [(entry, c) for (entry, _path), c in zip(fetched, changesets, strict=True)]):
-        (into / CHANGESETS).mkdir(exist_ok=True)
-        for entry, path in fetched:
-            os.replace(path, into / changeset_path(entry.sequence))
-        write_chain(into, current, held.sequence, [*chain, *(entry for entry, _path in fetched)])
+        keep_changesets(into, current, held.sequence, chain, fetched)
         shutil.rmtree(into / ".pull-changesets", ignore_errors=True)
         return
     product = apply_changesets([*kept_changesets(into, chain), *changesets], into, current, build_index, latest_index(into, chain))
     point_current(into, product.name)
     write_chain(into, product.name, product.sequence, [])
+
+
+def keep_changesets(into: Path, current: str, sequence: int, chain: list[PublishedChangeset],
+                    fetched: list[tuple[PublishedChangeset, Path]]) -> list[PublishedChangeset]:
+    """Keep the changesets ``fetched`` after ``chain``, those kept after the snapshot ``current``
+    (at ``sequence``): their files in place, then ``head.json``. Returns the chain kept now."""
+    (into / CHANGESETS).mkdir(exist_ok=True)
+    for entry, path in fetched:
+        os.replace(path, into / changeset_path(entry.sequence))
+    chain = [*chain, *(entry for entry, _path in fetched)]
+    write_chain(into, current, sequence, chain)
+    return chain
 
 
 #: The state a sidecar's last pull indexed: the next one applies its changesets to it (``changeset_index.py``).

@@ -1019,6 +1019,46 @@ def test_a_sidecar_folds_the_kept_changesets_in_the_background_and_keeps_what_ca
     assert_serves_the_same(into / "current", tmp_path / "s2")
 
 
+def test_changesets_before_a_change_of_pages_are_kept_while_its_index_is_built(tmp_path, origin, monkeypatch):
+    """Pulled at once, a changeset of builds and a change of pages after it: the first is kept
+    (``head.json`` lists it, and servers apply it) before the pull builds the second's index, not
+    once that build is done; then both are kept, the second with its index."""
+    import asyncio
+
+    from docsrv import changeset_index
+    from docsrv import pull as pulling
+
+    monkeypatch.setattr(pulling, "INDEXED_STATE", changeset_index.StateCache())
+    rng = random.Random(37)
+    states = [synth(tmp_path / "s0")]
+    assert docsrv("snapshot", "publish", str(states[0]), str(origin.root)).returncode == 0
+    into = tmp_path / "replica"
+    asyncio.run(pulling.pull(origin.url, into, progress=False))
+    current = pulling.current_name(into)
+    assert current is not None
+    states += [tmp_path / "s1", tmp_path / "s2"]
+    builds_change(states[0], states[1], "snap-1", rng)
+    random_in_place_change(states[1], states[2], "snap-2", rng, pages=True)
+    for number in (1, 2):
+        assert docsrv("snapshot", "publish", str(states[number]), str(origin.root), "--since", str(states[number - 1])).returncode == 0
+
+    def kept() -> list[int]:
+        chain = pulling.kept_chain(into, current)
+        return [entry.sequence for entry in chain.changesets] if chain is not None else []
+
+    listed_while_building = []
+    building = changeset_index.rebuild_index
+
+    def watched(store, plan, directory):
+        listed_while_building.append(kept())
+        return building(store, plan, directory)
+
+    monkeypatch.setattr(changeset_index, "rebuild_index", watched)
+    asyncio.run(pulling.pull(origin.url, into, progress=False))
+    assert listed_while_building == [[2]]
+    assert kept() == [2, 3] and changeset_index.changeset_index(into, pulling.kept_chain(into, current).changesets[1]) is not None
+
+
 @pytest.mark.parametrize("failing", [False, True])
 def test_a_sidecar_loads_the_snapshot_it_holds_before_a_change_of_pages_asks_for_it(tmp_path, origin, monkeypatch, caplog, failing):
     """A sidecar loads the store of the snapshot ``current`` names, and finds the lines of its pages

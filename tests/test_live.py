@@ -1019,6 +1019,22 @@ def test_a_sidecar_folds_the_kept_changesets_in_the_background_and_keeps_what_ca
     assert_serves_the_same(into / "current", tmp_path / "s2")
 
 
+def sidecar_replica(tmp_path: Path, origin: Origin, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A snapshot published whole and pulled into a replica whose pulls keep the state they index
+    in a cache of the test's own (``pull.INDEXED_STATE``): (the snapshot, the replica)."""
+    import asyncio
+
+    from docsrv import changeset_index
+    from docsrv import pull as pulling
+
+    monkeypatch.setattr(pulling, "INDEXED_STATE", changeset_index.StateCache())
+    base = synth(tmp_path / "s0")
+    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
+    into = tmp_path / "replica"
+    asyncio.run(pulling.pull(origin.url, into, progress=False))
+    return base, into
+
+
 def test_changesets_before_a_change_of_pages_are_kept_while_its_index_is_built(tmp_path, origin, monkeypatch):
     """Pulled at once, a changeset of builds and a change of pages after it: the first is kept
     (``head.json`` lists it, and servers apply it) before the pull builds the second's index, not
@@ -1028,12 +1044,9 @@ def test_changesets_before_a_change_of_pages_are_kept_while_its_index_is_built(t
     from docsrv import changeset_index
     from docsrv import pull as pulling
 
-    monkeypatch.setattr(pulling, "INDEXED_STATE", changeset_index.StateCache())
     rng = random.Random(37)
-    states = [synth(tmp_path / "s0")]
-    assert docsrv("snapshot", "publish", str(states[0]), str(origin.root)).returncode == 0
-    into = tmp_path / "replica"
-    asyncio.run(pulling.pull(origin.url, into, progress=False))
+    base, into = sidecar_replica(tmp_path, origin, monkeypatch)
+    states = [base]
     current = pulling.current_name(into)
     assert current is not None
     states += [tmp_path / "s1", tmp_path / "s2"]
@@ -1172,12 +1185,9 @@ def test_after_a_sidecars_fold_the_next_change_of_pages_is_indexed_from_the_stat
     from docsrv import pull as pulling
 
     monkeypatch.setattr(pulling, "FOLD_CHANGESETS", 3)
-    monkeypatch.setattr(pulling, "INDEXED_STATE", changeset_index.StateCache())
     rng = random.Random(31)
-    states = [synth(tmp_path / "s0")]
-    assert docsrv("snapshot", "publish", str(states[0]), str(origin.root)).returncode == 0
-    into = tmp_path / "replica"
-    asyncio.run(pulling.pull(origin.url, into, progress=False))
+    base, into = sidecar_replica(tmp_path, origin, monkeypatch)
+    states = [base]
     for number in range(1, 5):
         states.append(tmp_path / f"s{number}")
         if number == 3:

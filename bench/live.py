@@ -698,20 +698,22 @@ def served_sequence(server: System) -> int:
 
 def wait_for_sequence(server: System, sequence: int, timeout: float = 300.0) -> None:
     """Until the server's /readyz says it serves ``sequence`` or later (a fold on the way reloads it)."""
-    deadline = time.monotonic() + timeout
-    while served_sequence(server) < sequence:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"changeset {sequence} not served within {timeout} s")
-        time.sleep(0.02)
+    until(lambda: served_sequence(server) >= sequence, timeout, f"changeset {sequence} not served", 0.02)
 
 
 def wait_for_sidecar(log: Path, said: str, timeout: float = 600.0) -> None:
     """Until the sidecar's log says ``said``."""
+    until(lambda: said in log.read_text(), timeout, f"the sidecar did not say {said!r}", 0.2)
+
+
+def until(done: Callable[[], bool], timeout: float, failure: str, pause: float) -> None:
+    """Until ``done()``, looking every ``pause`` seconds; TimeoutError (``failure`` within the
+    timeout) past ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    while said not in log.read_text():
+    while not done():
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the sidecar did not say {said!r} within {timeout} s")
-        time.sleep(0.2)
+            raise TimeoutError(f"{failure} within {timeout} s")
+        time.sleep(pause)
 
 
 def settled(server: System, reloads: int) -> bool:

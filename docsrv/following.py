@@ -113,11 +113,12 @@ def read_sealed(directory: Path, entry: PublishedChangeset) -> Changeset:
 @contextmanager
 def uncollected() -> Iterator[None]:
     """No garbage collection while changesets are read and applied, and what they made frozen
-    after, as a store is once loaded (``store.load_store``). The lists an apply makes are long
-    (chunks of 2,048 records), and each collection reads every item of those not frozen: at the
-    large scale, thirty changesets of 1,000 mixed records, applied one after another in one
-    process, spent 5.4 s of their 10.5 s in collections, up to 366 ms at once with the GIL held
-    (requests waited as long); without them, each took about 200 ms, not 300. Records are never
+    after, as a store is once loaded (``store.load_store``). The lists an apply makes can be long,
+    and each collection reads every item of those not frozen: at the large scale, when an edit of
+    a long list copied chunks of 2,048 records, thirty changesets of 1,000 mixed records, applied
+    one after another in one process, spent 5.4 s of their 10.5 s in collections, up to 366 ms at
+    once with the GIL held (requests waited as long); without them, each took about 200 ms, not
+    300. Records are never
     in a cycle (``gc=False``), so a state left behind is freed when its last request is done;
     what else was alive at the freeze (replies cached, requests under way) is freed the same
     way, or, if in a cycle, kept until the worker's next generation (a fold's reload)."""

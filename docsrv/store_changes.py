@@ -21,8 +21,8 @@ where it stands in an ordered list (``Replaced``); lookups by commit, and by pro
 resolve through the current records (``PatchedOrder``, ``Store.version_of``). A record that
 joins, leaves or moves in a list makes a new list (``rearranged``): a short one is copied, a long
 one is kept in pieces (``utils/positions.Chunked``), and the pieces it touches are cut around it,
-copying none of the items they keep. What a
-changeset costs is then about what it changed (``bench/apply_costs.py`` measures it by kind).
+copying none of the items they keep. What a changeset costs is then about what it changed
+(``bench/apply_costs.py`` measures it by kind).
 """
 
 from __future__ import annotations

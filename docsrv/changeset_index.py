@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .index_build import PageLines, link_shard, plan_changed_shards, rebuild_index, shard_of, shard_path
+from .index_build import PageLines, link_files, plan_changed_shards, rebuild_index, shard_of, shard_path
 from .search import shard_directories
 from .serving import current_index, fingerprint
 from .snapshot.changeset import Changeset, composed
@@ -95,7 +95,7 @@ def held_index(index: Path | None) -> Iterator[Path | None]:
     shutil.rmtree(held, ignore_errors=True)
     try:
         for shard, directory in shard_directories(index).items():
-            link_shard(directory, shard_path(held, shard))
+            link_files(directory, shard_path(held, shard))
         yield held
     finally:
         shutil.rmtree(held, ignore_errors=True)

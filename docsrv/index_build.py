@@ -264,7 +264,7 @@ def build_shard(store: Store, index: Path, shard: int, pages: list[Page], operat
             )
             if entries is not None:
                 for document in named_entries.documents(page, scope, slot, changelog):
-                    entries.add_document(document)
+                    entries.add_json(document.decode())
 
     def commit() -> None:
         for writer in (documents, entries):

@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from enum import IntEnum
 from typing import NamedTuple
 
+import orjson
 import tantivy
 
 from .changelogs import asks_for_changes
@@ -139,10 +140,12 @@ def build_schema() -> tantivy.Schema:
     return builder.build()
 
 
-def documents(page: Page, scope: str, slot: int, changelog: bool) -> Iterator[tantivy.Document]:
-    """The named entries of one page as documents of the entries index: one a name, and for an
-    object with a dotted name one more holding its tails (so one lookup ranks whole names first).
-    The names of a changelog (``changelogs.py``) rank after every other page's."""
+def documents(page: Page, scope: str, slot: int, changelog: bool) -> Iterator[bytes]:
+    """The named entries of one page as documents of the entries index, in JSON (``add_json``):
+    one a name, and for an object with a dotted name one more holding its tails (so one lookup
+    ranks whole names first). The names of a changelog (``changelogs.py``) rank after every other
+    page's. A dictionary encoded and read by tantivy at once costs a fifth less than a
+    ``tantivy.Document`` filled a field at a time (the entries are most of a shard's build)."""
     after = CHANGELOG_RANK if changelog else 0
 
     def entry(
@@ -155,27 +158,17 @@ def documents(page: Page, scope: str, slot: int, changelog: bool) -> Iterator[ta
         loose: Sequence[str] = (),
         words: str = "",
         depth: int = 1,
-    ) -> tantivy.Document:
-        document = tantivy.Document()
-        document.add_text("scope", scope)
-        document.add_integer("page", page.id)
-        document.add_integer("slot", slot)
-        document.add_integer("rank", pack_rank(kind, tail, priority) + after)
-        document.add_integer("depth", depth)
-        for key in dict.fromkeys(filter(None, names)):
-            document.add_text("name", key)
+    ) -> bytes:
+        document: dict[str, object] = {"scope": scope, "page": page.id, "slot": slot, "rank": pack_rank(kind, tail, priority) + after,
+                                       "depth": depth, "name": list(dict.fromkeys(filter(None, names)))}
         if words:
-            document.add_text("heading_words", words)
-            document.add_integer("heading_stems", len(content_stems(words)))
-        for key in dict.fromkeys(loose):
-            document.add_text("loose", key)
+            document["heading_words"] = words
+            document["heading_stems"] = len(content_stems(words))
+        if loose:
+            document["loose"] = list(dict.fromkeys(loose))
         if anchor and heading:
-            document.add_text("anchored", "1")
-            document.add_text("anchor", anchor)
-            document.add_text("heading", heading)
-            document.add_text("anchor_lower", anchor.lower())
-            document.add_text("heading_lower", heading.lower())
-        return document
+            document.update(anchored="1", anchor=anchor, heading=heading, anchor_lower=anchor.lower(), heading_lower=heading.lower())
+        return orjson.dumps(document)
 
     yield entry(Kind.TITLE, 1, [entry_key(page.title)])
     for section in page.sections:

@@ -168,14 +168,19 @@ def scope_of(store: Store, page: PageHead | Version) -> str:
     return version_scope(store.projects[version.project].slug, version.slug)
 
 
-def entries_digest(store: Store, pages: list[Page]) -> str:
-    """A digest of what the entries index of a shard of ``pages`` (in id order) is made of: each
-    page's id (its slot is its place), scope, title, sections and named entries
-    (``named_entries.documents``)."""
+def version_scopes(store: Store, pages: list[Page]) -> dict[int, str]:
+    """The scope of each version ``pages`` are of (``scope_of``), found once for all its pages."""
+    return {version: scope_of(store, store.versions[version]) for version in {page.version for page in pages}}
+
+
+def entries_digest(pages: list[Page], scopes: dict[int, str]) -> str:
+    """A digest of what the entries index of a shard of ``pages`` (in id order, their versions'
+    ``scopes``) is made of: each page's id (its slot is its place), scope, title, sections and
+    named entries (``named_entries.documents``)."""
     hasher = _hasher()
     encode = _named.encode
     for page in pages:
-        hasher.update(encode((page.id, scope_of(store, page), page.title, page.sections, page.entries)))
+        hasher.update(encode((page.id, scopes[page.version], page.title, page.sections, page.entries)))
     return hasher.hexdigest()
 
 
@@ -209,9 +214,10 @@ def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="docsrv-commit") as committing:
         previous: Future[None] | None = None
         for shard, pages, digest, named in shards:
-            made = Shard(digest=digest, pages=len(pages), operators=sorted(named), entries=entries_digest(store, pages))
+            scopes = version_scopes(store, pages)
+            made = Shard(digest=digest, pages=len(pages), operators=sorted(named), entries=entries_digest(pages, scopes))
             kept = earlier_entries(shard_path(earlier, shard), made.entries) if earlier is not None else None
-            commit = build_shard(store, index, shard, pages, operators, made, kept)
+            commit = build_shard(index, shard, pages, scopes, operators, made, kept)
             if previous is not None:
                 previous.result()  # one commit at a time: a shard's writer holds WRITER_HEAP until it is done
             previous = committing.submit(commit)
@@ -230,10 +236,11 @@ def earlier_entries(shard: Path, digest: str) -> Path | None:
     return shard / ENTRIES if was.entries == digest else None
 
 
-def build_shard(store: Store, index: Path, shard: int, pages: list[Page], operators: frozenset[str],
+def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, str], operators: frozenset[str],
                 made: Shard, kept_entries: Path | None = None) -> Callable[[], None]:
-    """Add one shard's ``pages`` (in id order) to an index of its own in ``index``, ``operators``
-    being those of the whole index; return what commits it and writes what it was ``made`` from.
+    """Add one shard's ``pages`` (in id order, their versions' ``scopes``) to an index of its own
+    in ``index``, ``operators`` being those of the whole index; return what commits it and writes
+    what it was ``made`` from.
     With ``kept_entries``, an entries index made of the same, its files are linked instead."""
     directory = shard_path(index, shard)
     (directory / PAGES).mkdir(parents=True)
@@ -247,7 +254,7 @@ def build_shard(store: Store, index: Path, shard: int, pages: list[Page], operat
         entries = entries_index.writer(heap_size=64 << 20, num_threads=1)
     with HighlightWriter(directory / HIGHLIGHT) as highlights:
         for page in pages:
-            scope = scope_of(store, page)
+            scope = scopes[page.version]
             slot = slot_of(shard, highlights.add(page.id, page.text))
             changelog = is_changelog(page.title, [section.title for section in page.sections])
             documents.add_document(

@@ -154,6 +154,26 @@ def test_operators_are_the_punctuation_a_build_names_read_longest_first():
     assert operator_names([page]) == {"//", "->"}
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_a_builds_operators_are_the_names_whose_keys_are_operators(seed):
+    """``operator_names`` passes over a name with a word character before it makes its key: it
+    finds what the keys of every name would (``is_operator(entry_key(name))``)."""
+    import random
+
+    from docsrv.code_syntax import is_operator, operator_names
+    from docsrv.named_entries import entry_key
+    from docsrv.snapshot.records import Entry, Page, Section
+
+    rng = random.Random(seed)
+    alphabet = "/=-><|*%&.:()!^~+'\"` \t_aZ9\u0130\u2160\u00e9"
+    names = ["".join(rng.choices(alphabet, k=rng.randint(0, 7))) for _ in range(200)]
+    page = Page(id=1, project=1, version=1, path="ops.html", title=names[0], sections=tuple(Section(f"s{n}", name) for n, name in enumerate(names[1:50])),
+                entries=tuple(Entry(name=name, title=title, role="index", anchor="", priority=1) for name, title in zip(names[50::2], names[51::2], strict=False)))
+    wanted = {key for name in names if is_operator(key := entry_key(name))}
+    assert operator_names([page]) == wanted
+    assert wanted  # the names hold operators
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_a_pages_operators_are_found_as_a_query_finds_them(seed):
     """The index finds the operators of a page's text with one regular expression

@@ -4,7 +4,7 @@ what it serves equals a fresh server's.
 
     python bench/live.py [--scale medium] [--sizes 1 10 100 1000] [--rounds 50] [--pss-changesets 1000]
                          [--crawl-changesets 20] [--skip publisher hot pss crawl] [--mix] [--pages 0]
-                         [--private-pages 0]
+                         [--kept-page-ids] [--private-pages 0]
 
 A synthetic snapshot (bench/scratch/, indexed: its index is published with it) is published whole
 on an origin directory that Python's http.server serves on loopback, pulled into a replica, and
@@ -16,7 +16,8 @@ follows the origin as a sidecar and wrk asks the server for a project list witho
    and ``docsrv snapshot keys`` reads its purge keys back (seconds, the process's start included).
 2. The lag: for each size, ``--rounds`` changesets of that many changed builds (with ``--mix``,
    records of every kind a replica applies in memory: ``mixed``; with ``--pages N``, each also
-   uploads every page of N versions again, as a build's end does, and with ``--private-pages N``
+   uploads every page of N versions again, as a build's end does (each page under a new id, the
+   one it replaces deleted; with ``--kept-page-ids``, under its own), and with ``--private-pages N``
    makes N versions that hold pages private: the sidecar builds the index of what it makes), one
    a second,
    written by a feed (the service's own publisher would emit them from its database: it writes
@@ -80,7 +81,8 @@ from docsrv.snapshot.write import write_manifest  # noqa: E402
 from docsrv.utils.files import clone_or_copy, replace_file  # noqa: E402
 from run import WORK, System, free_port, pinned, pss_kb, snapshot_path, tree  # noqa: E402
 
-BUILD_ID = re.compile(rb'\{"id":(\d+)[,}]')
+#: A record's id, first in its line.
+RECORD_ID = re.compile(rb'\{"id":(\d+)[,}]')
 #: The kind and id of a change line the feed writes.
 CHANGED = re.compile(rb'\{"op":"upsert","kind":"(\w+)","record":\{"id":(\d+)[,}]')
 PAGE_VERSION = re.compile(rb'"version":(\d+)')
@@ -152,7 +154,7 @@ def edited_in_place(line: bytes, how: int, mark: str) -> bytes:
 
 def build_id(line: bytes) -> int:
     """The id of a build's line, which begins with it (as ``docsrv`` writes records)."""
-    found = BUILD_ID.match(line)
+    found = RECORD_ID.match(line)
     assert found is not None, line[:80]
     return int(found.group(1))
 
@@ -225,9 +227,13 @@ class Feed:
     from what it knows changed: each written with docsrv's format code, then ``head.json`` in one
     rename, as ``publish`` does."""
 
-    def __init__(self, origin: Path, snapshot: Path) -> None:
+    def __init__(self, origin: Path, snapshot: Path, kept_page_ids: bool = False) -> None:
         self.origin = origin
         self.snapshot = snapshot
+        #: Whether pages uploaded again keep their ids (``uploaded``).
+        self.kept_page_ids = kept_page_ids
+        #: The id of the next page made (found at the first upload).
+        self.next_page_id = 0
         self.manifest = manifest_of(snapshot)
         #: The lines of versions, projects and users, each read at the first edit of one.
         self.others: dict[str, list[bytes]] = {}
@@ -295,10 +301,12 @@ class Feed:
         for number in range(created):
             body += self.created(f"{self.turn}-{number}", now)
         body += self.hidden(hidden)
-        body += self.uploaded(pages, f"{self.turn}")
+        uploads, removed = self.uploaded(pages, f"{self.turn}")
+        body += uploads
         body += self.hidden(private_pages, paged=True)
         # A record changed twice (a version edited, then made private) is sent once, as it is last.
         body = list({CHANGED.match(line).groups(): line for line in body}.values())  # type: ignore[union-attr]
+        body += removed
         name = f"feed-{sequence}"
         manifest = self.manifest
         counts = {**manifest.counts, "builds": manifest.counts["builds"] + len(self.lines) - self.loaded,
@@ -358,29 +366,37 @@ class Feed:
                     break
         return lines
 
-    def uploaded(self, count: int, mark: str) -> list[bytes]:
-        """The change lines of every page of ``count`` versions with pages, uploaded again as a
-        build's end uploads them: each page's text with a sentence more (the pages file is read
-        at the first upload)."""
+    def uploaded(self, count: int, mark: str) -> tuple[list[bytes], list[bytes]]:
+        """The change lines of every page of ``count`` versions with pages, uploaded again as the
+        service's build's end uploads them: (the upserts, the deletes). Each page is made again
+        under a new id, and the page it replaces deleted (the service creates a build's files
+        anew and deletes those of the build before: ``_process_files`` and ``collect`` in
+        ``readthedocs/projects/tasks/search.py``), its text with a sentence more; with
+        ``kept_page_ids``, each keeps its id. The pages file is read at the first upload."""
         if not count:
-            return []
+            return [], []
         if not self.page_lines:
             for line in (self.snapshot / "pages.jsonl").read_bytes().split(b"\n"):
                 if line:
                     self.page_lines.setdefault(int(PAGE_VERSION.search(line)[1]), []).append(line)  # type: ignore[index]
+                    self.next_page_id = max(self.next_page_id, int(RECORD_ID.match(line)[1]) + 1)  # type: ignore[index]
         versions = sorted(self.page_lines)
-        lines = []
+        lines, removed = [], []
         for number in range(count):
             version = versions[(self.turn * 7919 + number * 104729) % len(versions)]
             edited = []
             for line in self.page_lines[version]:
                 page = json.loads(line)
                 page["text"] = f"{page.get('text', '')} Install it again with pip: upload {mark}."
+                if not self.kept_page_ids:
+                    removed.append(b'{"op":"delete","kind":"pages","id":%d}' % page["id"])
+                    page["id"] = self.next_page_id
+                    self.next_page_id += 1
                 edited.append(json.dumps(page, separators=(",", ":"), ensure_ascii=False).encode())
                 self.edited_projects.add(page["project"])
             self.page_lines[version] = edited
             lines += [b'{"op":"upsert","kind":"pages","record":%s}' % line for line in edited]
-        return lines
+        return lines, removed
 
     def lines_of(self, kind: str) -> list[bytes]:
         """The lines of ``kind`` as edited so far (read from the snapshot the first time)."""
@@ -525,6 +541,8 @@ def main() -> None:
     parser.add_argument("--mix", action="store_true", help="the lag's changesets change records of every kind, not builds alone")
     parser.add_argument("--pages", type=int, default=0, help="versions whose every page each changeset of the lag and the crawl "
                                                              "uploads again")
+    parser.add_argument("--kept-page-ids", action="store_true", help="pages uploaded again keep their ids (the service gives "
+                                                                      "them new ones)")
     parser.add_argument("--private-pages", type=int, default=0, help="versions that hold pages each changeset of the lag and the "
                                                                      "crawl makes private")
     args = parser.parse_args()
@@ -586,7 +604,7 @@ def main() -> None:
             load = Load(server_port)
 
         # 2. The lag, one changeset a second.
-        feed = Feed(origin, previous)
+        feed = Feed(origin, previous, args.kept_page_ids)
         by_size: dict = {}
         for size in args.sizes:
             lags, sizes, heads = [], [], []
@@ -626,8 +644,9 @@ def main() -> None:
             wrk_rps(server_port, hot, 2)  # warm both (nginx's first run was a third faster than every later one)
             wrk_rps(peer.port, "/hot/project.json", 2)
             for condition in ("quiet", "changesets", "quiet", "changesets"):
-                feeder = subprocess.Popen([sys.executable, __file__, "--feed-only", str(origin), str(previous), "1", str(args.pages),
-                                           str(args.private_pages)], start_new_session=True) if condition == "changesets" else None
+                feeding = [str(origin), str(previous), "1", str(args.pages), str(args.private_pages), str(int(args.kept_page_ids))]
+                feeder = subprocess.Popen([sys.executable, __file__, "--feed-only", *feeding],
+                                          start_new_session=True) if condition == "changesets" else None
                 try:
                     if feeder is not None:  # its start (reading every build) is not the server's cost
                         wait_for_sequence(server, read_head(origin).sequence + 1)
@@ -729,9 +748,9 @@ def save(report: dict) -> None:
     out_path.write_text(json.dumps(report, indent=2) + "\n")
 
 
-def feed_only(origin: Path, snapshot: Path, builds: int, pages: int, private_pages: int) -> None:
+def feed_only(origin: Path, snapshot: Path, builds: int, pages: int, private_pages: int, kept_page_ids: int) -> None:
     """One changeset a second until stopped (a process of its own, beside wrk)."""
-    feed = Feed(origin, snapshot)
+    feed = Feed(origin, snapshot, bool(kept_page_ids))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while True:
         started = time.monotonic()
@@ -740,7 +759,7 @@ def feed_only(origin: Path, snapshot: Path, builds: int, pages: int, private_pag
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 7 and sys.argv[1] == "--feed-only":
+    if len(sys.argv) == 8 and sys.argv[1] == "--feed-only":
         feed_only(Path(sys.argv[2]), Path(sys.argv[3]), *map(int, sys.argv[4:]))
     else:
         main()

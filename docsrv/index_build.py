@@ -24,9 +24,10 @@ again (``plan_rebuild`` says so).
 
 A shard built again keeps the earlier shard's ``entries/`` (hard links) when what it is made of
 did not change (``entries_digest``: each page's id, scope, title, sections and named entries, in
-order): a build whose pages' text changed, and not their names, costs the pages' index and
-highlight files alone. The entries index was about 70 % of a shard's build (the largest shard of
-the medium scale, 36,330 pages and 144,960 entries: 2.6 of 3.85 s).
+order): a change of pages' text alone, under the same ids, costs the pages' index and highlight
+files alone. The entries index was about 70 % of a shard's build (the largest shard of the
+medium scale, 36,330 pages and 144,960 entries: 2.6 of 3.85 s). The service's builds give their
+pages new ids, so their shards' entries are built again.
 """
 
 from __future__ import annotations
@@ -240,8 +241,8 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
                 made: Shard, kept_entries: Path | None = None) -> Callable[[], None]:
     """Add one shard's ``pages`` (in id order, their versions' ``scopes``) to an index of its own
     in ``index``, ``operators`` being those of the whole index; return what commits it and writes
-    what it was ``made`` from.
-    With ``kept_entries``, an entries index made of the same, its files are linked instead."""
+    what it was ``made`` from. With ``kept_entries``, an entries index made of the same, its files
+    are linked instead."""
     directory = shard_path(index, shard)
     (directory / PAGES).mkdir(parents=True)
     documents = quiet(tantivy.Index(build_schema(), path=str(directory / PAGES))).writer(heap_size=WRITER_HEAP, num_threads=1)
@@ -271,7 +272,7 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
             )
             if entries is not None:
                 for document in named_entries.documents(page, scope, slot, changelog):
-                    entries.add_json(document.decode())
+                    entries.add_json(document)
 
     def commit() -> None:
         for writer in (documents, entries):

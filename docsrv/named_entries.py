@@ -140,7 +140,7 @@ def build_schema() -> tantivy.Schema:
     return builder.build()
 
 
-def documents(page: Page, scope: str, slot: int, changelog: bool) -> Iterator[bytes]:
+def documents(page: Page, scope: str, slot: int, changelog: bool) -> Iterator[str]:
     """The named entries of one page as documents of the entries index, in JSON (``add_json``):
     one a name, and for an object with a dotted name one more holding its tails (so one lookup
     ranks whole names first). The names of a changelog (``changelogs.py``) rank after every other
@@ -158,7 +158,7 @@ def documents(page: Page, scope: str, slot: int, changelog: bool) -> Iterator[by
         loose: Sequence[str] = (),
         words: str = "",
         depth: int = 1,
-    ) -> bytes:
+    ) -> str:
         document: dict[str, object] = {"scope": scope, "page": page.id, "slot": slot, "rank": pack_rank(kind, tail, priority) + after,
                                        "depth": depth, "name": list(dict.fromkeys(filter(None, names)))}
         if words:
@@ -168,7 +168,7 @@ def documents(page: Page, scope: str, slot: int, changelog: bool) -> Iterator[by
             document["loose"] = list(dict.fromkeys(loose))
         if anchor and heading:
             document.update(anchored="1", anchor=anchor, heading=heading, anchor_lower=anchor.lower(), heading_lower=heading.lower())
-        return orjson.dumps(document)
+        return orjson.dumps(document).decode()
 
     yield entry(Kind.TITLE, 1, [entry_key(page.title)])
     for section in page.sections:

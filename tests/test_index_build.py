@@ -165,6 +165,32 @@ def test_an_earlier_index_that_does_not_say_what_a_shard_holds_is_not_built_from
     assert plan_rebuild(store, old / "index") is None
 
 
+def test_an_earlier_shard_that_does_not_say_what_its_entries_hold_has_them_built_again(tmp_path):
+    """An index built before its shards recorded what their entries index holds (``shard.json``
+    without ``entries``): a shard built again after a change of text builds its entries anew,
+    and answers every search as an index built whole."""
+    old, new = with_one_page_changed(tmp_path, "text", "Zephyrine reticulation: the gearbox keeps quiet.")
+    store = load_store(new, page_text=False, progress=False)
+    plan = plan_rebuild(store, old / "index")
+    assert plan is not None and len(plan.changed) == 1
+    (shard,) = plan.changed
+    record = shard_path(old / "index", shard) / "shard.json"
+    written = msgspec.json.decode(record.read_bytes())
+    assert written["entries"]
+    record.write_bytes(msgspec.json.encode({key: value for key, value in written.items() if key != "entries"}))
+    rebuilt = tmp_path / "rebuilt"
+    rebuild_index(store, plan, rebuilt)
+    for path in (shard_path(rebuilt, shard) / "entries").iterdir():
+        earlier = shard_path(old / "index", shard) / "entries" / path.name
+        assert not earlier.exists() or earlier.stat().st_ino != path.stat().st_ino, path
+    whole = tmp_path / "whole"
+    build_index(load_store(new, progress=False), whole, print_progress=False)
+    ours, theirs = SearchIndex.open(store, rebuilt), SearchIndex.open(store, whole)
+    for query in [*VOCABULARY, "zephyrine", "reticulation gearbox"]:
+        assert ours.search_pages(query) == theirs.search_pages(query), query
+        assert ours.search_anchors(query) == theirs.search_anchors(query), query
+
+
 def page_changes_of(old: Path, new: Path, across: bool) -> tuple:
     """The changeset from ``old`` to ``new`` applied in memory to ``old``'s store: (that store,
     the page changes as the pull gives them, the shards they touch), a page moved to another

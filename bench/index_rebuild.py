@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 from docsrv import index_build  # noqa: E402
 from docsrv.index_build import build_index, plan_rebuild, rebuild_index  # noqa: E402
-from docsrv.search import SearchIndex, version_scope  # noqa: E402
+from docsrv.search import Found, SearchIndex, version_scope  # noqa: E402
 from docsrv.snapshot.load import manifest_of, record_file  # noqa: E402
 from docsrv.snapshot.records import KINDS  # noqa: E402
 from docsrv.snapshot.write import write_manifest  # noqa: E402
@@ -92,6 +92,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", default="medium")
     parser.add_argument("--versions", type=int, nargs="+", default=[1, 10, 100])
+    parser.add_argument("--shard-pages", type=int, nargs="+", default=[index_build.SHARD_PAGES])
     parser.add_argument("--queries", type=int, default=300)
     options = parser.parse_args()
     rng = random.Random(35)
@@ -99,61 +100,77 @@ def main() -> None:
     work = WORK / f"index-rebuild-{options.scale}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    results: dict = {"scale": options.scale, "shards": index_build.SHARDS, "rebuilds": []}
+    results: dict = {"scale": options.scale, "cuts": []}
     try:
         store = load_store(snapshot, progress=False)
         results["pages"] = len(store.pages)
-        results["whole_seconds"] = round(build_index(store, work / "whole", print_progress=False), 2)
-        print(f"{options.scale}: {len(store.pages):,} pages indexed whole in {results['whole_seconds']} s", flush=True)
         with_pages = sorted(store.versions_with_pages)
         queries = queries_of(store, options.queries, rng)
-        del store
+        products = {}
         for count in options.versions:
-            chosen = set(rng.sample(with_pages, count))
-            product = work / f"product-{count}"
-            product_of(snapshot, product, chosen)
-            edited = load_store(product, page_text=False, progress=False)
-            started = time.perf_counter()
-            plan = plan_rebuild(edited, work / "whole")
-            planned = time.perf_counter() - started
-            assert plan is not None
-            built = rebuild_index(edited, plan, work / f"rebuilt-{count}")
-            row = {"versions": count, "shards_built": len(plan.changed), "shards": len(plan.digests),
-                   "plan_seconds": round(planned, 2), "build_seconds": round(built, 2), "total_seconds": round(planned + built, 2)}
-            results["rebuilds"].append(row)
-            print(f"  {count} version(s) edited: {row['shards_built']} of {row['shards']} shards built again in "
-                  f"{row['total_seconds']} s (digests and pages read {row['plan_seconds']} s, "
-                  f"shards built {row['build_seconds']} s)", flush=True)
+            products[count] = work / f"product-{count}"
+            product_of(snapshot, products[count], set(rng.sample(with_pages, count)))
+        cuts = [(pages, index_build.MIN_SHARDS) for pages in options.shard_pages] + [(10**9, 1)]  # the last: one shard
+        for pages, fewest in cuts:
+            index_build.SHARD_PAGES, index_build.MIN_SHARDS = pages, fewest
+            whole = work / f"whole-{pages}"
+            seconds = build_index(store, whole, print_progress=False)
+            row: dict = {"shard_pages": pages if fewest > 1 else "one shard", "whole_seconds": round(seconds, 2),
+                         "shards": len(index_build.layout_of(whole)), "rebuilds": []}
+            print(f"{options.scale}: {len(store.pages):,} pages indexed whole in {row['whole_seconds']} s in {row['shards']} shards "
+                  f"of at most {pages:,} pages", flush=True)
+            for count, product in products.items():
+                edited = load_store(product, page_text=False, progress=False)
+                started = time.perf_counter()
+                plan = plan_rebuild(edited, whole)
+                planned = time.perf_counter() - started
+                assert plan is not None
+                built = rebuild_index(edited, plan, work / f"rebuilt-{pages}-{count}")
+                rebuilt = {"versions": count, "shards_built": len(plan.changed), "pages_built": sum(map(len, plan.changed.values())),
+                           "plan_seconds": round(planned, 2), "build_seconds": round(built, 2), "total_seconds": round(planned + built, 2)}
+                row["rebuilds"].append(rebuilt)
+                print(f"  {count} version(s) edited: {rebuilt['shards_built']} shards of {rebuilt['pages_built']:,} pages built again in "
+                      f"{rebuilt['total_seconds']} s (digests and pages read {rebuilt['plan_seconds']} s, "
+                      f"shards built {rebuilt['build_seconds']} s)", flush=True)
+            results["cuts"].append(row)
+        del store
         last = options.versions[0]
-        product = work / f"product-{last}"
-        edited = load_store(product, page_text=False, progress=False)
-        build_index(load_store(product, progress=False), work / "product-whole", print_progress=False)
-        ours, theirs = SearchIndex.open(edited, work / f"rebuilt-{last}"), SearchIndex.open(edited, work / "product-whole")
-        differing = [query for query in [*queries, "reticulation"] if ours.search_pages(query) != theirs.search_pages(query)]
-        results["equal_to_whole"] = {"queries": len(queries) + 1, "differing": differing}
-        print(f"  built again after {last} versions edited, against built whole: {len(differing)} of {len(queries) + 1} queries differ")
+        index_build.SHARD_PAGES, index_build.MIN_SHARDS = cuts[0]
+        edited = load_store(products[last], page_text=False, progress=False)
+        build_index(load_store(products[last], progress=False), work / "product-whole", print_progress=False)
+        theirs = SearchIndex.open(edited, work / "product-whole")
+        differing = []
+        for pages, _fewest in cuts:
+            ours = SearchIndex.open(edited, work / f"rebuilt-{pages}-{last}")
+            differing += [(pages, query) for query in [*queries, "reticulation"]
+                          if answers(ours.search_pages(query)) != answers(theirs.search_pages(query))]
+        results["equal_to_whole"] = {"queries": len(queries) + 1, "cuts": len(cuts), "differing": differing}
+        print(f"  built again after {last} versions edited, in each cut, against built whole: {len(differing)} of "
+              f"{(len(queries) + 1) * len(cuts)} answers differ")
         assert not differing, differing[:5]
         del ours, theirs
-        index_build.SHARDS = 1  # the index as it was before it was sharded: every page in one shard
-        store = load_store(snapshot, progress=False)
-        build_index(store, work / "one-shard", print_progress=False)
         store = load_store(snapshot, page_text=False, progress=False)
-        sharded, single = SearchIndex.open(store, work / "whole"), SearchIndex.open(store, work / "one-shard")
+        indexes = {row["shard_pages"]: SearchIndex.open(store, work / f"whole-{pages}")
+                   for row, (pages, _fewest) in zip(results["cuts"], cuts, strict=True)}
         versions = [store.versions[identity] for identity in rng.choices(with_pages, k=len(queries))]
         scoped: list[list[str] | None] = [[version_scope(store.projects[v.project].slug, v.slug)] for v in versions]
-        rounds: dict[str, list[float]] = {"sharded": [], "one_shard": [], "sharded_one_version": [], "one_shard_one_version": []}
+        rounds: dict[str, list[float]] = {f"{name} {kind}": [] for name in indexes for kind in ("every version", "one version")}
         for _round in range(3):
-            rounds["sharded"] += timed(sharded, queries, [None] * len(queries))
-            rounds["one_shard"] += timed(single, queries, [None] * len(queries))
-            rounds["sharded_one_version"] += timed(sharded, queries, scoped)
-            rounds["one_shard_one_version"] += timed(single, queries, scoped)
+            for name, index in indexes.items():
+                rounds[f"{name} every version"] += timed(index, queries, [None] * len(queries))
+                rounds[f"{name} one version"] += timed(index, queries, scoped)
         results["search"] = {name: summary(seconds) for name, seconds in rounds.items()}
-        print(f"  search, {len(queries)} queries x 3: {results['search']}")
+        print(f"  search, {len(queries)} queries x 3: {json.dumps(results['search'], indent=1)}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     out = HERE / "results" / f"{date.today().isoformat()}-index-rebuild-{options.scale}.json"
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out.relative_to(HERE.parent)}")
+
+
+def answers(found: Found) -> tuple:
+    """What a reply says of a search (not where a page's highlight files are, which depends on the cut)."""
+    return [(hit.page_id, hit.score, hit.passage) for hit in found.hits], found.total, found.words
 
 
 if __name__ == "__main__":

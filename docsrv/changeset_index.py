@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .index_build import PageLines, link_files, plan_changed_shards, rebuild_index, shard_of, shard_path
+from .index_build import PageLines, link_files, plan_changed_shards, rebuild_index, shard_path
 from .search import shard_directories
 from .serving import current_index, fingerprint
 from .snapshot.changeset import Changeset, composed
@@ -210,7 +210,7 @@ def index_changesets(directory: Path, snapshot: Path, kept: list[tuple[Published
         return False
     entry = chain[upto - 1][0]
     started = time.perf_counter()
-    plan = plan_changed_shards(done.store, page_changes(chain[:upto]), shards_touched(done.pages), earlier,
+    plan = plan_changed_shards(done.store, page_changes(chain[:upto]), versions_touched(done.pages), earlier,
                                cache.places_of(done.store) if cache is not None else None)
     if plan is None:
         return False
@@ -225,9 +225,9 @@ def index_changesets(directory: Path, snapshot: Path, kept: list[tuple[Published
     return True
 
 
-def shards_touched(pages: list[tuple[PageHead | None, PageHead | None]]) -> set[int]:
-    """The shards of the served pages that changed (before, after)."""
-    return {shard_of(page.version) for pair in pages for page in pair if page is not None}
+def versions_touched(pages: list[tuple[PageHead | None, PageHead | None]]) -> set[int]:
+    """The versions of the served pages that changed (before, after)."""
+    return {page.version for pair in pages for page in pair if page is not None}
 
 
 def page_changes(chain: list[tuple[PublishedChangeset, Changeset]]) -> dict[int, tuple[str, bytes] | None]:

@@ -77,9 +77,11 @@ MAX_GROUPS = 1 << GROUP_BITS
 GROUP_MASK = MAX_GROUPS - 1
 #: Pages written between two flushes of the arrays to disk.
 _FLUSH_EVERY = 4096
-#: A slot is its shard, shifted by SHARD_BITS, and the page's place in the shard's files.
+#: A slot is its shard's key, shifted by SHARD_BITS, and the page's place in the shard's files.
 SHARD_BITS = 32
 _PLACE = (1 << SHARD_BITS) - 1
+#: The largest key of a shard a slot holds (tantivy's integer fields are signed 64-bit).
+MAX_SHARD_KEY = (1 << (63 - SHARD_BITS)) - 1
 
 
 def slot_of(shard: int, place: int) -> int:

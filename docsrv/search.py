@@ -46,7 +46,7 @@ from .named_entries import STOP_WORDS, filter_clause
 from .store import Store
 
 #: Changes whenever what the index holds changes: an index of another schema is rebuilt.
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 #: Weights of DECISIONS.md section 3: a word in the title counts ten times one in the body. The
 #: page's Sphinx document name (``tutorial/classes``) says where it sits in the documentation: its
 #: words count for holding every word of a query ("classes tutorial"), and little for rank. On

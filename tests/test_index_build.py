@@ -1,5 +1,6 @@
-"""The search index in shards of versions (``index_build.py``): built again after a change, only
-the shards whose pages changed are built, and it answers every search as an index built whole."""
+"""The search index in shards of runs of versions (``index_build.py``): built again after a
+change, only the shards whose pages changed are built, and it answers every search as an index
+built whole, however either is cut."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import msgspec
 import pytest
 from snapshot_change import KINDS, read, write
 
-from docsrv.index_build import build_index, plan_rebuild, rebuild_index, shard_of, shard_path
-from docsrv.search import SearchIndex, version_scope
+from docsrv import index_build
+from docsrv.index_build import build_index, layout_of, plan_rebuild, rebuild_index, shard_of, shard_path
+from docsrv.search import Found, SearchIndex, version_scope
 from docsrv.snapshot.errors import SnapshotError
 from docsrv.snapshot.records import Manifest
 from docsrv.snapshot.write import write_manifest
@@ -67,33 +69,45 @@ def public_versions_with_pages(records: dict[str, list]) -> list[dict]:
     return [v for v in records["versions"] if v["id"] in held and v["project"] in public and v.get("privacy_level", "public") == "public"]
 
 
-def edit_add_delete_and_rename(records: dict[str, list]) -> list[int]:
+def answers(found: Found) -> tuple:
+    """What a reply says of a search: the pages, their order, scores and passages, the total and
+    the words (not where each page's highlight files are, which depends on how the index is cut)."""
+    return [(hit.page_id, hit.score, hit.passage) for hit in found.hits], found.total, found.words
+
+
+def edit_add_delete_and_rename(layout: list[int]):
     """A build's end, as the service makes it: a page's text edited, a page added to another
-    version and one of a third deleted, and a fourth version renamed (its pages' scope moves)."""
-    pages = records["pages"]
-    versions = public_versions_with_pages(records)
-    shards = {}
-    for version in versions:  # four versions of four shards: each change builds its own
-        shards.setdefault(shard_of(version["id"]), version)
-    edited, added, deleted, renamed = list(shards.values())[:4]
-    page = next(p for p in pages if p["version"] == edited["id"])
-    page["text"] = page.get("text", "") + " Zephyrine reticulation: the gearbox keeps quiet."
-    model = next(p for p in pages if p["version"] == added["id"])
-    pages.append(dict(model, id=max(p["id"] for p in pages) + 1, path="new-page.html", document="new-page",
-                      title="Reticulation gearbox", text="How the gearbox reticulation works, and why it keeps quiet."))
-    pages.remove(next(p for p in pages if p["version"] == deleted["id"]))
-    renamed["slug"] = renamed["slug"] + "-renamed"
-    return [edited["id"], added["id"], deleted["id"], renamed["id"]]
+    version and one of a third deleted, and a fourth version renamed (its pages' scope moves),
+    each in a shard of its own of an index cut at ``layout``."""
+
+    def change(records: dict[str, list]) -> list[int]:
+        pages = records["pages"]
+        shards = {}
+        for version in public_versions_with_pages(records):  # four versions of four shards: each change builds its own
+            shards.setdefault(shard_of(layout, version["id"]), version)
+        edited, added, deleted, renamed = list(shards.values())[:4]
+        page = next(p for p in pages if p["version"] == edited["id"])
+        page["text"] = page.get("text", "") + " Zephyrine reticulation: the gearbox keeps quiet."
+        model = next(p for p in pages if p["version"] == added["id"])
+        pages.append(dict(model, id=max(p["id"] for p in pages) + 1, path="new-page.html", document="new-page",
+                          title="Reticulation gearbox", text="How the gearbox reticulation works, and why it keeps quiet."))
+        pages.remove(next(p for p in pages if p["version"] == deleted["id"]))
+        renamed["slug"] = renamed["slug"] + "-renamed"
+        return [edited["id"], added["id"], deleted["id"], renamed["id"]]
+
+    return change
 
 
 def test_an_index_built_again_from_an_earlier_one_answers_every_search_as_one_built_whole(tmp_path):
     old = indexed_demo(tmp_path / "old")
     new = tmp_path / "new"
-    touched = changed(old, new, edit_add_delete_and_rename)
+    layout = layout_of(old / "index")
+    assert len(layout) > 4  # four shards built again, the others linked
+    touched = changed(old, new, edit_add_delete_and_rename(layout))
     store = load_store(new, page_text=False, progress=False)
     plan = plan_rebuild(store, old / "index")
     assert plan is not None
-    assert set(plan.changed) == {shard_of(version) for version in touched}
+    assert set(plan.changed) == {shard_of(layout, version) for version in touched}
     assert len(plan.digests) - len(plan.changed) >= 3  # the others are kept
     rebuilt = tmp_path / "rebuilt"
     rebuild_index(store, plan, rebuilt)
@@ -101,7 +115,7 @@ def test_an_index_built_again_from_an_earlier_one_answers_every_search_as_one_bu
     build_index(load_store(new, progress=False), whole, print_progress=False)
     # A kept shard is the earlier index's own files, linked; a changed one is new. Its entries
     # index is kept where only a page's text changed: no name, no page, no scope.
-    edited = shard_of(next(p["version"] for p in read(new, "pages") if "Zephyrine" in p.get("text", "")))
+    edited = shard_of(layout, next(p["version"] for p in read(new, "pages") if "Zephyrine" in p.get("text", "")))
     for shard in plan.digests:
         for part, kept in (("pages", shard not in plan.changed), ("entries", shard not in plan.changed or shard == edited)):
             for path in (shard_path(rebuilt, shard) / part).iterdir():
@@ -114,9 +128,9 @@ def test_an_index_built_again_from_an_earlier_one_answers_every_search_as_one_bu
     compared = 0
     for query in queries:
         found = ours.search_pages(query)
-        assert found == theirs.search_pages(query), query  # hits, their order, scores and slots; the total
+        assert answers(found) == answers(theirs.search_pages(query)), query
         compared += len(found.hits)
-        assert ours.search_pages(query, scopes=scopes) == theirs.search_pages(query, scopes=scopes), query
+        assert answers(ours.search_pages(query, scopes=scopes)) == answers(theirs.search_pages(query, scopes=scopes)), query
         assert ours.search_anchors(query) == theirs.search_anchors(query), query
     assert compared > 2000
     assert [hit.page_id for hit in ours.search_pages("zephyrine").hits] == [
@@ -161,7 +175,11 @@ def test_an_earlier_index_that_does_not_say_what_a_shard_holds_is_not_built_from
     old, new = with_one_page_changed(tmp_path, "title", "Retitled")
     store = load_store(new, page_text=False, progress=False)
     assert plan_rebuild(store, old / "index") is not None
-    (shard_path(old / "index", 0) / "shard.json").write_text("{not json")
+    record = shard_path(old / "index", 0) / "shard.json"
+    written = msgspec.json.decode(record.read_bytes())
+    record.write_bytes(msgspec.json.encode({**written, "schema": written["schema"] - 1}))  # its pages in another order
+    assert plan_rebuild(store, old / "index") is None
+    record.write_text("{not json")
     assert plan_rebuild(store, old / "index") is None
 
 
@@ -187,15 +205,14 @@ def test_an_earlier_shard_that_does_not_say_what_its_entries_hold_has_them_built
     build_index(load_store(new, progress=False), whole, print_progress=False)
     ours, theirs = SearchIndex.open(store, rebuilt), SearchIndex.open(store, whole)
     for query in [*VOCABULARY, "zephyrine", "reticulation gearbox"]:
-        assert ours.search_pages(query) == theirs.search_pages(query), query
+        assert answers(ours.search_pages(query)) == answers(theirs.search_pages(query)), query
         assert ours.search_anchors(query) == theirs.search_anchors(query), query
 
 
-def page_changes_of(old: Path, new: Path, across: bool) -> tuple:
+def page_changes_of(old: Path, new: Path) -> tuple:
     """The changeset from ``old`` to ``new`` applied in memory to ``old``'s store: (that store,
-    the page changes as the pull gives them, the shards they touch), a page moved to another
-    version of its shard, or (``across``) of another shard."""
-    from docsrv.changeset_index import page_changes
+    the page changes as the pull gives them, the versions whose pages they touch)."""
+    from docsrv.changeset_index import page_changes, versions_touched
     from docsrv.snapshot.changeset import compute, read_changeset
     from docsrv.snapshot.load import manifest_of
     from docsrv.snapshot.origin import PublishedChangeset
@@ -206,47 +223,136 @@ def page_changes_of(old: Path, new: Path, across: bool) -> tuple:
     done = applied(load_store(old, page_text=False, progress=False), changeset, indexed=True)
     assert done is not None
     entry = PublishedChangeset(sequence=1, follows=manifest_of(old).name, product="changed", size=len(data), sha256="0" * 64)
-    shards = {shard_of(page.version) for pair in done.pages for page in pair if page is not None}
-    return done.store, page_changes([(entry, changeset)]), shards
+    return done.store, page_changes([(entry, changeset)]), versions_touched(done.pages)
 
 
 @pytest.mark.parametrize("across", [False, True])
 def test_a_changed_shard_is_built_from_the_places_of_its_lines_as_from_the_file_read_through(tmp_path, monkeypatch, across):
     """The pull finds a changed shard's lines where they are in the pages file (``PageLines``):
     the same lines, so the same pages and the same digests as reading the file through, and the
-    digests a fold's product has (its index then builds nothing again). A page moved to a shard
-    it was not in is found by reading the file through."""
-    from docsrv import index_build
+    digests a fold's product has (its index then builds nothing again); a page moved to another
+    version of its shard, or (``across``) of another shard, too."""
     from docsrv.index_build import PageLines, plan_changed_shards, shard_digests
 
     old = indexed_demo(tmp_path / "old")
+    layout = layout_of(old / "index")
 
     def edited(records: dict[str, list]) -> list[int]:
         versions = public_versions_with_pages(records)
         pages = records["pages"]
         for page in pages[::7]:
             page["text"] = page.get("text", "") + " Reticulated again."
-        for number in range(2):  # new pages come last in their shard's lines, in the changeset's order
+        for number in range(2):
             pages.append(dict(pages[3], id=max(p["id"] for p in pages) + 1, path=f"new-{number}.html", text="A new gearbox page."))
         del pages[5]
-        source, other = next((a, b) for a in versions for b in versions
-                             if a is not b and (shard_of(a["id"]) != shard_of(b["id"])) is across)
+        public = {p["id"] for p in records["projects"] if p.get("privacy_level", "public") == "public"}
+        others = [v for v in records["versions"] if v["project"] in public and v.get("privacy_level", "public") == "public"]
+        source, other = next((a, b) for a in versions for b in others
+                             if a is not b and (shard_of(layout, a["id"]) != shard_of(layout, b["id"])) is across)
         page = next(p for p in records["pages"] if p["version"] == source["id"])
         page.update(version=other["id"], project=other["project"], path="moved.html")
         return []
 
     new = tmp_path / "new"
     changed(old, new, edited)
-    store, changes, shards = page_changes_of(old, new, across)
+    store, changes, versions = page_changes_of(old, new)
     places = PageLines.of(load_store(old, page_text=False, progress=False))
     assert places is not None
-    through = plan_changed_shards(store, changes, shards, old / "index")
     read_through = []
     reading = index_build.read_shard_lines
     monkeypatch.setattr(index_build, "read_shard_lines", lambda *args: read_through.append(1) or reading(*args))
-    placed = plan_changed_shards(store, changes, shards, old / "index", places)
-    assert through is not None and placed is not None
-    assert bool(read_through) is across
+    through = plan_changed_shards(store, changes, versions, old / "index")
+    assert through is not None and read_through == [1]
+    placed = plan_changed_shards(store, changes, versions, old / "index", places)
+    assert placed is not None and read_through == [1]
     assert (placed.digests, placed.changed) == (through.digests, through.changed)
+    assert 0 < len(through.changed) < len(through.digests)
     assert {shard: through.digests[shard] for shard in through.changed} == \
-        {shard: digest for shard, digest in shard_digests(load_store(new, page_text=False, progress=False)).items() if shard in shards}
+        {shard: digest for shard, digest in shard_digests(load_store(new, page_text=False, progress=False), list(through.digests)).items()
+         if shard in through.changed}
+
+
+def test_however_an_index_is_cut_it_answers_alike_ties_too(tmp_path, monkeypatch):
+    """tantivy breaks a tie of scores by segment, then document: an index cut in shards of one
+    version each, of two versions each, and in one shard finds the same pages in the same order,
+    where more pages than a search keeps score alike."""
+    from docsrv.search import MAX_HITS
+
+    snapshot = indexed_demo(tmp_path / "demo")
+
+    def tied(records: dict[str, list]) -> list[int]:
+        versions = public_versions_with_pages(records)
+        pages = records["pages"]
+        for number in range(3 * MAX_HITS):  # the same text, each in its version's turn
+            version = versions[number % len(versions)]
+            pages.append({"id": max(p["id"] for p in pages) + 1, "project": version["project"], "version": version["id"],
+                          "path": f"tied-{number}.html", "title": "Tied", "text": "A sprocket."})
+        return []
+
+    changed(snapshot, snapshot, tied)
+    store = load_store(snapshot, progress=False)
+    indexes = {}
+    largest = max(store.versions_with_pages.values())
+    for name, pages, fewest in (("one-version-each", 1, 1), ("two-versions-each", 2 * largest, 1), ("one-shard", 10**6, 1)):
+        monkeypatch.setattr(index_build, "SHARD_PAGES", pages)
+        monkeypatch.setattr(index_build, "MIN_SHARDS", fewest)
+        build_index(store, tmp_path / name, print_progress=False)
+        indexes[name] = SearchIndex.open(store, tmp_path / name)
+    versions = len(store.versions_with_pages)
+    assert [len(layout_of(tmp_path / name)) for name in indexes] == [versions, len(layout_of(tmp_path / "two-versions-each")), 1]
+    assert 1 < len(layout_of(tmp_path / "two-versions-each")) < versions
+    found = indexes["one-shard"].search_pages("sprocket")
+    assert found.total == 3 * MAX_HITS and len(found.hits) == MAX_HITS and len({hit.score for hit in found.hits}) == 1
+    for query in ["sprocket", "tied sprocket", *VOCABULARY]:
+        expected = answers(indexes["one-shard"].search_pages(query))
+        assert [answers(index.search_pages(query)) for index in indexes.values()] == [expected] * 3, query
+
+
+def test_a_shard_that_grew_is_cut_again_and_one_whose_pages_all_left_is_gone(tmp_path, monkeypatch):
+    """A version that gains many pages makes its shard more than twice as large as a shard is cut:
+    built again, it is cut again (``pieces``); a shard whose every page left is not built, its
+    versions then in the shard before it. Either way the index answers as one built whole."""
+    old = indexed_demo(tmp_path / "old")
+    layout = layout_of(old / "index")
+    before = index_build.read_shards(old / "index")
+    assert before is not None
+    emptied = layout[-1]
+    grown = 0
+
+    def change(records: dict[str, list]) -> list[int]:
+        nonlocal grown
+        pages = records["pages"]
+        public = {p["id"] for p in records["projects"] if p.get("privacy_level", "public") == "public"}
+        held: dict[int, list[dict]] = {}
+        for version in records["versions"]:
+            if version["project"] in public and version.get("privacy_level", "public") == "public":
+                held.setdefault(shard_of(layout, version["id"]), []).append(version)
+        grown = next(shard for shard in layout[1:-1] if len(held.get(shard, [])) >= 2)  # a shard of a run of versions
+        for number in range(6 * before[grown].pages):
+            version = held[grown][number % 2]
+            pages.append({"id": max(p["id"] for p in pages) + 1, "project": version["project"], "version": version["id"],
+                          "path": f"grown-{number}.html", "title": "Grown", "text": f"A flywheel, {number}."})
+        records["pages"] = [p for p in pages if shard_of(layout, p["version"]) != emptied]
+        return []
+
+    new = tmp_path / "new"
+    changed(old, new, change)
+    store = load_store(new, page_text=False, progress=False)
+    plan = plan_rebuild(store, old / "index")
+    assert plan is not None
+    assert emptied not in plan.digests and emptied not in plan.changed
+    assert grown in plan.changed and set(plan.changed) - set(layout)  # cut in pieces, of new keys
+    size = index_build.shard_size(len(store.pages))
+    assert all(len(pages) <= size or len({page.version for page in pages}) == 1 for pages in plan.changed.values())
+    rebuilt = tmp_path / "rebuilt"
+    rebuild_index(store, plan, rebuilt)
+    assert layout_of(rebuilt) == list(plan.digests)
+    whole = tmp_path / "whole"
+    build_index(load_store(new, progress=False), whole, print_progress=False)
+    ours, theirs = SearchIndex.open(store, rebuilt), SearchIndex.open(store, whole)
+    for query in ["flywheel", "grown flywheel", *VOCABULARY]:
+        assert answers(ours.search_pages(query)) == answers(theirs.search_pages(query)), query
+        assert ours.search_anchors(query) == theirs.search_anchors(query), query
+    # Built again from the index it made, nothing changed: nothing is built, the cut is kept.
+    again = plan_rebuild(store, rebuilt)
+    assert again is not None and not again.changed and list(again.digests) == list(plan.digests)

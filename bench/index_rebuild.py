@@ -1,24 +1,24 @@
 """What a change of pages costs the search index: built whole, against built again shard by shard
-from the index before it; and what the shards cost a search.
+from the index before it; and what the shards cost a search, for each count of blocks.
 
-    python bench/index_rebuild.py [--scale medium] [--versions 1 10 100] [--queries 300]
+    python bench/index_rebuild.py [--scale medium] [--versions 1 10 100] [--shard-blocks 16 64]
+                                  [--queries 300]
 
-The synthetic snapshot of the scale (``bench/scratch/``, made when missing) is indexed whole
-(``index_build.build_index``). Then, for each count of versions, a build's end of that many
-versions, chosen at random: the product snapshot (the other record files linked, the pages file
-written again with every page of those versions edited, sealed anew) is indexed from the first
-index (``plan_rebuild``, which reads the pages file for the shards' digests and the changed
-shards' pages, then ``rebuild_index``): the seconds of each, and how many shards were built.
+For each count of blocks (``index_build.SHARD_BLOCKS``), the synthetic snapshot of the scale
+(``bench/scratch/``, made when missing) is indexed whole (``index_build.build_index``). Then, for
+each count of versions, a build's end of that many versions, chosen at random: the product
+snapshot (the other record files linked, the pages file written again with every page of those
+versions edited, sealed anew) is indexed from the first index (``plan_rebuild``, which reads the
+pages file for the shards' digests and the changed shards' pages, then ``rebuild_index``): the
+seconds of each, and how many shards and pages were built.
 
-The product of the smallest count (the most shards linked) is also indexed whole, and every
-query is asked of both: the hits, their order, scores and slots, and the totals must be equal
-(the run fails otherwise).
+The product of the smallest count is also indexed whole, and every query is asked of both: the
+hits, their order, scores and slots, and the totals must be equal (the run fails otherwise).
 
-Search: the queries (one to three words of the pages' titles, seeded) over the index in SHARDS
-shards and over the same pages in one shard (as the index was before it was sharded), in one
-process, one after another, three rounds interleaved, over every version and over one version
-each (a random one with pages, as the docs' in-page search asks): the median and 99th
-percentile of each.
+Search: the queries (one to three words of the pages' titles, seeded) over the index of each
+count of blocks, in one process, one after another, three rounds interleaved, over every version
+and over one version each (a random one with pages, as the docs' in-page search asks): the
+median and 99th percentile of each.
 Written to ``bench/results/<date>-index-rebuild-<scale>.json``.
 """
 
@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 from docsrv import index_build  # noqa: E402
 from docsrv.index_build import build_index, plan_rebuild, rebuild_index  # noqa: E402
-from docsrv.search import Found, SearchIndex, version_scope  # noqa: E402
+from docsrv.search import SearchIndex, version_scope  # noqa: E402
 from docsrv.snapshot.load import manifest_of, record_file  # noqa: E402
 from docsrv.snapshot.records import KINDS  # noqa: E402
 from docsrv.snapshot.write import write_manifest  # noqa: E402
@@ -92,7 +92,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", default="medium")
     parser.add_argument("--versions", type=int, nargs="+", default=[1, 10, 100])
-    parser.add_argument("--shard-pages", type=int, nargs="+", default=[index_build.SHARD_PAGES])
+    parser.add_argument("--shard-blocks", type=int, nargs="+", default=[index_build.SHARD_BLOCKS])
     parser.add_argument("--queries", type=int, default=300)
     options = parser.parse_args()
     rng = random.Random(35)
@@ -110,55 +110,51 @@ def main() -> None:
         for count in options.versions:
             products[count] = work / f"product-{count}"
             product_of(snapshot, products[count], set(rng.sample(with_pages, count)))
-        cuts = [(pages, index_build.MIN_SHARDS) for pages in options.shard_pages] + [(10**9, 1)]  # the last: one shard
-        for pages, fewest in cuts:
-            index_build.SHARD_PAGES, index_build.MIN_SHARDS = pages, fewest
-            whole = work / f"whole-{pages}"
+        last = options.versions[0]
+        for blocks in options.shard_blocks:
+            index_build.SHARD_BLOCKS = blocks
+            whole = work / f"whole-{blocks}"
             seconds = build_index(store, whole, print_progress=False)
-            row: dict = {"shard_pages": pages if fewest > 1 else "one shard", "whole_seconds": round(seconds, 2),
-                         "shards": len(index_build.layout_of(whole)), "rebuilds": []}
+            shards = index_build.read_shards(whole, index_build.Layout.of(store).width)
+            assert shards is not None
+            sizes = sorted(shard.pages for shard in shards.values())
+            row: dict = {"shard_blocks": blocks, "whole_seconds": round(seconds, 2), "shards": len(shards),
+                         "pages_per_shard": {"median": sizes[len(sizes) // 2], "largest": sizes[-1]}, "rebuilds": []}
             print(f"{options.scale}: {len(store.pages):,} pages indexed whole in {row['whole_seconds']} s in {row['shards']} shards "
-                  f"of at most {pages:,} pages", flush=True)
+                  f"({blocks} to {2 * blocks} blocks of versions; pages a shard: {row['pages_per_shard']})", flush=True)
             for count, product in products.items():
                 edited = load_store(product, page_text=False, progress=False)
                 started = time.perf_counter()
                 plan = plan_rebuild(edited, whole)
                 planned = time.perf_counter() - started
                 assert plan is not None
-                built = rebuild_index(edited, plan, work / f"rebuilt-{pages}-{count}")
+                built = rebuild_index(edited, plan, work / f"rebuilt-{blocks}-{count}")
                 rebuilt = {"versions": count, "shards_built": len(plan.changed), "pages_built": sum(map(len, plan.changed.values())),
                            "plan_seconds": round(planned, 2), "build_seconds": round(built, 2), "total_seconds": round(planned + built, 2)}
                 row["rebuilds"].append(rebuilt)
                 print(f"  {count} version(s) edited: {rebuilt['shards_built']} shards of {rebuilt['pages_built']:,} pages built again in "
                       f"{rebuilt['total_seconds']} s (digests and pages read {rebuilt['plan_seconds']} s, "
                       f"shards built {rebuilt['build_seconds']} s)", flush=True)
+            edited = load_store(products[last], page_text=False, progress=False)
+            build_index(load_store(products[last], progress=False), work / f"product-whole-{blocks}", print_progress=False)
+            ours = SearchIndex.open(edited, work / f"rebuilt-{blocks}-{last}")
+            theirs = SearchIndex.open(edited, work / f"product-whole-{blocks}")
+            differing = [query for query in [*queries, "reticulation"] if ours.search_pages(query) != theirs.search_pages(query)]
+            row["equal_to_whole"] = {"queries": len(queries) + 1, "differing": differing}
+            print(f"  built again after {last} versions edited, against built whole: {len(differing)} of {len(queries) + 1} queries differ")
+            assert not differing, differing[:5]
+            del ours, theirs
             results["cuts"].append(row)
         del store
-        last = options.versions[0]
-        index_build.SHARD_PAGES, index_build.MIN_SHARDS = cuts[0]
-        edited = load_store(products[last], page_text=False, progress=False)
-        build_index(load_store(products[last], progress=False), work / "product-whole", print_progress=False)
-        theirs = SearchIndex.open(edited, work / "product-whole")
-        differing = []
-        for pages, _fewest in cuts:
-            ours = SearchIndex.open(edited, work / f"rebuilt-{pages}-{last}")
-            differing += [(pages, query) for query in [*queries, "reticulation"]
-                          if answers(ours.search_pages(query)) != answers(theirs.search_pages(query))]
-        results["equal_to_whole"] = {"queries": len(queries) + 1, "cuts": len(cuts), "differing": differing}
-        print(f"  built again after {last} versions edited, in each cut, against built whole: {len(differing)} of "
-              f"{(len(queries) + 1) * len(cuts)} answers differ")
-        assert not differing, differing[:5]
-        del ours, theirs
         store = load_store(snapshot, page_text=False, progress=False)
-        indexes = {row["shard_pages"]: SearchIndex.open(store, work / f"whole-{pages}")
-                   for row, (pages, _fewest) in zip(results["cuts"], cuts, strict=True)}
+        indexes = {blocks: SearchIndex.open(store, work / f"whole-{blocks}") for blocks in options.shard_blocks}
         versions = [store.versions[identity] for identity in rng.choices(with_pages, k=len(queries))]
         scoped: list[list[str] | None] = [[version_scope(store.projects[v.project].slug, v.slug)] for v in versions]
-        rounds: dict[str, list[float]] = {f"{name} {kind}": [] for name in indexes for kind in ("every version", "one version")}
+        rounds: dict[str, list[float]] = {f"{blocks} blocks, {kind}": [] for blocks in indexes for kind in ("every version", "one version")}
         for _round in range(3):
-            for name, index in indexes.items():
-                rounds[f"{name} every version"] += timed(index, queries, [None] * len(queries))
-                rounds[f"{name} one version"] += timed(index, queries, scoped)
+            for blocks, index in indexes.items():
+                rounds[f"{blocks} blocks, every version"] += timed(index, queries, [None] * len(queries))
+                rounds[f"{blocks} blocks, one version"] += timed(index, queries, scoped)
         results["search"] = {name: summary(seconds) for name, seconds in rounds.items()}
         print(f"  search, {len(queries)} queries x 3: {json.dumps(results['search'], indent=1)}")
     finally:
@@ -167,10 +163,6 @@ def main() -> None:
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out.relative_to(HERE.parent)}")
 
-
-def answers(found: Found) -> tuple:
-    """What a reply says of a search (not where a page's highlight files are, which depends on the cut)."""
-    return [(hit.page_id, hit.score, hit.passage) for hit in found.hits], found.total, found.words
 
 
 if __name__ == "__main__":

@@ -73,6 +73,7 @@ from crawl import crawl  # noqa: E402
 
 from docsrv.publish import read_head, write_head  # noqa: E402
 from docsrv.pull import FOLD_CHANGESETS, fold_kept  # noqa: E402
+from docsrv.search import SCHEMA_VERSION  # noqa: E402
 from docsrv.snapshot.changeset import FORMAT, FORMAT_VERSION, Header, Product  # noqa: E402
 from docsrv.snapshot.load import manifest_of  # noqa: E402
 from docsrv.snapshot.origin import CHANGESETS, PublishedChangeset, changeset_path  # noqa: E402
@@ -547,7 +548,8 @@ def main() -> None:
                                                                      "crawl makes private")
     args = parser.parse_args()
     base = snapshot_path(args.scale, 1)
-    if not (base / "index" / "docsrv-index.json").exists():
+    marker = base / "index" / "docsrv-index.json"
+    if not marker.exists() or json.loads(marker.read_bytes()).get("schema_version") != SCHEMA_VERSION:
         docsrv("index", str(base))
     work = WORK / f"live-{args.scale}"
     shutil.rmtree(work, ignore_errors=True)

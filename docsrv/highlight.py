@@ -11,7 +11,7 @@ own tags are added). A short page (SHORT_PAGE_BYTES) gets no positions: finding 
 when a search shows it costs about what looking them up does, and a corpus of many short pages
 would otherwise spend most of its index on them.
 
-The files live in each shard of the index (``<index>/shards/NN/highlight/``: ``index_build.py``)
+The files live in each shard of the index (``<index>/shards/<key>/highlight/``: ``index_build.py``)
 and are mapped into memory, so the workers of a machine share them and no page text sits in a
 worker's heap. A page's ``slot`` is its shard and its place in the shard's files (``slot_of``; a
 fast field of its tantivy document). Numbers are little-endian:

@@ -1,10 +1,9 @@
 """The search index, built in shards of versions, and built again shard by shard after a change.
 
 A build of a version uploads its pages again (under new ids, the old ones deleted), so the pages
-a change touches are those of a few versions. The index is kept in shards, each the pages of a
-run of versions in id order: a changed page costs building its shard again and linking the
-others. Each shard is a whole small index, in ``<index>/shards/<key>/``, its key the first
-version of its run (the first shard's is 0):
+a change touches are those of a few versions. The index is kept in shards: a changed page costs
+building its shard again and linking the others. Each shard is a whole small index, in
+``<index>/shards/<key>/``:
 
     pages/       a tantivy index of the shard's pages (``search.build_schema``)
     entries/     a tantivy index of their named entries (``named_entries.py``)
@@ -13,15 +12,19 @@ version of its run (the first shard's is 0):
 
 A server opens the segments of every shard, in the order of their keys, as one index
 (``search.open_index``). tantivy's BM25 statistics (how many documents, how many tokens a field
-holds, how many documents hold a term) are sums over the segments, so a page scores exactly as
-it does in one index of the same pages however they are split; and tantivy breaks a tie of
-scores by the segment, then the document, so that every index of the same pages lists them in
-one order, by version, then id, whatever its cuts. An index changed by deleting documents would
-not answer alike: tantivy counts deleted documents until a merge. A shard is therefore built
-again whole, never patched, and kept small: a whole build cuts the versions' runs at
-``shard_size`` pages (a version with more is a shard alone), and a shard built again that grew
-past twice that is cut again (``pieces``). What a change of one version's pages costs is
-building the shard of that version, of at most SHARD_PAGES pages, not a share of the index.
+holds, how many documents hold a term) are sums over the segments, but a query's score of a page
+is not always the same float in every cut of the same pages (the sum of its words' scores is
+taken in an order that depends on the documents before it in its segment), nor is the order of
+pages of equal scores (by segment, then document). An index built again therefore holds exactly
+the shards an index built whole of the same pages holds, each with the same pages in the same
+order: which shard holds a version's pages is a function of the version and its own pages alone
+(``Layout``), never of the index's history. A version with more than VERSION_PAGES pages is a
+shard alone; the others are in shards of blocks of consecutive version ids, as many ids to a
+block as cut the ids into SHARD_BLOCKS to twice as many blocks (a power of two, which changes
+when the last version's id crosses one: then every shard is built again). Each shard lists its
+pages by version, then id. An index changed by deleting documents would not answer alike either
+(tantivy counts deleted documents until a merge): a shard is built again whole, never patched.
+What a change of one version's pages costs is building its shard, about a fiftieth of the index.
 
 What a shard is made of (``shard_digests``): the lines of its public pages in the snapshot's
 pages file, in the shard's order, and the scope (the slugs of its project and version) of each
@@ -42,8 +45,8 @@ import mmap
 import os
 import time
 from array import array
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,13 +76,16 @@ from .store import Store
 from .utils.files import link_or_copy
 from .utils.progress import progress_bar, wanted
 
-#: The most pages a whole build puts in a shard (a version with more is a shard alone): what a
+#: The blocks of version ids the index is cut into, at least (at most twice as many): what a
 #: change of one version's pages costs building, against what a search costs, which visits a
-#: segment of each shard. At the medium scale (200,000 pages; ``bench/index_rebuild.py``) ...
-SHARD_PAGES = 4096
-#: The fewest shards an index of more than that many pages is cut into: a small index in shards
-#: of a sixteenth of it, as large ones are.
-MIN_SHARDS = 16
+#: segment of each shard. At the medium scale (194k pages; ``bench/index_rebuild.py``), 8, 32,
+#: 64 and 128 made 22, 48, 76 and 130 shards of 6,720, 3,920, 2,055 and 1,013 pages (the median
+#: shard), and a search of one version took 0.49, 0.89, 1.39 and 2.27 ms (0.40 ms in the 16
+#: shards of every sixteenth version before).
+SHARD_BLOCKS = 32
+#: A version with more pages than this is a shard alone: its changes build it alone, and a
+#: change of another costs no building of it.
+VERSION_PAGES = 2048
 #: What a shard was made from, in its directory.
 SHARD_FILE = "shard.json"
 #: tantivy's memory for one shard's writer: the largest shard fits in one segment.
@@ -101,6 +107,8 @@ class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     operators: list[str]
     #: The ``search.SCHEMA_VERSION`` it was built with: a shard of another is not built from.
     schema: int
+    #: The index's block width (``Layout``): when it changes, every shard is built again.
+    width: int
     entries: str = ""
 
 
@@ -117,37 +125,50 @@ _placed = msgspec.json.Decoder(_Placed)
 _page = msgspec.json.Decoder(Page)
 
 
-def shard_of(layout: Sequence[int], version: int) -> int:
-    """The key of the shard of an index cut at ``layout`` (its shards' keys, in order, the first
-    0) that holds ``version``'s pages: the last key at or before it."""
-    return layout[bisect_right(layout, version) - 1]
+def block_width(last: int) -> int:
+    """How many consecutive version ids a block of an index whose last version is ``last``
+    holds: the power of two that cuts the ids into SHARD_BLOCKS to twice as many blocks."""
+    return 1 << max(0, (last // SHARD_BLOCKS).bit_length() - 1)
 
 
-def layout_of(index: Path) -> list[int]:
-    """The keys of the shards of the index in ``index``, in order."""
-    return list(shard_directories(index))
+@dataclass(frozen=True)
+class Layout:
+    """Which shard holds each version's pages (``shard_of``): a function of the version, its
+    number of pages and the block width, so that an index built again and one built whole of the
+    same pages hold the same shards. A shard's key says which: ``2 * version + 1`` for a version
+    alone, ``2 * (first id of its block)`` for a block; the keys a slot cannot hold
+    (``highlight.MAX_SHARD_KEY``) are one shard."""
+
+    width: int
+    #: How many public pages each version holds.
+    counts: Mapping[int, int]
+
+    @classmethod
+    def of(cls, store: Store) -> Layout:
+        """The layout of ``store``'s index: its blocks as wide as its last public version's id
+        makes them (with pages or not, so that a version that gains its first page, loses its
+        last or is made private moves no block's bounds, unless it is the last of all)."""
+        return cls(block_width(max(store.versions, default=0)), store.versions_with_pages)
+
+    def shard_of(self, version: int) -> int:
+        return self.alone(version) if self.counts.get(version, 0) > VERSION_PAGES else self.block(version)
+
+    def alone(self, version: int) -> int:
+        return min(2 * version + 1, MAX_SHARD_KEY)
+
+    def block(self, version: int) -> int:
+        return min(2 * (version - version % self.width), MAX_SHARD_KEY)
+
+    def versions_of(self, shard: int) -> tuple[int, int | None]:
+        """The first version id that may be in ``shard``, and the one after the last (None: no end)."""
+        if shard == MAX_SHARD_KEY:
+            return MAX_SHARD_KEY // 2 - self.width, None
+        first = shard // 2
+        return first, first + (1 if shard % 2 else self.width)
 
 
 def shard_path(index: Path, shard: int) -> Path:
     return index / SHARDS_DIRECTORY / f"{shard:02d}"
-
-
-def shard_size(pages: int) -> int:
-    """How many pages each shard of an index of ``pages`` pages holds at most when it is cut."""
-    return max(1, min(SHARD_PAGES, -(-pages // MIN_SHARDS)))
-
-
-def cut(counts: Iterable[tuple[int, int]], size: int, first: int = 0) -> list[int]:
-    """The keys of the shards that runs of versions make, from each version's number of pages
-    (in the order of versions) and the most pages of a shard, the first shard's key ``first``.
-    A shard starts at a version only if it is a key a slot holds (``highlight.MAX_SHARD_KEY``)."""
-    keys, held = [first], 0
-    for version, count in counts:
-        if held and held + count > size and version <= MAX_SHARD_KEY:
-            keys.append(version)
-            held = 0
-        held += count
-    return keys
 
 
 def served_blocks(store: Store) -> Iterator[tuple[str, int, list[_Placed], list[bytes]]]:
@@ -185,10 +206,10 @@ def shard_digest(store: Store, rows: Iterable[tuple[int, bytes]]) -> str:
     return hasher.hexdigest()
 
 
-def shard_digests(store: Store, layout: Sequence[int]) -> dict[int, str]:
-    """``shard_digest`` of each shard of ``store``'s index cut at ``layout`` that holds a public
-    page of its snapshot's pages file, and of the first one always (an index of no pages is one
-    empty shard)."""
+def shard_digests(store: Store, layout: Layout) -> dict[int, str]:
+    """``shard_digest`` of each shard of ``store``'s index (``layout``) that holds a public page
+    of its snapshot's pages file, and of shard 0 always (an index of no pages is one empty
+    shard)."""
     rows: dict[int, list[tuple[int, int, bytes]]] = {0: []}
     pages = store.pages
     shards: dict[int, int] = {}
@@ -198,7 +219,7 @@ def shard_digests(store: Store, layout: Sequence[int]) -> dict[int, str]:
                 version = record.version
                 shard = shards.get(version)
                 if shard is None:
-                    shard = shards[version] = shard_of(layout, version)
+                    shard = shards[version] = layout.shard_of(version)
                 rows.setdefault(shard, []).append((version, record.id, line_digest(line)))
     digests = {}
     for shard, held in sorted(rows.items()):
@@ -231,24 +252,23 @@ def entries_digest(pages: list[Page], scopes: dict[int, str]) -> str:
 
 def build_index(store: Store, directory: Path, print_progress: bool | None = None) -> float:
     """Index every public page of ``store`` (loaded with the pages' text) into ``directory``, new
-    or empty, in shards cut at ``shard_size`` pages; return the seconds taken.
+    or empty, in shards (``Layout``); return the seconds taken.
     (``serving.build_index_aside`` builds beside the index in use and swaps.)"""
     started = time.perf_counter()
     pages = [page for page in store.pages_ordered if isinstance(page, Page)]
     if len(pages) != len(store.pages_ordered):
         raise TypeError("the index is built from a store loaded with the pages' text")
     pages.sort(key=_place)
-    counts = store.versions_with_pages
-    layout = cut(((version, counts[version]) for version in sorted(counts)), shard_size(len(pages)))
+    layout = Layout.of(store)
     digests = shard_digests(store, layout)
     by_shard: dict[int, list[Page]] = {shard: [] for shard in digests}
     for page in pages:
-        by_shard[shard_of(layout, page.version)].append(page)
+        by_shard[layout.shard_of(page.version)].append(page)
     named = {shard: code_syntax.operator_names(held) for shard, held in by_shard.items()}
     operators = frozenset().union(*named.values())
     with progress_bar(len(pages), "index pages", wanted() if print_progress is None else print_progress, unit="page") as bar:
         build_shards(store, directory, [(shard, held, digests[shard], named[shard]) for shard, held in by_shard.items()], operators,
-                     None if bar is None else bar.update)
+                     layout.width, None if bar is None else bar.update)
     return time.perf_counter() - started
 
 
@@ -258,8 +278,9 @@ def _place(page: PageHead) -> tuple[int, int]:
 
 
 def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], str, frozenset[str]]], operators: frozenset[str],
-                 built: Callable[[int], object] | None = None, earlier: Path | None = None) -> None:
-    """Build ``shards`` (number, pages, digest, the operators those pages name) in ``index``, one after another: the commit of one
+                 width: int, built: Callable[[int], object] | None = None, earlier: Path | None = None) -> None:
+    """Build ``shards`` (key, pages, digest, the operators those pages name) of an index of
+    blocks ``width`` ids wide in ``index``, one after another: the commit of one
     (tantivy's, without the GIL) runs in a thread while the next one's pages are added, so both
     cores work (one at a time, each shard's writer had the build take a fifth longer than one
     index's of two threads). ``built`` is told how many pages each shard held. A shard of
@@ -268,7 +289,7 @@ def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], 
         previous: Future[None] | None = None
         for shard, pages, digest, named in shards:
             scopes = version_scopes(store, pages)
-            made = Shard(digest=digest, pages=len(pages), operators=sorted(named), schema=SCHEMA_VERSION,
+            made = Shard(digest=digest, pages=len(pages), operators=sorted(named), schema=SCHEMA_VERSION, width=width,
                          entries=entries_digest(pages, scopes))
             kept = earlier_entries(shard_path(earlier, shard), made.entries) if earlier is not None else None
             commit = build_shard(index, shard, pages, scopes, operators, made, kept)
@@ -339,11 +360,11 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
 
 @dataclass(frozen=True)
 class Rebuild:
-    """What building an index again from an earlier one takes: the shards to build (those whose
-    pages changed, and the shards a grown one is cut into), with their pages (their text read
-    again), and the digest of every shard of the index it makes."""
+    """What building an index again from an earlier one takes: the shards whose pages changed,
+    with those pages (their text read again), and the digest of every shard."""
 
     previous: Path
+    width: int
     digests: dict[int, str]
     changed: dict[int, list[Page]]
     operators: frozenset[str]
@@ -351,34 +372,34 @@ class Rebuild:
     named: dict[int, frozenset[str]]
 
 
-def read_shards(index: Path) -> dict[int, Shard] | None:
+def read_shards(index: Path, width: int) -> dict[int, Shard] | None:
     """What each shard of the index in ``index`` was built from, by key; None when one does not
-    read, or is of another schema (and so of another order of pages)."""
+    read, or is of another schema or block width (``Layout``)."""
     try:
         shards = {shard: _shard.decode((directory / SHARD_FILE).read_bytes()) for shard, directory in shard_directories(index).items()}
     except (OSError, ValueError):
         return None
-    if 0 not in shards or any(shard.schema != SCHEMA_VERSION for shard in shards.values()):
+    if 0 not in shards or any(shard.schema != SCHEMA_VERSION or shard.width != width for shard in shards.values()):
         return None
     return shards
 
 
 def plan_rebuild(store: Store, previous: Path) -> Rebuild | None:
     """What building the index of ``store`` (loaded without its pages' text) from the index in
-    ``previous`` takes, cut as ``previous`` is; None when every shard must be built
-    (``build_index``): the operators the pages name changed, or ``previous`` does not say what
-    its shards were built from."""
-    before = read_shards(previous)
+    ``previous`` takes; None when every shard must be built (``build_index``): the operators the
+    pages name or the block width changed, or ``previous`` does not say what its shards were
+    built from."""
+    layout = Layout.of(store)
+    before = read_shards(previous, layout.width)
     if before is None:
         return None
-    layout = sorted(before)
     digests = shard_digests(store, layout)
     kept = {shard: digest for shard, digest in digests.items() if shard in before and before[shard].digest == digest}
     wanted_shards = digests.keys() - kept.keys()
     # A server loads pages without their text, sections and entries, which it does not check:
     # those of the changed shards are checked here, where the index is built from them.
     lines = read_shard_lines(store, {}, {}, layout, wanted_shards) if wanted_shards else {}
-    return planned(store, previous, before, kept, lines)
+    return planned(store, previous, before, kept, lines, layout.width)
 
 
 def plan_changed_shards(store: Store, changes: Mapping[int, tuple[str, bytes] | None], versions: set[int], previous: Path,
@@ -386,75 +407,59 @@ def plan_changed_shards(store: Store, changes: Mapping[int, tuple[str, bytes] | 
     """What building the index of ``store`` from the index in ``previous`` takes when ``store`` is
     its snapshot's (``store.path``) with the pages ``changes`` makes (by id: where each new line is
     from and the line, or None for a page deleted; changesets applied in memory), the pages of
-    ``versions`` (before or after) being those they touched: the shards of those versions built
-    again from the snapshot's lines of theirs with the changes made. The lines are found by
-    ``places`` when it is given and can (else the pages file is read through). None, as
-    ``plan_rebuild``, when the operators the pages name change or ``previous`` does not say what
-    it was built from."""
-    before = read_shards(previous)
+    ``versions`` being those they touched: the shards those versions' pages were in or are in
+    now built again, from the snapshot's lines of theirs with the changes made. The lines are
+    found by ``places`` when it is given and can (else the pages file is read through). None,
+    as ``plan_rebuild``, when the operators the pages name or the block width change, or
+    ``previous`` does not say what it was built from."""
+    layout = Layout.of(store)
+    before = read_shards(previous, layout.width)
     if before is None:
         return None
-    layout = sorted(before)
-    shards = {shard_of(layout, version) for version in versions}
+    shards = {shard for version in versions for shard in (layout.block(version), layout.alone(version))
+              if shard in before or shard == layout.shard_of(version)}
     placed = {identity: (where, _placed.decode(line), line) for identity, found in changes.items() if found is not None
               for where, line in (found,)}
     found = places.shard_lines(store, changes, placed, layout, shards) if places is not None else None
     lines = found if found is not None else read_shard_lines(store, changes, placed, layout, shards)
-    return planned(store, previous, before, {shard: found.digest for shard, found in before.items() if shard not in shards}, lines)
+    kept = {shard: found.digest for shard, found in before.items() if shard not in shards}
+    return planned(store, previous, before, kept, lines, layout.width)
 
 
-def planned(store: Store, previous: Path, before: dict[int, Shard], kept: dict[int, str], lines: ShardLines) -> Rebuild | None:
-    """The plan to build again the shards whose ``lines`` are given (a grown one cut again:
-    ``pieces``; one whose pages all left gone, but the first) and to link the others of
-    ``previous`` (whose shards were built from ``before``), those whose digests are ``kept``;
-    None when the operators the pages name change."""
-    size = shard_size(len(store.pages))
+def planned(store: Store, previous: Path, before: dict[int, Shard], kept: dict[int, str], lines: ShardLines,
+            width: int) -> Rebuild | None:
+    """The plan to build again the shards whose ``lines`` are given (one whose pages all left is
+    gone, but shard 0) and to link the others of ``previous`` (whose shards were built from
+    ``before``), those whose digests are ``kept``; None when the operators the pages name change."""
     problems = ProblemList(str(store.path))
     digests = dict(kept)
     changed: dict[int, list[Page]] = {}
     for shard, held in sorted(lines.items()):
+        if not held and shard != 0:
+            continue
         held.sort(key=_row_place)
-        for key, piece in pieces(shard, held, size):
-            if not piece and key != 0:
-                continue  # its versions' next pages go to the shard before it
-            digests[key] = shard_digest(store, ((version, line_digest(line)) for version, _identity, _where, _number, line in piece))
-            changed[key] = []
-            for _version, _identity, where, number, line in piece:
-                try:
-                    changed[key].append(_page.decode(line))
-                except msgspec.DecodeError as error:
-                    problems.add(where, number or None, describe(error))
+        digests[shard] = shard_digest(store, ((version, line_digest(line)) for version, _identity, _where, _number, line in held))
+        changed[shard] = []
+        for _version, _identity, where, number, line in held:
+            try:
+                changed[shard].append(_page.decode(line))
+            except msgspec.DecodeError as error:
+                problems.add(where, number or None, describe(error))
     problems.raise_if_any()
     named = {shard: code_syntax.operator_names(pages) for shard, pages in changed.items()}
     operators = frozenset().union(*(before[shard].operators for shard in kept), *named.values())
     if operators != frozenset().union(*(shard.operators for shard in before.values())):
         return None
-    return Rebuild(previous, dict(sorted(digests.items())), changed, operators, named)
+    return Rebuild(previous, width, dict(sorted(digests.items())), changed, operators, named)
 
 
 def _row_place(row: tuple[int, int, str, int, bytes]) -> tuple[int, int]:
     return row[0], row[1]
 
 
-def pieces(shard: int, rows: list[tuple[int, int, str, int, bytes]], size: int) -> list[tuple[int, list[tuple[int, int, str, int, bytes]]]]:
-    """The shards (key, rows) that a shard built again of ``rows`` (in its order) makes: itself,
-    or, when it holds more than twice ``size`` pages, the shards ``cut`` makes of its versions."""
-    if len(rows) <= 2 * size:
-        return [(shard, rows)]
-    counts: dict[int, int] = {}
-    for version, *_rest in rows:
-        counts[version] = counts.get(version, 0) + 1
-    keys = cut(counts.items(), size, first=shard)
-    made: dict[int, list[tuple[int, int, str, int, bytes]]] = {key: [] for key in keys}
-    for row in rows:
-        made[shard_of(keys, row[0])].append(row)
-    return list(made.items())
-
-
 def read_shard_lines(store: Store, changes: Mapping[int, object], placed: dict[int, tuple[str, _Placed, bytes]],
-                     layout: Sequence[int], shards: Iterable[int]) -> ShardLines:
-    """The lines of ``shards`` of an index cut at ``layout`` (``plan_changed_shards``), the
-    snapshot's pages file read through."""
+                     layout: Layout, shards: Iterable[int]) -> ShardLines:
+    """The lines of ``shards`` (``plan_changed_shards``), the snapshot's pages file read through."""
     lines: ShardLines = {shard: [] for shard in shards}
     pages = store.pages
     held_by_version: dict[int, list[tuple[int, int, str, int, bytes]] | None] = {}
@@ -465,7 +470,7 @@ def read_shard_lines(store: Store, changes: Mapping[int, object], placed: dict[i
                 continue
             version = record.version
             if version not in held_by_version:
-                held_by_version[version] = lines.get(shard_of(layout, version))
+                held_by_version[version] = lines.get(layout.shard_of(version))
             held = held_by_version[version]
             if held is not None:
                 held.append((version, identity, name, number, line))
@@ -473,11 +478,10 @@ def read_shard_lines(store: Store, changes: Mapping[int, object], placed: dict[i
     return lines
 
 
-def _add_changed(lines: ShardLines, placed: dict[int, tuple[str, _Placed, bytes]], layout: Sequence[int],
-                 pages: Mapping[int, object]) -> None:
+def _add_changed(lines: ShardLines, placed: dict[int, tuple[str, _Placed, bytes]], layout: Layout, pages: Mapping[int, object]) -> None:
     """Add to ``lines`` the public pages a change ``placed`` in their shards."""
     for identity, (where, record, line) in placed.items():
-        held = lines.get(shard_of(layout, record.version))
+        held = lines.get(layout.shard_of(record.version))
         if held is not None and identity in pages:
             held.append((record.version, identity, where, 0, line))
 
@@ -524,20 +528,22 @@ class PageLines:
         return cls(files[0], versions, starts, rows)  # type: ignore[arg-type]
 
     def shard_lines(self, store: Store, changes: Mapping[int, object], placed: dict[int, tuple[str, _Placed, bytes]],
-                    layout: Sequence[int], shards: Iterable[int]) -> ShardLines | None:
-        """The lines of ``shards`` of an index cut at ``layout`` (``plan_changed_shards``), each
-        found where it is; None when ``store``'s pages file is not this one."""
+                    layout: Layout, shards: Iterable[int]) -> ShardLines | None:
+        """The lines of ``shards`` (``plan_changed_shards``), each found where it is; None when
+        ``store``'s pages file is not this one."""
         if store.path is None or record_file(store.path, "pages") != [self.path]:
             return None
         lines: ShardLines = {shard: [] for shard in shards}
         pages, name = store.pages, self.path.name
         ids, offsets, lengths, numbers = self.rows
         for shard, held in lines.items():
-            after = bisect_right(layout, shard)
-            first = bisect_left(self.versions, shard)
-            last = bisect_left(self.versions, layout[after]) if after < len(layout) else len(self.versions)
+            low, high = layout.versions_of(shard)
+            first = bisect_left(self.versions, low)
+            last = bisect_left(self.versions, high) if high is not None else len(self.versions)
             for at in range(first, last):
                 version = self.versions[at]
+                if layout.shard_of(version) != shard:
+                    continue
                 for row in range(self.starts[at], self.starts[at + 1]):
                     identity = ids[row]
                     if identity not in changes and identity in pages:
@@ -555,7 +561,7 @@ def rebuild_index(store: Store, plan: Rebuild, directory: Path) -> float:
     for shard in plan.digests.keys() - plan.changed.keys():
         link_files(shard_path(plan.previous, shard), shard_path(directory, shard))
     build_shards(store, directory, [(shard, pages, plan.digests[shard], plan.named[shard]) for shard, pages in plan.changed.items()],
-                 plan.operators, earlier=plan.previous)
+                 plan.operators, plan.width, earlier=plan.previous)
     return time.perf_counter() - started
 
 

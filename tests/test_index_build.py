@@ -1,6 +1,6 @@
-"""The search index in shards of runs of versions (``index_build.py``): built again after a
-change, only the shards whose pages changed are built, and it answers every search as an index
-built whole, however either is cut."""
+"""The search index in shards of versions (``index_build.py``): built again after a change, only
+the shards whose pages changed are built, and it holds the shards an index built whole holds and
+answers every search as it does."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from snapshot_change import KINDS, read, write
 
 from docsrv import index_build
-from docsrv.index_build import build_index, layout_of, plan_rebuild, rebuild_index, shard_of, shard_path
-from docsrv.search import Found, SearchIndex, version_scope
+from docsrv.index_build import Layout, build_index, plan_rebuild, read_shards, rebuild_index, shard_path
+from docsrv.search import Found, SearchIndex, shard_directories, version_scope
 from docsrv.snapshot.errors import SnapshotError
 from docsrv.snapshot.records import Manifest
 from docsrv.snapshot.write import write_manifest
@@ -75,16 +75,16 @@ def answers(found: Found) -> tuple:
     return [(hit.page_id, hit.score, hit.passage) for hit in found.hits], found.total, found.words
 
 
-def edit_add_delete_and_rename(layout: list[int]):
+def edit_add_delete_and_rename(layout: Layout):
     """A build's end, as the service makes it: a page's text edited, a page added to another
     version and one of a third deleted, and a fourth version renamed (its pages' scope moves),
-    each in a shard of its own of an index cut at ``layout``."""
+    each in a shard of its own (``layout``)."""
 
     def change(records: dict[str, list]) -> list[int]:
         pages = records["pages"]
         shards = {}
         for version in public_versions_with_pages(records):  # four versions of four shards: each change builds its own
-            shards.setdefault(shard_of(layout, version["id"]), version)
+            shards.setdefault(layout.shard_of(version["id"]), version)
         edited, added, deleted, renamed = list(shards.values())[:4]
         page = next(p for p in pages if p["version"] == edited["id"])
         page["text"] = page.get("text", "") + " Zephyrine reticulation: the gearbox keeps quiet."
@@ -101,21 +101,22 @@ def edit_add_delete_and_rename(layout: list[int]):
 def test_an_index_built_again_from_an_earlier_one_answers_every_search_as_one_built_whole(tmp_path):
     old = indexed_demo(tmp_path / "old")
     new = tmp_path / "new"
-    layout = layout_of(old / "index")
-    assert len(layout) > 4  # four shards built again, the others linked
+    layout = Layout.of(load_store(old, page_text=False, progress=False))
+    assert len(shard_directories(old / "index")) > 4  # four shards built again, the others linked
     touched = changed(old, new, edit_add_delete_and_rename(layout))
     store = load_store(new, page_text=False, progress=False)
     plan = plan_rebuild(store, old / "index")
     assert plan is not None
-    assert set(plan.changed) == {shard_of(layout, version) for version in touched}
-    assert len(plan.digests) - len(plan.changed) >= 3  # the others are kept
+    assert set(plan.changed) == {layout.shard_of(version) for version in touched}
+    assert len(plan.digests) - len(plan.changed) >= 2  # the others are kept
     rebuilt = tmp_path / "rebuilt"
     rebuild_index(store, plan, rebuilt)
     whole = tmp_path / "whole"
     build_index(load_store(new, progress=False), whole, print_progress=False)
+    assert read_shards(rebuilt, layout.width) == read_shards(whole, layout.width)  # the same shards, of the same pages
     # A kept shard is the earlier index's own files, linked; a changed one is new. Its entries
     # index is kept where only a page's text changed: no name, no page, no scope.
-    edited = shard_of(layout, next(p["version"] for p in read(new, "pages") if "Zephyrine" in p.get("text", "")))
+    edited = layout.shard_of(next(p["version"] for p in read(new, "pages") if "Zephyrine" in p.get("text", "")))
     for shard in plan.digests:
         for part, kept in (("pages", shard not in plan.changed), ("entries", shard not in plan.changed or shard == edited)):
             for path in (shard_path(rebuilt, shard) / part).iterdir():
@@ -235,7 +236,11 @@ def test_a_changed_shard_is_built_from_the_places_of_its_lines_as_from_the_file_
     from docsrv.index_build import PageLines, plan_changed_shards, shard_digests
 
     old = indexed_demo(tmp_path / "old")
-    layout = layout_of(old / "index")
+    monkeypatch.setattr(index_build, "SHARD_BLOCKS", 4)  # blocks of several versions
+    shutil.rmtree(old / "index")
+    build_index(load_store(old, progress=False), old / "index", print_progress=False)
+    layout = Layout.of(load_store(old, page_text=False, progress=False))
+    assert layout.width > 1
 
     def edited(records: dict[str, list]) -> list[int]:
         versions = public_versions_with_pages(records)
@@ -248,7 +253,7 @@ def test_a_changed_shard_is_built_from_the_places_of_its_lines_as_from_the_file_
         public = {p["id"] for p in records["projects"] if p.get("privacy_level", "public") == "public"}
         others = [v for v in records["versions"] if v["project"] in public and v.get("privacy_level", "public") == "public"]
         source, other = next((a, b) for a in versions for b in others
-                             if a is not b and (shard_of(layout, a["id"]) != shard_of(layout, b["id"])) is across)
+                             if a is not b and (layout.shard_of(a["id"]) != layout.shard_of(b["id"])) is across)
         page = next(p for p in records["pages"] if p["version"] == source["id"])
         page.update(version=other["id"], project=other["project"], path="moved.html")
         return []
@@ -266,93 +271,61 @@ def test_a_changed_shard_is_built_from_the_places_of_its_lines_as_from_the_file_
     placed = plan_changed_shards(store, changes, versions, old / "index", places)
     assert placed is not None and read_through == [1]
     assert (placed.digests, placed.changed) == (through.digests, through.changed)
-    assert 0 < len(through.changed) < len(through.digests)
+    assert through.changed
+    product = load_store(new, page_text=False, progress=False)
     assert {shard: through.digests[shard] for shard in through.changed} == \
-        {shard: digest for shard, digest in shard_digests(load_store(new, page_text=False, progress=False), list(through.digests)).items()
-         if shard in through.changed}
+        {shard: digest for shard, digest in shard_digests(product, Layout.of(product)).items() if shard in through.changed}
 
 
-def test_however_an_index_is_cut_it_answers_alike_ties_too(tmp_path, monkeypatch):
-    """tantivy breaks a tie of scores by segment, then document: an index cut in shards of one
-    version each, of two versions each, and in one shard finds the same pages in the same order,
-    where more pages than a search keeps score alike."""
-    from docsrv.search import MAX_HITS
-
-    snapshot = indexed_demo(tmp_path / "demo")
-
-    def tied(records: dict[str, list]) -> list[int]:
-        versions = public_versions_with_pages(records)
-        pages = records["pages"]
-        for number in range(3 * MAX_HITS):  # the same text, each in its version's turn
-            version = versions[number % len(versions)]
-            pages.append({"id": max(p["id"] for p in pages) + 1, "project": version["project"], "version": version["id"],
-                          "path": f"tied-{number}.html", "title": "Tied", "text": "A sprocket."})
-        return []
-
-    changed(snapshot, snapshot, tied)
-    store = load_store(snapshot, progress=False)
-    indexes = {}
-    largest = max(store.versions_with_pages.values())
-    for name, pages, fewest in (("one-version-each", 1, 1), ("two-versions-each", 2 * largest, 1), ("one-shard", 10**6, 1)):
-        monkeypatch.setattr(index_build, "SHARD_PAGES", pages)
-        monkeypatch.setattr(index_build, "MIN_SHARDS", fewest)
-        build_index(store, tmp_path / name, print_progress=False)
-        indexes[name] = SearchIndex.open(store, tmp_path / name)
-    versions = len(store.versions_with_pages)
-    assert [len(layout_of(tmp_path / name)) for name in indexes] == [versions, len(layout_of(tmp_path / "two-versions-each")), 1]
-    assert 1 < len(layout_of(tmp_path / "two-versions-each")) < versions
-    found = indexes["one-shard"].search_pages("sprocket")
-    assert found.total == 3 * MAX_HITS and len(found.hits) == MAX_HITS and len({hit.score for hit in found.hits}) == 1
-    for query in ["sprocket", "tied sprocket", *VOCABULARY]:
-        expected = answers(indexes["one-shard"].search_pages(query))
-        assert [answers(index.search_pages(query)) for index in indexes.values()] == [expected] * 3, query
-
-
-def test_a_shard_that_grew_is_cut_again_and_one_whose_pages_all_left_is_gone(tmp_path, monkeypatch):
-    """A version that gains many pages makes its shard more than twice as large as a shard is cut:
-    built again, it is cut again (``pieces``); a shard whose every page left is not built, its
-    versions then in the shard before it. Either way the index answers as one built whole."""
+def test_a_version_that_grows_past_its_share_is_a_shard_alone_and_its_block_left_is_gone(tmp_path, monkeypatch):
+    """A version of more than VERSION_PAGES pages is a shard alone: one that grows past it moves
+    there from its block's shard, both built again (its block, left with no page, is gone), and
+    the index holds the shards an index built whole holds and answers every search as it does."""
     old = indexed_demo(tmp_path / "old")
-    layout = layout_of(old / "index")
-    before = index_build.read_shards(old / "index")
-    assert before is not None
-    emptied = layout[-1]
+    store = load_store(old, progress=False)
+    monkeypatch.setattr(index_build, "VERSION_PAGES", max(store.versions_with_pages.values()))
+    shutil.rmtree(old / "index")
+    build_index(store, old / "index", print_progress=False)
+    layout = Layout.of(store)
     grown = 0
 
     def change(records: dict[str, list]) -> list[int]:
         nonlocal grown
+        held = public_versions_with_pages(records)
+        version = next(v for v in held[1:] if [layout.block(w["id"]) for w in held].count(layout.block(v["id"])) == 1)
+        grown = version["id"]
         pages = records["pages"]
-        public = {p["id"] for p in records["projects"] if p.get("privacy_level", "public") == "public"}
-        held: dict[int, list[dict]] = {}
-        for version in records["versions"]:
-            if version["project"] in public and version.get("privacy_level", "public") == "public":
-                held.setdefault(shard_of(layout, version["id"]), []).append(version)
-        grown = next(shard for shard in layout[1:-1] if len(held.get(shard, [])) >= 2)  # a shard of a run of versions
-        for number in range(6 * before[grown].pages):
-            version = held[grown][number % 2]
-            pages.append({"id": max(p["id"] for p in pages) + 1, "project": version["project"], "version": version["id"],
+        for number in range(index_build.VERSION_PAGES):
+            pages.append({"id": max(p["id"] for p in pages) + 1, "project": version["project"], "version": grown,
                           "path": f"grown-{number}.html", "title": "Grown", "text": f"A flywheel, {number}."})
-        records["pages"] = [p for p in pages if shard_of(layout, p["version"]) != emptied]
-        return []
+        return [grown]
 
     new = tmp_path / "new"
     changed(old, new, change)
-    store = load_store(new, page_text=False, progress=False)
-    plan = plan_rebuild(store, old / "index")
+    product = load_store(new, page_text=False, progress=False)
+    assert layout.width == Layout.of(product).width
+    assert (layout.shard_of(grown), Layout.of(product).shard_of(grown)) == (layout.block(grown), layout.alone(grown))
+    plan = plan_rebuild(product, old / "index")
     assert plan is not None
-    assert emptied not in plan.digests and emptied not in plan.changed
-    assert grown in plan.changed and set(plan.changed) - set(layout)  # cut in pieces, of new keys
-    size = index_build.shard_size(len(store.pages))
-    assert all(len(pages) <= size or len({page.version for page in pages}) == 1 for pages in plan.changed.values())
+    assert set(plan.changed) == {layout.alone(grown)} and layout.block(grown) not in plan.digests
     rebuilt = tmp_path / "rebuilt"
-    rebuild_index(store, plan, rebuilt)
-    assert layout_of(rebuilt) == list(plan.digests)
+    rebuild_index(product, plan, rebuilt)
     whole = tmp_path / "whole"
     build_index(load_store(new, progress=False), whole, print_progress=False)
-    ours, theirs = SearchIndex.open(store, rebuilt), SearchIndex.open(store, whole)
+    assert read_shards(rebuilt, layout.width) == read_shards(whole, layout.width)
+    ours, theirs = SearchIndex.open(product, rebuilt), SearchIndex.open(product, whole)
     for query in ["flywheel", "grown flywheel", *VOCABULARY]:
         assert answers(ours.search_pages(query)) == answers(theirs.search_pages(query)), query
         assert ours.search_anchors(query) == theirs.search_anchors(query), query
-    # Built again from the index it made, nothing changed: nothing is built, the cut is kept.
-    again = plan_rebuild(store, rebuilt)
-    assert again is not None and not again.changed and list(again.digests) == list(plan.digests)
+
+
+def test_an_index_whose_blocks_are_of_another_width_is_built_whole(tmp_path, monkeypatch):
+    """The block width follows the last public version's id (``block_width``): an earlier index
+    of another width holds other shards, and is not built from."""
+    old, new = with_one_page_changed(tmp_path, "title", "Retitled")
+    store = load_store(new, page_text=False, progress=False)
+    assert plan_rebuild(store, old / "index") is not None
+    width = Layout.of(store).width
+    monkeypatch.setattr(index_build, "SHARD_BLOCKS", 1)
+    assert Layout.of(store).width > width
+    assert plan_rebuild(store, old / "index") is None

@@ -27,6 +27,7 @@ stop words out of the page score moved none or cost some.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -44,6 +45,7 @@ from .code_syntax import MAX_TOKEN_BYTES
 from .highlight import Highlights, ShardedHighlights, Words, query_words
 from .named_entries import STOP_WORDS, filter_clause
 from .store import Store
+from .utils import held_calls
 
 #: Changes whenever what the index holds changes: an index of another schema is rebuilt.
 SCHEMA_VERSION = 11
@@ -121,8 +123,11 @@ def open_index(directories: list[Path]) -> tantivy.Index:
     read-only snapshot (a ``:ro`` volume, an image layer, a read-only NFS export). It opens the
     index through a directory of links to the shards' files, made in the temporary directory with
     the ``meta.json`` that lists them all, and removed once the reader has mapped every segment:
-    nothing is ever written in the snapshot."""
+    nothing is ever written in the snapshot. A worker opens a changeset's index in a thread beside
+    its serving loop: the links are made and removed without letting go of the GIL
+    (``utils/held_calls.py``)."""
     links = Path(tempfile.mkdtemp(prefix="docsrv-open-"))
+    made: list[str] = []
     try:
         meta: dict = {}
         segments: list = []
@@ -136,10 +141,15 @@ def open_index(directories: list[Path]) -> tantivy.Index:
             segments += listed["segments"]
             for entry in os.scandir(directory.absolute()):  # links to absolute paths: a relative one would point nowhere
                 if entry.is_file() and not entry.name.startswith(".") and entry.name != "meta.json":
-                    os.symlink(entry.path, links / entry.name)
+                    link = f"{links}/{entry.name}"
+                    held_calls.symlink(entry.path, link)
+                    made.append(link)
         (links / "meta.json").write_text(json.dumps({**meta, "segments": segments}))
         return quiet(tantivy.Index.open(str(links)))
     finally:
+        for link in made:
+            with contextlib.suppress(OSError):
+                held_calls.unlink(link)
         shutil.rmtree(links, ignore_errors=True)
 
 

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .index_build import PageLines, link_files, plan_changed_shards, rebuild_index, shard_path
-from .search import shard_directories
+from .search import LISTING, shard_directories
 from .serving import current_index, fingerprint
 from .snapshot.changeset import Changeset, composed
 from .snapshot.origin import PublishedChangeset, changeset_path
@@ -41,6 +41,7 @@ from .snapshot.records import PageHead
 from .snapshot.write import built_aside
 from .store import Store, load_store
 from .store_changes import applied, changes_index
+from .utils.files import link_or_copy
 
 log = logging.getLogger("docsrv")
 
@@ -96,6 +97,7 @@ def held_index(index: Path | None) -> Iterator[Path | None]:
     try:
         for shard, directory in shard_directories(index).items():
             link_files(directory, shard_path(held, shard))
+        link_or_copy(index / LISTING, held / LISTING)
         yield held
     finally:
         shutil.rmtree(held, ignore_errors=True)

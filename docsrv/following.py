@@ -133,13 +133,14 @@ def uncollected() -> Iterator[None]:
 
 
 @uncollected()
-def step(directory: Path, store: Store) -> Step:
+def step(directory: Path, store: Store, search: SearchIndex | None = None) -> Step:
     """The changesets ``directory`` holds after ``store``, read and checked, composed into one and
     applied at once (``changeset.composed``), up to the first that does not apply in memory or
     cannot be read. One at a time, the 201 changesets of 10 builds a large replica kept took 3.5 s;
     composed, 0.28 s. Those that change the search index (``store_changes.changes_index``) are
     applied with the index of the last one's state (the pull keeps the newest two:
-    ``changeset_index.KEEP_INDEXES``); when it has none, up to the one before it. Those after the
+    ``changeset_index.KEEP_INDEXES``), opened beside ``search``, the index served (the highlight
+    files of its shards alike are kept); when it has none, up to the one before it. Those after the
     last index are applied without it: one that takes pages away all the same (its header says
     otherwise) is not applied, and waits for the pull's snapshot of it. The garbage collector is
     held meanwhile (``uncollected``)."""
@@ -178,10 +179,10 @@ def step(directory: Path, store: Store) -> Step:
     if not done_entries:
         return Step(store, None, [], [], waits, error)
     try:
-        search = SearchIndex.open(made, index) if index is not None else None
+        opened = SearchIndex.open(made, index, search) if index is not None else None
     except (OSError, ValueError) as problem:  # the pull removed it meanwhile (a fold), or it was damaged
         return Step(store, None, [], [], None, f"{index}: {' '.join(str(problem).split())[:200]}")
-    return Step(made, search, touched, done_entries, waits, error)
+    return Step(made, opened, touched, done_entries, waits, error)
 
 
 def caught_up(served: Served, directory: Path | None) -> Served:
@@ -190,7 +191,7 @@ def caught_up(served: Served, directory: Path | None) -> Served:
     it are applied."""
     if directory is None:
         return served
-    done = step(directory, served.store)
+    done = step(directory, served.store, served.search)
     if done.error is not None:
         log.error("changeset not applied: %s; serving %s", done.error, done.store.name)
     if not done.entries:
@@ -231,7 +232,7 @@ class Follower:
     async def catch_up(self) -> None:
         """Apply the changesets that follow the state served, at once (``step``)."""
         state = self.holder.state
-        done = await offload(step, self.directory, state.store)
+        done = await offload(step, self.directory, state.store, state.search)
         if done.entries:
             state = state.following(done.store, done.touched, done.search)
             self.holder.serve(state)

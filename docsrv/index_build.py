@@ -60,12 +60,16 @@ from .highlight import MAX_SHARD_KEY, HighlightWriter, slot_of
 from .search import (
     ENTRIES,
     HIGHLIGHT,
+    LISTING,
     PAGES,
     SCHEMA_VERSION,
-    SHARDS_DIRECTORY,
+    SHARD_FILE,
+    Listing,
     build_schema,
+    listed,
     quiet,
     shard_directories,
+    shard_path,
     version_scope,
 )
 from .snapshot.errors import ProblemList
@@ -86,8 +90,6 @@ SHARD_BLOCKS = 32
 #: A version with more pages than this is a shard alone: its changes build it alone, and a
 #: change of another costs no building of it.
 VERSION_PAGES = 2048
-#: What a shard was made from, in its directory.
-SHARD_FILE = "shard.json"
 #: tantivy's memory for one shard's writer: the largest shard fits in one segment.
 WRITER_HEAP = 128 << 20
 
@@ -165,10 +167,6 @@ class Layout:
             return MAX_SHARD_KEY // 2 - self.width, None
         first = shard // 2
         return first, first + (1 if shard % 2 else self.width)
-
-
-def shard_path(index: Path, shard: int) -> Path:
-    return index / SHARDS_DIRECTORY / f"{shard:02d}"
 
 
 def served_blocks(store: Store) -> Iterator[tuple[str, int, list[_Placed], list[bytes]]]:
@@ -269,6 +267,7 @@ def build_index(store: Store, directory: Path, print_progress: bool | None = Non
     with progress_bar(len(pages), "index pages", wanted() if print_progress is None else print_progress, unit="page") as bar:
         build_shards(store, directory, [(shard, held, digests[shard], named[shard]) for shard, held in by_shard.items()], operators,
                      layout.width, None if bar is None else bar.update)
+    write_listing(directory)
     return time.perf_counter() - started
 
 
@@ -562,7 +561,14 @@ def rebuild_index(store: Store, plan: Rebuild, directory: Path) -> float:
         link_files(shard_path(plan.previous, shard), shard_path(directory, shard))
     build_shards(store, directory, [(shard, pages, plan.digests[shard], plan.named[shard]) for shard, pages in plan.changed.items()],
                  plan.operators, plan.width, earlier=plan.previous)
+    write_listing(directory)
     return time.perf_counter() - started
+
+
+def write_listing(index: Path) -> None:
+    """What a server opens of the index in ``index`` (``search.Listing``), once its shards are built."""
+    shards = {shard: _shard.decode((path / SHARD_FILE).read_bytes()).digest for shard, path in shard_directories(index).items()}
+    (index / LISTING).write_bytes(msgspec.json.encode(Listing(listed(index, PAGES), listed(index, ENTRIES), shards)))
 
 
 def link_files(source: Path, target: Path) -> None:

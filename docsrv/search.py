@@ -35,8 +35,9 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import msgspec
 import tantivy
 
 from . import code_syntax, named_entries
@@ -48,7 +49,7 @@ from .store import Store
 from .utils import held_calls
 
 #: Changes whenever what the index holds changes: an index of another schema is rebuilt.
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 #: Weights of DECISIONS.md section 3: a word in the title counts ten times one in the body. The
 #: page's Sphinx document name (``tutorial/classes``) says where it sits in the documentation: its
 #: words count for holding every word of a query ("classes tutorial"), and little for rank. On
@@ -86,6 +87,10 @@ _ALNUM = re.compile(r"[^\W_]+")
 SHARDS_DIRECTORY, PAGES, ENTRIES, HIGHLIGHT = "shards", "pages", "entries", "highlight"
 #: The file tantivy locks while it reads or writes an index's meta.json.
 META_LOCK = ".tantivy-meta.lock"
+#: What a server opens of an index, listed in one file (``Listing``).
+LISTING = "segments.json"
+#: What a shard was made from, in its directory (``index_build.Shard``).
+SHARD_FILE = "shard.json"
 
 
 def build_schema() -> tantivy.Schema:
@@ -115,9 +120,66 @@ def shard_directories(index: Path) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
-def open_index(directories: list[Path]) -> tantivy.Index:
-    """The tantivy indexes in ``directories`` (one for each shard, of one schema) opened as one,
-    without writing there: their segments, in this order, listed in one ``meta.json``.
+class Listed(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The tantivy indexes of every shard of one part (``PAGES`` or ``ENTRIES``) as one: the
+    ``meta.json`` that lists their segments in the shards' order, and their files, by path from
+    the index's directory."""
+
+    meta: dict[str, Any]
+    files: list[str]
+
+
+class Listing(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What a server opens of an index (``<index>/segments.json``, written by its build): the
+    pages' and the entries' indexes (``Listed``), and what each shard is made of (by key, its
+    ``shard.json``'s digests), so that a worker opening a changeset's index reads one file, not
+    two of each shard, and keeps the highlight files of the shards it already holds
+    (``SearchIndex.open``)."""
+
+    pages: Listed
+    entries: Listed
+    shards: dict[int, str]
+
+
+_listing = msgspec.json.Decoder(Listing)
+
+
+def listed(index: Path, part: str) -> Listed:
+    """The tantivy indexes of ``part`` of every shard of the index in ``index``, as one; ValueError
+    when one is not a tantivy index's or the shards' schemas differ."""
+    meta: dict = {}
+    segments: list = []
+    files: list[str] = []
+    for shard in shard_directories(index).values():
+        directory = shard / part
+        found = json.loads((directory / "meta.json").read_bytes())
+        if not isinstance(found, dict) or not isinstance(found.get("segments"), list):
+            raise ValueError(f"{directory}/meta.json: not a tantivy index's meta.json")
+        if meta and found.get("schema") != meta.get("schema"):
+            raise ValueError(f"{directory}: another schema than the index's other shards")
+        meta = meta or found
+        segments += found["segments"]
+        files += sorted(str(Path(entry.path).relative_to(index)) for entry in os.scandir(directory)
+                        if entry.is_file() and not entry.name.startswith(".") and entry.name != "meta.json")
+    return Listed({**meta, "segments": segments}, files)
+
+
+def read_listing(index: Path) -> Listing | None:
+    """The listing of the index in ``index``; None when it has none that reads (an index built
+    before listings were written is opened shard by shard)."""
+    try:
+        return _listing.decode((index / LISTING).read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return None
+
+
+def shard_path(index: Path, shard: int) -> Path:
+    return index / SHARDS_DIRECTORY / f"{shard:02d}"
+
+
+def open_index(index: Path, part: Listed) -> tantivy.Index:
+    """The tantivy indexes of one part of every shard of the index in ``index`` opened as one,
+    without writing there: their segments, in the shards' order, listed in one ``meta.json``.
 
     tantivy creates and locks ``.tantivy-meta.lock`` in the directory it opens, which fails on a
     read-only snapshot (a ``:ro`` volume, an image layer, a read-only NFS export). It opens the
@@ -129,22 +191,12 @@ def open_index(directories: list[Path]) -> tantivy.Index:
     links = Path(tempfile.mkdtemp(prefix="docsrv-open-"))
     made: list[str] = []
     try:
-        meta: dict = {}
-        segments: list = []
-        for directory in directories:
-            listed = json.loads((directory / "meta.json").read_bytes())
-            if not isinstance(listed, dict) or not isinstance(listed.get("segments"), list):
-                raise ValueError(f"{directory}/meta.json: not a tantivy index's meta.json")
-            if meta and listed.get("schema") != meta.get("schema"):
-                raise ValueError(f"{directory}: another schema than the index's other shards")
-            meta = meta or listed
-            segments += listed["segments"]
-            for entry in os.scandir(directory.absolute()):  # links to absolute paths: a relative one would point nowhere
-                if entry.is_file() and not entry.name.startswith(".") and entry.name != "meta.json":
-                    link = f"{links}/{entry.name}"
-                    held_calls.symlink(entry.path, link)
-                    made.append(link)
-        (links / "meta.json").write_text(json.dumps({**meta, "segments": segments}))
+        root = index.absolute()  # links to absolute paths: a relative one would point nowhere
+        for path in part.files:
+            link = f"{links}/{Path(path).name}"
+            held_calls.symlink(f"{root}/{path}", link)
+            made.append(link)
+        (links / "meta.json").write_text(json.dumps(part.meta))
         return quiet(tantivy.Index.open(str(links)))
     finally:
         for link in made:
@@ -155,15 +207,22 @@ def open_index(directories: list[Path]) -> tantivy.Index:
 
 def index_problem(directory: Path) -> str | None:
     """What keeps the index in ``directory`` from serving, in one line; None when it opens as a
-    server opens it and answers a search (a first document is read back from each index)."""
+    server opens it and answers a search (a first document is read back from each index), and
+    its listing lists what its shards hold."""
     try:
-        shards = shard_directories(directory).values()
-        for part in (PAGES, ENTRIES):
-            searcher = open_index([shard / part for shard in shards]).searcher()
+        listing = read_listing(directory)
+        if listing is None:
+            raise ValueError(f"{directory}/{LISTING}: missing, or not a listing of the index")
+        shards = shard_directories(directory)
+        recorded = {shard: json.loads((path / SHARD_FILE).read_bytes()).get("digest") for shard, path in shards.items()}
+        if (listing.pages, listing.entries, listing.shards) != (listed(directory, PAGES), listed(directory, ENTRIES), recorded):
+            raise ValueError(f"{directory}/{LISTING}: lists other shards or files than the index holds")
+        for part in (listing.pages, listing.entries):
+            searcher = open_index(directory, part).searcher()
             found = searcher.search(tantivy.Query.all_query(), 1).hits
             if found:
                 searcher.doc(found[0][1])
-        for shard in shards:
+        for shard in shards.values():
             Highlights(shard / HIGHLIGHT)
     except (OSError, ValueError) as error:
         return " ".join(str(error).split())[:300]
@@ -254,15 +313,25 @@ class SearchIndex:
     """Queries over one snapshot's index. Every method is safe to call from worker threads."""
 
     @classmethod
-    def open(cls, store: Store, directory: Path) -> SearchIndex:
+    def open(cls, store: Store, directory: Path, earlier: SearchIndex | None = None) -> SearchIndex:
         """The index built in ``directory`` over ``store``: every file opened now (a server opens it
-        before it forks, so its workers never open a file of the snapshot again)."""
-        shards = shard_directories(directory)
-        named = named_entries.NamedEntries(open_index([shard / ENTRIES for shard in shards.values()]))
-        highlights = ShardedHighlights({number: Highlights(shard / HIGHLIGHT) for number, shard in shards.items()})
-        return cls(store, open_index([shard / PAGES for shard in shards.values()]), named, highlights)
+        before it forks, so its workers never open a file of the snapshot again), as its listing
+        says (``Listing``). The highlight files of a shard that ``earlier`` (the index served
+        before a changeset) holds alike are kept open, not opened again."""
+        listing = read_listing(directory)
+        if listing is None:
+            raise ValueError(f"{directory}/{LISTING}: missing, or not a listing of the index")
+        held = earlier.highlights.shards if earlier is not None else {}
+        before = earlier.digests if earlier is not None else {}
+        highlights = {shard: held[shard] if shard in held and before.get(shard) == digest
+                      else Highlights(shard_path(directory, shard) / HIGHLIGHT) for shard, digest in listing.shards.items()}
+        named = named_entries.NamedEntries(open_index(directory, listing.entries))
+        return cls(store, open_index(directory, listing.pages), named, ShardedHighlights(highlights), listing.shards)
 
-    def __init__(self, store: Store, index: tantivy.Index, named: named_entries.NamedEntries, highlights: ShardedHighlights) -> None:
+    def __init__(self, store: Store, index: tantivy.Index, named: named_entries.NamedEntries, highlights: ShardedHighlights,
+                 digests: dict[int, str]) -> None:
+        #: What each shard is made of (``Listing.shards``).
+        self.digests = digests
         self.store = store
         self.index = index
         self.schema = index.schema

@@ -329,3 +329,50 @@ def test_an_index_whose_blocks_are_of_another_width_is_built_whole(tmp_path, mon
     monkeypatch.setattr(index_build, "SHARD_BLOCKS", 1)
     assert Layout.of(store).width > width
     assert plan_rebuild(store, old / "index") is None
+
+
+def test_an_index_opened_beside_the_one_before_keeps_the_highlight_files_of_its_shards_alike(tmp_path):
+    """A worker opens a changeset's index as its listing says (``segments.json``: one file, not
+    two of each shard), beside the index it serves: the highlight files of a shard made of the
+    same are kept open, those of a shard built again are opened, and it answers as an index
+    opened on its own."""
+    old = indexed_demo(tmp_path / "old")
+    new = tmp_path / "new"
+    layout = Layout.of(load_store(old, page_text=False, progress=False))
+    changed(old, new, edit_add_delete_and_rename(layout))
+    store = load_store(new, page_text=False, progress=False)
+    plan = plan_rebuild(store, old / "index")
+    assert plan is not None
+    rebuild_index(store, plan, tmp_path / "rebuilt")
+    before = SearchIndex.open(load_store(old, page_text=False, progress=False), old / "index")
+    ours = SearchIndex.open(store, tmp_path / "rebuilt", before)
+    alone = SearchIndex.open(store, tmp_path / "rebuilt")
+    kept = {shard for shard, held in ours.highlights.shards.items() if held is before.highlights.shards.get(shard)}
+    assert kept == set(plan.digests) - set(plan.changed) and kept
+    for query in [*VOCABULARY, "zephyrine", "reticulation gearbox"]:
+        assert ours.search_pages(query) == alone.search_pages(query), query
+        assert ours.search_anchors(query) == alone.search_anchors(query), query
+
+
+@pytest.mark.parametrize("spoiled", ["missing", "a file more", "another digest", "not json"])
+def test_an_index_whose_listing_is_not_what_its_shards_hold_is_not_served(tmp_path, spoiled):
+    """A server opens an index as ``segments.json`` lists it: a listing that does not list what
+    the shards hold (spoiled, or of another index) is named, in one line, and the index is not
+    used (``search.index_problem``)."""
+    from docsrv.search import LISTING, index_problem
+
+    index = indexed_demo(tmp_path / "demo") / "index"
+    assert index_problem(index) is None
+    listing = msgspec.json.decode((index / LISTING).read_bytes())
+    if spoiled == "missing":
+        (index / LISTING).unlink()
+    elif spoiled == "not json":
+        (index / LISTING).write_text("{not json")
+    else:
+        if spoiled == "a file more":
+            listing["pages"]["files"].append(listing["entries"]["files"][0])
+        else:
+            listing["shards"]["0"] = "0" * 32
+        (index / LISTING).write_bytes(msgspec.json.encode(listing))
+    problem = index_problem(index)
+    assert problem is not None and "\n" not in problem and f"{index}/{LISTING}" in problem, problem

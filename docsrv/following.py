@@ -33,7 +33,7 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
@@ -42,7 +42,7 @@ from .api.state import ApiState
 from .changeset_index import changeset_index
 from .http.offload import offload
 from .http.purge import applied_keys
-from .search import SearchIndex
+from .search import SearchIndex, remove_links
 from .serving import Served
 from .snapshot.changeset import Changeset, composed, read_listed
 from .snapshot.errors import SnapshotError
@@ -76,6 +76,8 @@ class Step:
     waits: int | None = None
     #: Why the first that could not be read was not applied, in one line.
     error: str | None = None
+    #: The links the index was opened through, to remove once it serves (``search.open_index``).
+    leftovers: list[Path] = field(default_factory=list)
 
 
 def chain_directory(snapshot: Path) -> Path | None:
@@ -178,11 +180,12 @@ def step(directory: Path, store: Store, search: SearchIndex | None = None) -> St
         made, touched, done_entries = done.store, touched + applied_keys(done), done_entries + entries[part]
     if not done_entries:
         return Step(store, None, [], [], waits, error)
+    leftovers: list[Path] = []
     try:
-        opened = SearchIndex.open(made, index, search) if index is not None else None
+        opened = SearchIndex.open(made, index, search, leftovers) if index is not None else None
     except (OSError, ValueError) as problem:  # the pull removed it meanwhile (a fold), or it was damaged
         return Step(store, None, [], [], None, f"{index}: {' '.join(str(problem).split())[:200]}")
-    return Step(made, opened, touched, done_entries, waits, error)
+    return Step(made, opened, touched, done_entries, waits, error, leftovers)
 
 
 def caught_up(served: Served, directory: Path | None) -> Served:
@@ -192,6 +195,7 @@ def caught_up(served: Served, directory: Path | None) -> Served:
     if directory is None:
         return served
     done = step(directory, served.store, served.search)
+    remove_links(done.leftovers)
     if done.error is not None:
         log.error("changeset not applied: %s; serving %s", done.error, done.store.name)
     if not done.entries:
@@ -236,6 +240,7 @@ class Follower:
         if done.entries:
             state = state.following(done.store, done.touched, done.search)
             self.holder.serve(state)
+            await offload(remove_links, done.leftovers)
             now = datetime.now(UTC)
             for entry in done.entries:
                 log.info("worker %d applied changeset %d: serving %s%s", os.getpid(), entry.sequence, state.store.name,

@@ -27,7 +27,6 @@ stop words out of the page score moved none or cost some.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -177,7 +176,7 @@ def shard_path(index: Path, shard: int) -> Path:
     return index / SHARDS_DIRECTORY / f"{shard:02d}"
 
 
-def open_index(index: Path, part: Listed) -> tantivy.Index:
+def open_index(index: Path, part: Listed, leftovers: list[Path] | None = None) -> tantivy.Index:
     """The tantivy indexes of one part of every shard of the index in ``index`` opened as one,
     without writing there: their segments, in the shards' order, listed in one ``meta.json``.
 
@@ -186,23 +185,36 @@ def open_index(index: Path, part: Listed) -> tantivy.Index:
     index through a directory of links to the shards' files, made in the temporary directory with
     the ``meta.json`` that lists them all, and removed once the reader has mapped every segment:
     nothing is ever written in the snapshot. A worker opens a changeset's index in a thread beside
-    its serving loop: the links are made and removed without letting go of the GIL
-    (``utils/held_calls.py``)."""
+    its serving loop: the links are made without letting go of the GIL (``utils/held_calls.py``),
+    and their directory is added to ``leftovers``, when given, to be removed once the index
+    serves (``remove_links``): removing them there took longer than the rest of the open."""
     links = Path(tempfile.mkdtemp(prefix="docsrv-open-"))
-    made: list[str] = []
     try:
         root = index.absolute()  # links to absolute paths: a relative one would point nowhere
         for path in part.files:
-            link = f"{links}/{Path(path).name}"
-            held_calls.symlink(f"{root}/{path}", link)
-            made.append(link)
+            held_calls.symlink(f"{root}/{path}", f"{links}/{Path(path).name}")
         (links / "meta.json").write_text(json.dumps(part.meta))
-        return quiet(tantivy.Index.open(str(links)))
-    finally:
-        for link in made:
-            with contextlib.suppress(OSError):
-                held_calls.unlink(link)
-        shutil.rmtree(links, ignore_errors=True)
+        opened = quiet(tantivy.Index.open(str(links)))
+    except BaseException:
+        remove_links([links])
+        raise
+    if leftovers is None:
+        remove_links([links])
+    else:
+        leftovers.append(links)
+    return opened
+
+
+def remove_links(directories: list[Path]) -> None:
+    """Remove the directories of links ``open_index`` left (an index opened maps its files), each
+    link without letting go of the GIL (``utils/held_calls.py``)."""
+    for directory in directories:
+        try:
+            for entry in os.scandir(directory):
+                held_calls.unlink(entry.path)
+            directory.rmdir()
+        except OSError:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def index_problem(directory: Path) -> str | None:
@@ -313,11 +325,12 @@ class SearchIndex:
     """Queries over one snapshot's index. Every method is safe to call from worker threads."""
 
     @classmethod
-    def open(cls, store: Store, directory: Path, earlier: SearchIndex | None = None) -> SearchIndex:
+    def open(cls, store: Store, directory: Path, earlier: SearchIndex | None = None, leftovers: list[Path] | None = None) -> SearchIndex:
         """The index built in ``directory`` over ``store``: every file opened now (a server opens it
         before it forks, so its workers never open a file of the snapshot again), as its listing
         says (``Listing``). The highlight files of a shard that ``earlier`` (the index served
-        before a changeset) holds alike are kept open, not opened again."""
+        before a changeset) holds alike are kept open, not opened again; the links it was opened
+        through are left in ``leftovers``, when given (``open_index``)."""
         listing = read_listing(directory)
         if listing is None:
             raise ValueError(f"{directory}/{LISTING}: missing, or not a listing of the index")
@@ -325,8 +338,8 @@ class SearchIndex:
         before = earlier.digests if earlier is not None else {}
         highlights = {shard: held[shard] if shard in held and before.get(shard) == digest
                       else Highlights(shard_path(directory, shard) / HIGHLIGHT) for shard, digest in listing.shards.items()}
-        named = named_entries.NamedEntries(open_index(directory, listing.entries))
-        return cls(store, open_index(directory, listing.pages), named, ShardedHighlights(highlights), listing.shards)
+        named = named_entries.NamedEntries(open_index(directory, listing.entries, leftovers))
+        return cls(store, open_index(directory, listing.pages, leftovers), named, ShardedHighlights(highlights), listing.shards)
 
     def __init__(self, store: Store, index: tantivy.Index, named: named_entries.NamedEntries, highlights: ShardedHighlights,
                  digests: dict[int, str]) -> None:

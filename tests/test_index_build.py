@@ -376,3 +376,20 @@ def test_an_index_whose_listing_is_not_what_its_shards_hold_is_not_served(tmp_pa
         (index / LISTING).write_bytes(msgspec.json.encode(listing))
     problem = index_problem(index)
     assert problem is not None and "\n" not in problem and f"{index}/{LISTING}" in problem, problem
+
+
+def test_the_links_an_index_was_opened_through_can_go_once_it_serves(tmp_path):
+    """A worker opens a changeset's index through links in the temporary directory and removes
+    them once the index serves (``search.remove_links``), off the changeset's way: the index
+    answers before and after, and nothing is left."""
+    from docsrv.search import remove_links
+
+    snapshot = indexed_demo(tmp_path / "demo")
+    store = load_store(snapshot, page_text=False, progress=False)
+    leftovers: list[Path] = []
+    index = SearchIndex.open(store, snapshot / "index", leftovers=leftovers)
+    assert len(leftovers) == 2 and all(any(directory.iterdir()) for directory in leftovers)  # the pages' and the entries'
+    before = [index.search_pages(query) for query in VOCABULARY]
+    remove_links(leftovers)
+    assert not any(directory.exists() for directory in leftovers)
+    assert [index.search_pages(query) for query in VOCABULARY] == before and any(found.hits for found in before)

@@ -3,12 +3,13 @@
 Python lets go of the GIL around every system call, and a thread that let go of it waits to get
 it back from the thread holding it: up to ``sys.getswitchinterval()`` (5 ms) when that thread is a
 worker's event loop serving requests. A call of a few microseconds then costs milliseconds. A
-worker opening the search index of a changeset links each file of its shards and removes the
-links (``search.open_index``): for the 76 shards of an index of the medium scale, about 3,600
-calls. Beside a thread shaped as a serving loop (50 µs of Python between two small system
-calls), opening that index took 42 s with ``os``'s calls and 7.2 s with these, which hold the GIL
-for their microseconds instead (ctypes' ``PyDLL`` calls C without letting go of it); 0.3 s
-alone. The rest is reading each shard's files.
+worker opening the search index of a changeset links each file of its shards
+(``search.open_index``): for the 76 shards of an index of the medium scale, about 1,800 calls,
+and as many again to remove the links. Beside a thread shaped as a serving loop (50 µs of Python
+between two small system calls), opening that index took 42 s with ``os``'s calls and 7.2 s with
+links made and removed by these, which hold the GIL for their microseconds instead (ctypes'
+``PyDLL`` calls C without letting go of it); 0.3 s alone. The links are removed once the index
+serves, off the changeset's way.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 import tantivy
@@ -119,13 +119,18 @@ def shard_directories(index: Path) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
+#: A file of a shard's pages or entries index, by its path from the index's directory: nothing
+#: a listing names is opened outside the index.
+ShardFile = Annotated[str, msgspec.Meta(pattern=r"^shards/[0-9]+/(pages|entries)/[A-Za-z0-9][A-Za-z0-9._-]*$")]
+
+
 class Listed(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The tantivy indexes of every shard of one part (``PAGES`` or ``ENTRIES``) as one: the
     ``meta.json`` that lists their segments in the shards' order, and their files, by path from
     the index's directory."""
 
     meta: dict[str, Any]
-    files: list[str]
+    files: list[ShardFile]
 
 
 class Listing(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

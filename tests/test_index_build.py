@@ -354,7 +354,7 @@ def test_an_index_opened_beside_the_one_before_keeps_the_highlight_files_of_its_
         assert ours.search_anchors(query) == alone.search_anchors(query), query
 
 
-@pytest.mark.parametrize("spoiled", ["missing", "a file more", "another digest", "not json"])
+@pytest.mark.parametrize("spoiled", ["missing", "a file more", "another digest", "not json", "a file out of the index"])
 def test_an_index_whose_listing_is_not_what_its_shards_hold_is_not_served(tmp_path, spoiled):
     """A server opens an index as ``segments.json`` lists it: a listing that does not list what
     the shards hold (spoiled, or of another index) is named, in one line, and the index is not
@@ -371,6 +371,8 @@ def test_an_index_whose_listing_is_not_what_its_shards_hold_is_not_served(tmp_pa
     else:
         if spoiled == "a file more":
             listing["pages"]["files"].append(listing["entries"]["files"][0])
+        elif spoiled == "a file out of the index":
+            listing["pages"]["files"][0] = "shards/00/pages/../../../../manifest.json"
         else:
             listing["shards"]["0"] = "0" * 32
         (index / LISTING).write_bytes(msgspec.json.encode(listing))

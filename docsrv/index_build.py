@@ -101,8 +101,7 @@ ShardLines = dict[int, list[tuple[int, int, str, int, bytes]]]
 class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What one shard was built from: a digest of its pages and their scopes (``shard_digest``),
     how many pages it holds, the operators they name (the index's are those of every shard), and
-    a digest of what its entries index was made of (``entries_digest``; empty in a shard built
-    before it was recorded)."""
+    a digest of what its entries index was made of (``entries_digest``)."""
 
     digest: str
     pages: int
@@ -111,7 +110,7 @@ class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     schema: int
     #: The index's block width (``Layout``): when it changes, every shard is built again.
     width: int
-    entries: str = ""
+    entries: str
 
 
 class _Placed(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=False):
@@ -312,7 +311,7 @@ def earlier_entries(shard: Path, digest: str) -> Path | None:
 
 def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, str], operators: frozenset[str],
                 made: Shard, kept_entries: Path | None = None) -> Callable[[], None]:
-    """Add one shard's ``pages`` (in id order, their versions' ``scopes``) to an index of its own
+    """Add one shard's ``pages`` (in its order, their versions' ``scopes``) to an index of its own
     in ``index``, ``operators`` being those of the whole index; return what commits it and writes
     what it was ``made`` from. With ``kept_entries``, an entries index made of the same, its files
     are linked instead."""

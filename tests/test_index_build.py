@@ -185,9 +185,9 @@ def test_an_earlier_index_that_does_not_say_what_a_shard_holds_is_not_built_from
 
 
 def test_an_earlier_shard_that_does_not_say_what_its_entries_hold_has_them_built_again(tmp_path):
-    """An index built before its shards recorded what their entries index holds (``shard.json``
-    without ``entries``): a shard built again after a change of text builds its entries anew,
-    and answers every search as an index built whole."""
+    """An earlier shard whose ``shard.json`` does not say what its entries index holds (without
+    ``entries``): a shard built again after a change of text builds its entries anew, and
+    answers every search as an index built whole."""
     old, new = with_one_page_changed(tmp_path, "text", "Zephyrine reticulation: the gearbox keeps quiet.")
     store = load_store(new, page_text=False, progress=False)
     plan = plan_rebuild(store, old / "index")

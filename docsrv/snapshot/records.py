@@ -207,7 +207,7 @@ FileName = Annotated[str, msgspec.Meta(max_length=200, pattern=r"^[A-Za-z0-9][A-
 
 
 #: A file of a snapshot's search index, by its path in ``index/``: a plain name, or one in
-#: directories of the index (``shards/07/highlight/``), each a plain name of letters and digits.
+#: directories of the index (``shards/2048/highlight/``), each a plain name of letters and digits.
 IndexFileName = Annotated[str, msgspec.Meta(max_length=200, pattern=r"^([a-z0-9]+/){0,3}[A-Za-z0-9][A-Za-z0-9._-]*$")]
 
 

@@ -80,7 +80,7 @@ from docsrv.snapshot.origin import CHANGESETS, PublishedChangeset, changeset_pat
 from docsrv.snapshot.records import Manifest  # noqa: E402
 from docsrv.snapshot.write import write_manifest  # noqa: E402
 from docsrv.utils.files import clone_or_copy, replace_file  # noqa: E402
-from run import WORK, System, free_port, pinned, pss_kb, snapshot_path, tree  # noqa: E402
+from run import WORK, System, ensure_tools, free_port, pinned, pss_kb, snapshot_path, tree  # noqa: E402
 
 #: A record's id, first in its line.
 RECORD_ID = re.compile(rb'\{"id":(\d+)[,}]')
@@ -547,6 +547,7 @@ def main() -> None:
     parser.add_argument("--private-pages", type=int, default=0, help="versions that hold pages each changeset of the lag and the "
                                                                      "crawl makes private")
     args = parser.parse_args()
+    ensure_tools()
     base = snapshot_path(args.scale, 1)
     marker = base / "index" / "docsrv-index.json"
     if not marker.exists() or json.loads(marker.read_bytes()).get("schema_version") != SCHEMA_VERSION:

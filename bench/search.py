@@ -27,7 +27,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import WORK, System, free_port, pinned, snapshot_path, wrk
+from run import WORK, System, ensure_tools, free_port, pinned, snapshot_path, wrk
 
 PYTHON_DOCS = Path("/usr/share/doc/python3.11/html")
 QUERIES = ["asyncio", "dictionary comprehension", "context manager", "os.path", "subprocess run timeout", '"keyword argument"',
@@ -151,6 +151,7 @@ def main() -> None:
     parser.add_argument("--no-fast-path", action="store_true", help="serve without the fast lane (to compare)")
     parser.add_argument("--log", action="store_true", help="run a query log (Zipf over 5,000 queries) instead of a fixed set")
     args = parser.parse_args()
+    ensure_tools()
     results = {}
     if args.corpus in ("python-docs", "both"):
         results["python-docs"] = measure(python_docs_snapshot(), args)

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import WORK, System, Workload, docsrv_url, free_port, snapshot_path, tree, wrk
+from run import WORK, System, Workload, docsrv_url, ensure_tools, free_port, snapshot_path, tree, wrk
 
 
 def rss_mb(pids: list[int]) -> float:
@@ -157,6 +157,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--reloads", type=int, default=10)
     args = parser.parse_args()
+    ensure_tools()
     result = {"connections": connections, "slowloris": slowloris, "soak": soak, "reloads": reloads}[args.test](args)
     print(json.dumps(result, indent=2))
     failed = result.get("errors") or (result.get("normal_load") or {}).get("errors") or result.get("flat") is False

@@ -8,6 +8,7 @@ import os
 import resource
 import shutil
 import signal
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -274,6 +275,28 @@ def test_a_worker_whose_event_loop_stops_is_killed_and_replaced(start_server):
     assert replacement != stuck
     poll(lambda: fresh_get(server.port, "/readyz")[0] == 200, what="ready again")
     assert server.json("/api/v2/project/?slug=pip")["results"][0]["slug"] == "pip"
+
+
+def test_the_master_sweeps_the_links_a_killed_worker_left_and_none_in_use(start_server):
+    """A worker killed while it opens a changeset's index leaves a directory of links in the
+    memory file system (``search.open_index``): memory, until something removes it. The master
+    sweeps such directories once they are older than any open, and leaves a fresh one alone."""
+    from docsrv.search import LINKS_LEFT_SECONDS, LINKS_PREFIX, links_root
+
+    root = Path(links_root())
+    left, fresh = (Path(tempfile.mkdtemp(prefix=f"{LINKS_PREFIX}{name}-", dir=root)) for name in ("left", "fresh"))
+    try:
+        for directory in (left, fresh):
+            (directory / "meta.json").symlink_to(DEMO / "manifest.json")
+        long_ago = time.time() - LINKS_LEFT_SECONDS - 60
+        os.utime(left, (long_ago, long_ago))
+        server = start_server("--workers", "1")
+        poll(lambda: fresh_get(server.port, "/readyz")[0] == 200, what="ready")
+        poll(lambda: not left.exists(), what="the left-over links swept")
+        assert (fresh / "meta.json").is_symlink()
+    finally:
+        for directory in (left, fresh):
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_a_killed_snapshot_process_is_replaced_and_workers_still_come_back(start_server):

@@ -4,8 +4,10 @@ answers every search as it does."""
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import time
 from pathlib import Path
 
 import msgspec
@@ -381,17 +383,59 @@ def test_an_index_whose_listing_is_not_what_its_shards_hold_is_not_served(tmp_pa
 
 
 def test_the_links_an_index_was_opened_through_can_go_once_it_serves(tmp_path):
-    """A worker opens a changeset's index through links in the temporary directory and removes
-    them once the index serves (``search.remove_links``), off the changeset's way: the index
-    answers before and after, and nothing is left."""
-    from docsrv.search import remove_links
+    """A worker opens a changeset's index through links in a memory file system, when there is
+    one (``search.links_root``), and removes them once the index serves (``search.remove_links``),
+    off the changeset's way: the index answers before and after, and nothing is left."""
+    from docsrv.search import links_root, remove_links
 
     snapshot = indexed_demo(tmp_path / "demo")
     store = load_store(snapshot, page_text=False, progress=False)
     leftovers: list[Path] = []
     index = SearchIndex.open(store, snapshot / "index", leftovers=leftovers)
     assert len(leftovers) == 2 and all(any(directory.iterdir()) for directory in leftovers)  # the pages' and the entries'
+    assert {directory.parent for directory in leftovers} == {Path(links_root())}
     before = [index.search_pages(query) for query in VOCABULARY]
     remove_links(leftovers)
     assert not any(directory.exists() for directory in leftovers)
     assert [index.search_pages(query) for query in VOCABULARY] == before and any(found.hits for found in before)
+
+
+def test_links_are_made_in_the_memory_file_system_when_it_may_be_written_else_in_the_temporary_directory(tmp_path, monkeypatch):
+    """A link took 0.44 ms to make in this machine's /tmp and 8 µs in /dev/shm: the links go there
+    when it is a directory this process may write, else where TMPDIR says."""
+    import tempfile
+
+    from docsrv import search
+
+    writable, read_only = tmp_path / "shm", tmp_path / "read-only"
+    writable.mkdir()
+    read_only.mkdir(mode=0o555)
+    try:
+        chosen = {}
+        for case, where in (("writable", writable), ("missing", tmp_path / "absent"), ("read-only", read_only)):
+            monkeypatch.setattr(search, "MEMORY_FILESYSTEM", str(where))
+            search.links_root.cache_clear()
+            chosen[case] = search.links_root()
+    finally:
+        search.links_root.cache_clear()
+        read_only.chmod(0o755)
+    expected_read_only = str(read_only) if os.access(read_only, os.W_OK) else tempfile.gettempdir()  # root may write anywhere
+    assert chosen == {"writable": str(writable), "missing": tempfile.gettempdir(), "read-only": expected_read_only}
+
+
+def test_directories_of_links_left_over_by_a_killed_process_are_swept_and_no_others(tmp_path, monkeypatch):
+    """A process killed between making an index's links and removing them leaves their directory:
+    ``sweep_links`` removes such directories once older than any open (LINKS_LEFT_SECONDS), and
+    never a fresh one (an open under way) or a directory of another name."""
+    from docsrv import search
+
+    monkeypatch.setattr(search, "links_root", lambda: str(tmp_path))
+    left, fresh, other = (tmp_path / name for name in (f"{search.LINKS_PREFIX}left", f"{search.LINKS_PREFIX}fresh", "someone-else"))
+    for directory in (left, fresh, other):
+        directory.mkdir()
+        (directory / "meta.json").symlink_to(tmp_path / "nowhere")
+    long_ago = time.time() - search.LINKS_LEFT_SECONDS - 60
+    for directory in (left, other):
+        os.utime(directory, (long_ago, long_ago))
+    search.sweep_links()
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([fresh.name, other.name])

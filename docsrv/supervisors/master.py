@@ -38,7 +38,7 @@ from ..errors import StartError
 from ..following import chain_directory
 from ..metrics import retire
 from ..runtime import Runtime, heartbeat_path
-from ..search import META_LOCK
+from ..search import META_LOCK, sweep_links
 from ..server import DRAIN_SECONDS, listening_socket, raise_fd_limit, run, serve_worker
 from ..serving import Served, resolve
 from ..utils.processes import become_subreaper, name_process
@@ -54,6 +54,9 @@ log = logging.getLogger("docsrv")
 #: The longest the master's loop waits: it wakes at once on a signal (a wakeup pipe), a worker
 #: becoming ready or a load ending, and at the end of a pause or of the interval between looks.
 TICK_SECONDS = 1.0
+#: How often the master removes the directories of links left by workers killed while they
+#: opened a search index (``search.sweep_links``).
+SWEEP_SECONDS = 60.0
 
 
 class Master:
@@ -153,6 +156,7 @@ class Master:
 
     def loop(self) -> None:
         next_look = time.monotonic() + self.look_interval
+        next_sweep = time.monotonic()
         while "stop" not in self._flags:
             now = time.monotonic()
             pool = self.pool
@@ -168,6 +172,9 @@ class Master:
             assert self.pool is not None
             self.kill_silent_workers()
             self.pool.fill()
+            if time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + SWEEP_SECONDS
+                sweep_links()
             if self.reloading is not None:
                 self.advance_reload()
             if "reload" in self._flags:

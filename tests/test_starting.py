@@ -27,10 +27,15 @@ def held_load(tmp_path) -> tuple[subprocess.Popen, int, int]:
         port = free_port()
         process = subprocess.Popen([sys.executable, "-m", "docsrv", "serve", "--snapshot", str(snapshot), "--port", str(port),
                                     "--workers", "1"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        loader = poll(partial(children, process.pid, "docsrv-snapshot"), timeout=30, what="the process loading the snapshot")[0]
-        os.kill(loader, signal.SIGSTOP)
-        if still_loading(port):
-            return process, port, loader
+        try:
+            loader = poll(partial(children, process.pid, "docsrv-snapshot"), timeout=30, what="the process loading the snapshot")[0]
+            os.kill(loader, signal.SIGSTOP)
+            if still_loading(port):
+                return process, port, loader
+        except BaseException:  # a server the test never gets is stopped here, not left running
+            process.terminate()  # the master stops what it started, the stopped loader included
+            process.wait(timeout=60)
+            raise
         os.kill(loader, signal.SIGCONT)
         process.terminate()
         process.wait(timeout=60)

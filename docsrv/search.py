@@ -214,13 +214,13 @@ def open_index(index: Path, part: Listed, leftovers: list[Path] | None = None) -
     index in a thread beside its serving loop: the links are made without letting go of the GIL
     (``utils/held_calls.py``), and their directory is added to ``leftovers``, when given, to be
     removed once the index serves (``remove_links``): removing them there took longer than the rest
-    of the open."""
-    links = Path(tempfile.mkdtemp(prefix=LINKS_PREFIX, dir=links_root()))
+    of the open. When they cannot be made there (the memory file system is full), they are made in
+    the temporary directory."""
     try:
-        root = index.absolute()  # links to absolute paths: a relative one would point nowhere
-        for path in part.files:
-            held_calls.symlink(f"{root}/{path}", f"{links}/{Path(path).name}")
-        (links / "meta.json").write_text(json.dumps(part.meta))
+        links = link_directory(index, part, links_root())
+    except OSError:
+        links = link_directory(index, part, tempfile.gettempdir())
+    try:
         opened = quiet(tantivy.Index.open(str(links)))
     except BaseException:
         remove_links([links])
@@ -230,6 +230,21 @@ def open_index(index: Path, part: Listed, leftovers: list[Path] | None = None) -
     else:
         leftovers.append(links)
     return opened
+
+
+def link_directory(index: Path, part: Listed, root: str) -> Path:
+    """A new directory in ``root`` of links to the files of ``part`` of the index in ``index``,
+    with the ``meta.json`` that lists their segments (``open_index``)."""
+    links = Path(tempfile.mkdtemp(prefix=LINKS_PREFIX, dir=root))
+    try:
+        base = index.absolute()  # links to absolute paths: a relative one would point nowhere
+        for path in part.files:
+            held_calls.symlink(f"{base}/{path}", f"{links}/{Path(path).name}")
+        (links / "meta.json").write_text(json.dumps(part.meta))
+    except BaseException:
+        remove_links([links])
+        raise
+    return links
 
 
 def remove_links(directories: list[Path]) -> None:

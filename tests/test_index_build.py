@@ -439,3 +439,24 @@ def test_directories_of_links_left_over_by_a_killed_process_are_swept_and_no_oth
         os.utime(directory, (long_ago, long_ago))
     search.sweep_links()
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted([fresh.name, other.name])
+
+
+def test_an_index_opens_through_the_temporary_directory_when_the_memory_file_system_takes_no_links(tmp_path, monkeypatch):
+    """A ``/dev/shm`` full (64 MiB in a container, shared with whatever else uses it) must not stop
+    a worker from opening a changeset's index: the links are made in the temporary directory
+    then, and the index answers as it does through the memory file system."""
+    import tempfile
+
+    from docsrv import search
+
+    snapshot = indexed_demo(tmp_path / "demo")
+    store = load_store(snapshot, page_text=False, progress=False)
+    expected = [SearchIndex.open(store, snapshot / "index").search_pages(query) for query in VOCABULARY]
+    full = tmp_path / "full"
+    full.write_text("not a directory: nothing can be made in it, as in a file system that is full")
+    monkeypatch.setattr(search, "links_root", lambda: str(full))
+    leftovers: list[Path] = []
+    index = SearchIndex.open(store, snapshot / "index", leftovers=leftovers)
+    assert {directory.parent for directory in leftovers} == {Path(tempfile.gettempdir())}
+    search.remove_links(leftovers)
+    assert [index.search_pages(query) for query in VOCABULARY] == expected and any(found.hits for found in expected)

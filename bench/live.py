@@ -88,6 +88,8 @@ RECORD_ID = re.compile(rb'\{"id":(\d+)[,}]')
 CHANGED = re.compile(rb'\{"op":"upsert","kind":"(\w+)","record":\{"id":(\d+)[,}]')
 PAGE_VERSION = re.compile(rb'"version":(\d+)')
 APPLIED = re.compile(r"worker (\d+) applied changeset (\d+): serving \S+, ([\d.]+) s after it was published")
+#: The sidecar's line once the replica's ``head.json`` lists what it pulled: when, and the state's name.
+PULLED = re.compile(r"^(\S+ \S+) INFO pulled snapshot (\S+) ", re.MULTILINE)
 
 
 def docsrv(*args: str) -> tuple[float, str]:
@@ -485,6 +487,25 @@ def mixed(size: int) -> dict[str, int]:
     return {"builds": max(1, size - sum(others.values()) - 2 * others["created"]), **others}
 
 
+def lag_split(published: dict[str, tuple[float, float]], sidecar_log: Path) -> dict[str, float | int]:
+    """Where the lag of the changesets ``published`` (by their product's name: when the origin
+    listed each, wall clock, and its lag) went: from the publish to the replica's ``head.json``
+    listing it (the sidecar: fetching, checking, and building the index of a change of pages),
+    and from there to the slowest worker serving it (the workers: finding, reading, applying,
+    opening the index), as the sidecar's log times it; the median and 99th percentile of each,
+    over the changesets the sidecar pulled one by one (of several pulled together, it names the
+    last)."""
+    listed = {name: datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()  # the log writes local time
+              for stamp, name in PULLED.findall(sidecar_log.read_text(errors="replace"))}
+    sidecar = [listed[name] - written for name, (written, _lag) in published.items() if name in listed]
+    workers = [written + lag - listed[name] for name, (written, lag) in published.items() if name in listed]
+    if not sidecar:
+        return {}
+    return {"split_changesets": len(sidecar), "sidecar_p50_s": round(percentile(sidecar, 0.5), 3),
+            "sidecar_p99_s": round(percentile(sidecar, 0.99), 3), "workers_p50_s": round(percentile(workers, 0.5), 3),
+            "workers_p99_s": round(percentile(workers, 0.99), 3)}
+
+
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
@@ -610,7 +631,7 @@ def main() -> None:
         feed = Feed(origin, previous, args.kept_page_ids)
         by_size: dict = {}
         for size in args.sizes:
-            lags, sizes, heads = [], [], []
+            lags, sizes, heads, published = [], [], [], {}
             for _ in range(args.rounds):
                 started = time.monotonic()
                 kinds = mixed(size) if args.mix else {"builds": size}
@@ -618,9 +639,11 @@ def main() -> None:
                 heads.append((origin / "head.json").stat().st_size)
                 sizes.append(size_bytes)
                 lags.append(log.wait(sequence, 2, written, served))
+                published[f"feed-{sequence}"] = (written, lags[-1])
                 time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
             by_size[size] = {"changesets": len(lags), "lag_p50_s": round(percentile(lags, 0.5), 3),
                              "lag_p99_s": round(percentile(lags, 0.99), 3), "lag_max_s": round(max(lags), 3),
+                             **lag_split(published, work / "sidecar.log"),
                              "changeset_bytes": round(sum(sizes) / len(sizes)), "head_bytes": max(heads),
                              "fetched_bytes_per_changeset": round(sum(sizes) / len(sizes)) + max(heads)}
             print("lag", size, by_size[size], flush=True)

@@ -64,9 +64,8 @@ from .search import (
     PAGES,
     SCHEMA_VERSION,
     SHARD_FILE,
-    Listing,
     build_schema,
-    listed,
+    listing_of,
     quiet,
     shard_directories,
     shard_path,
@@ -566,8 +565,7 @@ def rebuild_index(store: Store, plan: Rebuild, directory: Path) -> float:
 
 def write_listing(index: Path) -> None:
     """What a server opens of the index in ``index`` (``search.Listing``), once its shards are built."""
-    shards = {shard: _shard.decode((path / SHARD_FILE).read_bytes()).digest for shard, path in shard_directories(index).items()}
-    (index / LISTING).write_bytes(msgspec.json.encode(Listing(listed(index, PAGES), listed(index, ENTRIES), shards)))
+    (index / LISTING).write_bytes(msgspec.json.encode(listing_of(index)))
 
 
 def link_files(source: Path, target: Path) -> None:

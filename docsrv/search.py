@@ -147,7 +147,14 @@ class Listing(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     shards: dict[int, str]
 
 
+class _Recorded(msgspec.Struct, frozen=True):
+    """Of a shard's ``shard.json`` (``index_build.Shard``), what a listing holds: its digest."""
+
+    digest: str
+
+
 _listing = msgspec.json.Decoder(Listing)
+_recorded = msgspec.json.Decoder(_Recorded)
 
 
 def listed(index: Path, part: str) -> Listed:
@@ -170,9 +177,16 @@ def listed(index: Path, part: str) -> Listed:
     return Listed({**meta, "segments": segments}, files)
 
 
+def listing_of(index: Path) -> Listing:
+    """The listing of the index in ``index`` as its shards are: what its build writes, and what
+    ``index_problem`` holds the written one to."""
+    digests = {shard: _recorded.decode((path / SHARD_FILE).read_bytes()).digest for shard, path in shard_directories(index).items()}
+    return Listing(listed(index, PAGES), listed(index, ENTRIES), digests)
+
+
 def read_listing(index: Path) -> Listing | None:
-    """The listing of the index in ``index``; None when it has none that reads (an index built
-    before listings were written is opened shard by shard)."""
+    """The listing written in ``index``; None when there is none that reads (a server does not
+    open such an index: ``index_problem`` says so)."""
     try:
         return _listing.decode((index / LISTING).read_bytes())
     except (OSError, msgspec.DecodeError):
@@ -285,16 +299,14 @@ def index_problem(directory: Path) -> str | None:
         listing = read_listing(directory)
         if listing is None:
             raise ValueError(f"{directory}/{LISTING}: missing, or not a listing of the index")
-        shards = shard_directories(directory)
-        recorded = {shard: json.loads((path / SHARD_FILE).read_bytes()).get("digest") for shard, path in shards.items()}
-        if (listing.pages, listing.entries, listing.shards) != (listed(directory, PAGES), listed(directory, ENTRIES), recorded):
+        if listing != listing_of(directory):
             raise ValueError(f"{directory}/{LISTING}: lists other shards or files than the index holds")
         for part in (listing.pages, listing.entries):
             searcher = open_index(directory, part).searcher()
             found = searcher.search(tantivy.Query.all_query(), 1).hits
             if found:
                 searcher.doc(found[0][1])
-        for shard in shards.values():
+        for shard in shard_directories(directory).values():
             Highlights(shard / HIGHLIGHT)
     except (OSError, ValueError) as error:
         return " ".join(str(error).split())[:300]

@@ -33,9 +33,10 @@ name (``code_syntax.operator_names``), which decide the syntax each page's text 
 when those change, every shard is built again (``plan_rebuild`` says so).
 
 A shard built again keeps the earlier shard's ``entries/`` (hard links) when what it is made of
-did not change (``entries_digest``: each page's id, scope, title, sections and named entries, in
-order): a change of pages' text alone, under the same ids, costs the pages' index and highlight
-files alone.
+did not change (``entries_digest``: each page's scope, title, sections and named entries, in
+order): a change of pages' text alone costs the pages' index and highlight files alone, under the
+same ids or under new ones in the same order (a build of the service uploads its version's pages
+again so), which the entries index does not hold (a slot says the page: ``named_entries.py``).
 """
 
 from __future__ import annotations
@@ -237,12 +238,14 @@ def version_scopes(store: Store, pages: list[Page]) -> dict[int, str]:
 
 def entries_digest(pages: list[Page], scopes: dict[int, str]) -> str:
     """A digest of what the entries index of a shard of ``pages`` (in its order, their versions'
-    ``scopes``) is made of: each page's id (its slot is its place), scope, title, sections and
-    named entries (``named_entries.documents``)."""
+    ``scopes``) is made of: each page's scope, title, sections and named entries
+    (``named_entries.documents``), its slot being its place. Not its id, which the entries index
+    does not hold: a build of the service uploads every page of its version again under a new
+    id, most of them with the same names."""
     hasher = _hasher()
     encode = _named.encode
     for page in pages:
-        hasher.update(encode((page.id, scopes[page.version], page.title, page.sections, page.entries)))
+        hasher.update(encode((scopes[page.version], page.title, page.sections, page.entries)))
     return hasher.hexdigest()
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import IntEnum
 from typing import NamedTuple
 
@@ -120,7 +120,9 @@ def dotted_tails(key: str) -> list[str]:
 def build_schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("scope", tokenizer_name="raw")
-    builder.add_integer_field("page", stored=True, fast=True)
+    #: The page's highlight slot, which says its id (``ShardedHighlights.page_id``): no page id
+    #: is held here, so that a version's pages uploaded again under new ids, with the same names,
+    #: make the same documents, and a shard built again keeps its entries (``index_build.py``).
     builder.add_integer_field("slot", fast=True)
     #: See ``pack_rank``.
     builder.add_integer_field("rank", fast=True)
@@ -159,8 +161,8 @@ def documents(page: Page, scope: str, slot: int, changelog: bool) -> Iterator[st
         words: str = "",
         depth: int = 1,
     ) -> str:
-        document: dict[str, object] = {"scope": scope, "page": page.id, "slot": slot, "rank": pack_rank(kind, tail, priority) + after,
-                                       "depth": depth, "name": list(dict.fromkeys(filter(None, names)))}
+        document: dict[str, object] = {"scope": scope, "slot": slot, "rank": pack_rank(kind, tail, priority) + after, "depth": depth,
+                                       "name": list(dict.fromkeys(filter(None, names)))}
         if words:
             document["heading_words"] = words
             document["heading_stems"] = len(content_stems(words))
@@ -258,9 +260,11 @@ class Reading(NamedTuple):
 class NamedEntries:
     """Lookups in one snapshot's entries index. Safe to call from worker threads."""
 
-    def __init__(self, index: tantivy.Index) -> None:
+    def __init__(self, index: tantivy.Index, page_id_of: Callable[[int], int]) -> None:
         self.schema = index.schema
         self.searcher = index.searcher()
+        #: The id of the page in a highlight slot.
+        self.page_id_of = page_id_of
 
     def _term(self, field: str, value: str) -> tantivy.Query:
         return tantivy.Query.term_query(self.schema, field, value)
@@ -303,12 +307,16 @@ class NamedEntries:
         if not addresses:
             return {}
         shares: dict[int, float] = {}
-        pages = searcher.fast_field_values("page", addresses)
-        for page, length in zip(pages, searcher.fast_field_values("heading_stems", addresses), strict=True):
+        for page, length in zip(self._pages(addresses), searcher.fast_field_values("heading_stems", addresses), strict=True):
             share = len(stems) / max(int(length or 0), len(stems))
-            if share > shares.get(int(page or 0), 0.0):
-                shares[int(page or 0)] = share
+            if share > shares.get(page, 0.0):
+                shares[page] = share
         return shares
+
+    def _pages(self, addresses: list[tantivy.DocAddress]) -> list[int]:
+        """The id of the page of each document at ``addresses``."""
+        page_id_of = self.page_id_of
+        return [page_id_of(int(slot or 0)) for slot in self.searcher.fast_field_values("slot", addresses)]
 
     def _lookup(
         self, field: str, key: str, scope: tuple[tantivy.Occur, tantivy.Query] | None, offset: int, reading: Reading
@@ -321,8 +329,8 @@ class NamedEntries:
         if not addresses:
             return {}
         named: dict[int, Named] = {}
-        pages = [int(page or 0) for page in searcher.fast_field_values("page", addresses)]
-        slots = searcher.fast_field_values("slot", addresses)
+        slots = [int(slot or 0) for slot in searcher.fast_field_values("slot", addresses)]
+        pages = [self.page_id_of(slot) for slot in slots]
         ranks = [int(stored or 0) for stored in searcher.fast_field_values("rank", addresses)]
         depths = searcher.fast_field_values("depth", addresses)
         kinds: dict[int, set[int]] = {}
@@ -331,7 +339,7 @@ class NamedEntries:
         for page, slot, stored, depth in zip(pages, slots, ranks, depths, strict=True):
             held = kinds[page]
             defined = Kind.SECTION in held and len(held - {Kind.TITLE}) > 1
-            candidate = Named(reading.rank(stored, defined) + offset, int(depth or 1), int(slot or 0))
+            candidate = Named(reading.rank(stored, defined) + offset, int(depth or 1), slot)
             found = named.get(page)
             if found is None or candidate[:2] < found[:2]:
                 named[page] = candidate
@@ -357,13 +365,14 @@ class NamedEntries:
         )
         query = tantivy.Query.boolean_query([(tantivy.Occur.Must, self._term("anchored", "1")), (tantivy.Occur.Must, matches)])
         searcher = self.searcher
+        addresses = [address for _score, address in searcher.search(query, ANCHOR_CANDIDATES, count=False).hits]
         found = []
-        for _score, address in searcher.search(query, ANCHOR_CANDIDATES, count=False).hits:
+        for address, page_id in zip(addresses, self._pages(addresses), strict=True):
             document = searcher.doc(address)  # text is stored, not fast: a fast field holds numbers here
             heading, anchor = document["heading"][0], document["anchor"][0]
             heading_lower, anchor_lower = heading.lower(), anchor.lower()
             if len(needle) <= ANCHOR_QUERY_CHARS or needle in heading_lower or needle in anchor_lower:
-                found.append((anchor_rank(needle, heading_lower, anchor_lower), document["page"][0], anchor))
+                found.append((anchor_rank(needle, heading_lower, anchor_lower), page_id, anchor))
         found.sort()
         return list(dict.fromkeys((page_id, anchor) for _rank, page_id, anchor in found))[:MAX_ANCHORS]
 

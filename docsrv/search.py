@@ -50,7 +50,7 @@ from .store import Store
 from .utils import held_calls
 
 #: Changes whenever what the index holds changes: an index of another schema is rebuilt.
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 #: Weights of DECISIONS.md section 3: a word in the title counts ten times one in the body. The
 #: page's Sphinx document name (``tutorial/classes``) says where it sits in the documentation: its
 #: words count for holding every word of a query ("classes tutorial"), and little for rank. On
@@ -410,8 +410,9 @@ class SearchIndex:
         before = earlier.digests if earlier is not None else {}
         highlights = {shard: held[shard] if shard in held and before.get(shard) == digest
                       else Highlights(shard_path(directory, shard) / HIGHLIGHT) for shard, digest in listing.shards.items()}
-        named = named_entries.NamedEntries(open_index(directory, listing.entries, leftovers))
-        return cls(store, open_index(directory, listing.pages, leftovers), named, ShardedHighlights(highlights), listing.shards)
+        sharded = ShardedHighlights(highlights)
+        named = named_entries.NamedEntries(open_index(directory, listing.entries, leftovers), sharded.page_id)
+        return cls(store, open_index(directory, listing.pages, leftovers), named, sharded, listing.shards)
 
     def __init__(self, store: Store, index: tantivy.Index, named: named_entries.NamedEntries, highlights: ShardedHighlights,
                  digests: dict[int, str]) -> None:

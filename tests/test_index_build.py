@@ -212,6 +212,47 @@ def test_an_earlier_shard_that_does_not_say_what_its_entries_hold_has_them_built
         assert ours.search_anchors(query) == theirs.search_anchors(query), query
 
 
+def test_a_version_uploaded_again_under_new_ids_keeps_its_shards_entries(tmp_path):
+    """A build of the service uploads every page of its version again under new ids, most with
+    the same names: the shard built again keeps its entries index (which says a page by its
+    slot, not its id), and names and anchors find the new ids, as an index built whole does."""
+    old = indexed_demo(tmp_path / "old")
+    new = tmp_path / "new"
+    titles = []
+
+    def upload_again(records: dict[str, list]) -> list[int]:
+        version = public_versions_with_pages(records)[0]
+        pages = records["pages"]
+        again = sorted((page for page in pages if page["version"] == version["id"]), key=lambda page: page["id"])
+        top = max(page["id"] for page in pages)
+        for number, page in enumerate(again, start=1):
+            pages.remove(page)
+            pages.append(dict(page, id=top + number, text=page.get("text", "") + " Zephyrine reticulation."))
+            titles.append(page["title"])
+        return [version["id"]]
+
+    changed(old, new, upload_again)
+    store = load_store(new, page_text=False, progress=False)
+    plan = plan_rebuild(store, old / "index")
+    assert plan is not None and len(plan.changed) == 1
+    (shard,) = plan.changed
+    rebuilt = tmp_path / "rebuilt"
+    rebuild_index(store, plan, rebuilt)
+    for part, kept in (("entries", True), ("pages", False)):
+        for path in (shard_path(rebuilt, shard) / part).iterdir():
+            earlier = shard_path(old / "index", shard) / part / path.name
+            assert (earlier.exists() and earlier.stat().st_ino == path.stat().st_ino) == kept, path
+    whole = tmp_path / "whole"
+    build_index(load_store(new, progress=False), whole, print_progress=False)
+    ours, theirs = SearchIndex.open(store, rebuilt), SearchIndex.open(store, whole)
+    new_ids = {page["id"] for page in read(new, "pages") if "Zephyrine" in page.get("text", "")}
+    named = [page_id for title in titles for page_id in ours.named.pages_named(title, None)]
+    assert new_ids & set(named) and not set(named) - {page["id"] for page in read(new, "pages")}
+    for query in [*VOCABULARY, *titles, "zephyrine", "reticulation gearbox"]:
+        assert answers(ours.search_pages(query)) == answers(theirs.search_pages(query)), query
+        assert ours.search_anchors(query) == theirs.search_anchors(query), query
+
+
 def page_changes_of(old: Path, new: Path) -> tuple:
     """The changeset from ``old`` to ``new`` applied in memory to ``old``'s store: (that store,
     the page changes as the pull gives them, the versions whose pages they touch)."""

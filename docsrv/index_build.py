@@ -37,6 +37,8 @@ did not change (``entries_digest``: each page's scope, title, sections and named
 order): a change of pages' text alone costs the pages' index and highlight files alone, under the
 same ids or under new ones in the same order (a build of the service uploads its version's pages
 again so), which the entries index does not hold (a slot says the page: ``named_entries.py``).
+A shard built again after a changeset copies the highlight records of the pages it did not
+change from the earlier shard (``Recorded``), as a whole build would write them.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import os
 import time
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +59,7 @@ import tantivy
 
 from . import code_syntax, named_entries
 from .changelogs import is_changelog
-from .highlight import MAX_SHARD_KEY, HighlightWriter, slot_of
+from .highlight import MAX_SHARD_KEY, Highlights, HighlightWriter, slot_of
 from .search import (
     ENTRIES,
     HIGHLIGHT,
@@ -278,21 +280,27 @@ def _place(page: PageHead) -> tuple[int, int]:
 
 
 def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], str, frozenset[str]]], operators: frozenset[str],
-                 width: int, built: Callable[[int], object] | None = None, earlier: Path | None = None) -> None:
+                 width: int, built: Callable[[int], object] | None = None, earlier: Path | None = None,
+                 changed_pages: Container[int] | None = None) -> None:
     """Build ``shards`` (key, pages, digest, the operators those pages name) of an index of
     blocks ``width`` ids wide in ``index``, one after another: the commit of one
     (tantivy's, without the GIL) runs in a thread while the next one's pages are added, so both
     cores work (one at a time, each shard's writer had the build take a fifth longer than one
     index's of two threads). ``built`` is told how many pages each shard held. A shard of
-    ``earlier`` (an index) whose entries index was made of the same keeps it (``entries_digest``)."""
+    ``earlier`` (an index) whose entries index was made of the same keeps it (``entries_digest``);
+    with ``changed_pages``, the ids of every page whose text may differ from ``earlier``'s, the
+    highlight records of the others are copied from its shard (``Recorded``)."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="docsrv-commit") as committing:
         previous: Future[None] | None = None
         for shard, pages, digest, named in shards:
             scopes = version_scopes(store, pages)
             made = Shard(digest=digest, pages=len(pages), operators=sorted(named), schema=SCHEMA_VERSION, width=width,
                          entries=entries_digest(pages, scopes))
-            kept = earlier_entries(shard_path(earlier, shard), made.entries) if earlier is not None else None
-            commit = build_shard(index, shard, pages, scopes, operators, made, kept)
+            kept = recorded = None
+            if earlier is not None:
+                kept = earlier_entries(shard_path(earlier, shard), made.entries)
+                recorded = Recorded.open(shard_path(earlier, shard), changed_pages) if changed_pages is not None else None
+            commit = build_shard(index, shard, pages, scopes, operators, made, kept, recorded)
             if previous is not None:
                 previous.result()  # one commit at a time: a shard's writer holds WRITER_HEAP until it is done
             previous = committing.submit(commit)
@@ -311,12 +319,35 @@ def earlier_entries(shard: Path, digest: str) -> Path | None:
     return shard / ENTRIES if was.entries == digest else None
 
 
+class Recorded:
+    """The highlight files of a shard as an earlier index holds it, for the pages whose text did
+    not change since (those not ``changed``): their records are copied (``HighlightWriter.add``)."""
+
+    def __init__(self, files: Highlights, changed: Container[int]) -> None:
+        self.files = files
+        self.places = dict(zip(files.page_ids, range(len(files.page_ids)), strict=True))
+        self.changed = changed
+
+    @classmethod
+    def open(cls, shard: Path, changed: Container[int]) -> Recorded | None:
+        """Those of the shard in ``shard``; None when it has none that open (a shard new to the index)."""
+        try:
+            return cls(Highlights(shard / HIGHLIGHT), changed)
+        except (OSError, ValueError):
+            return None
+
+    def of(self, page: int) -> tuple[Highlights, int] | None:
+        """Where the page of id ``page`` is recorded, if it is and did not change."""
+        place = self.places.get(page) if page not in self.changed else None
+        return None if place is None else (self.files, place)
+
+
 def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, str], operators: frozenset[str],
-                made: Shard, kept_entries: Path | None = None) -> Callable[[], None]:
+                made: Shard, kept_entries: Path | None = None, recorded: Recorded | None = None) -> Callable[[], None]:
     """Add one shard's ``pages`` (in its order, their versions' ``scopes``) to an index of its own
     in ``index``, ``operators`` being those of the whole index; return what commits it and writes
     what it was ``made`` from. With ``kept_entries``, an entries index made of the same, its files
-    are linked instead."""
+    are linked instead; with ``recorded``, the highlight records of its unchanged pages are copied."""
     directory = shard_path(index, shard)
     (directory / PAGES).mkdir(parents=True)
     documents = quiet(tantivy.Index(build_schema(), path=str(directory / PAGES))).writer(heap_size=WRITER_HEAP, num_threads=1)
@@ -330,7 +361,7 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
     with HighlightWriter(directory / HIGHLIGHT) as highlights:
         for page in pages:
             scope = scopes[page.version]
-            slot = slot_of(shard, highlights.add(page.id, page.text))
+            slot = slot_of(shard, highlights.add(page.id, page.text, recorded.of(page.id) if recorded is not None else None))
             changelog = is_changelog(page.title, [section.title for section in page.sections])
             documents.add_document(
                 tantivy.Document(
@@ -370,6 +401,8 @@ class Rebuild:
     operators: frozenset[str]
     #: The operators the pages of each changed shard name.
     named: dict[int, frozenset[str]]
+    #: The ids of the pages whose text may differ from the earlier index's (None: any page's).
+    changed_pages: Container[int] | None = None
 
 
 def read_shards(index: Path, width: int) -> dict[int, Shard] | None:
@@ -423,14 +456,16 @@ def plan_changed_shards(store: Store, changes: Mapping[int, tuple[str, bytes] | 
     found = places.shard_lines(store, changes, placed, layout, shards) if places is not None else None
     lines = found if found is not None else read_shard_lines(store, changes, placed, layout, shards)
     kept = {shard: found.digest for shard, found in before.items() if shard not in shards}
-    return planned(store, previous, before, kept, lines, layout.width)
+    return planned(store, previous, before, kept, lines, layout.width, changes.keys())
 
 
 def planned(store: Store, previous: Path, before: dict[int, Shard], kept: dict[int, str], lines: ShardLines,
-            width: int) -> Rebuild | None:
+            width: int, changed_pages: Container[int] | None = None) -> Rebuild | None:
     """The plan to build again the shards whose ``lines`` are given (one whose pages all left is
     gone, but shard 0) and to link the others of ``previous`` (whose shards were built from
-    ``before``), those whose digests are ``kept``; None when the operators the pages name change."""
+    ``before``), those whose digests are ``kept``, ``changed_pages`` being the ids of the pages
+    whose text may differ from ``previous``'s (None: any page's); None when the operators the
+    pages name change."""
     problems = ProblemList(str(store.path))
     digests = dict(kept)
     changed: dict[int, list[Page]] = {}
@@ -450,7 +485,7 @@ def planned(store: Store, previous: Path, before: dict[int, Shard], kept: dict[i
     operators = frozenset().union(*(before[shard].operators for shard in kept), *named.values())
     if operators != frozenset().union(*(shard.operators for shard in before.values())):
         return None
-    return Rebuild(previous, width, dict(sorted(digests.items())), changed, operators, named)
+    return Rebuild(previous, width, dict(sorted(digests.items())), changed, operators, named, changed_pages)
 
 
 def _row_place(row: tuple[int, int, str, int, bytes]) -> tuple[int, int]:
@@ -561,7 +596,7 @@ def rebuild_index(store: Store, plan: Rebuild, directory: Path) -> float:
     for shard in plan.digests.keys() - plan.changed.keys():
         link_files(shard_path(plan.previous, shard), shard_path(directory, shard))
     build_shards(store, directory, [(shard, pages, plan.digests[shard], plan.named[shard]) for shard, pages in plan.changed.items()],
-                 plan.operators, plan.width, earlier=plan.previous)
+                 plan.operators, plan.width, earlier=plan.previous, changed_pages=plan.changed_pages)
     write_listing(directory)
     return time.perf_counter() - started
 

@@ -270,6 +270,47 @@ def page_changes_of(old: Path, new: Path) -> tuple:
     return done.store, page_changes([(entry, changeset)]), versions_touched(done.pages)
 
 
+def test_a_shard_built_again_after_a_changeset_copies_the_highlight_records_of_its_unchanged_pages(tmp_path, monkeypatch):
+    """The pull builds a changed shard again with the highlight records of the pages a changeset
+    left alone copied from the earlier shard (``index_build.Recorded``), their words' positions
+    moved to where the new files put them: the files are byte for byte those a whole build
+    writes, for pages long enough to have their words recorded too."""
+    from docsrv.highlight import SHORT_PAGE_BYTES, HighlightWriter
+    from docsrv.index_build import plan_changed_shards
+
+    old = indexed_demo(tmp_path / "old")
+
+    def edited(records: dict[str, list]) -> list[int]:
+        pages = records["pages"]
+        top = max(page["id"] for page in pages)
+        for number, page in enumerate(pages[::9], start=1):  # an edit, in place or uploaded again under a new id
+            page["text"] = page.get("text", "") + " Reticulated again."
+            if number % 2:
+                page["id"] = top + number
+        del pages[4]
+        return []
+
+    new = tmp_path / "new"
+    changed(old, new, edited)
+    store, changes, versions = page_changes_of(old, new)
+    plan = plan_changed_shards(store, changes, versions, old / "index")
+    assert plan is not None and plan.changed
+    copied: list[bool] = []
+    copy = HighlightWriter._copied
+    monkeypatch.setattr(HighlightWriter, "_copied", lambda writer, *args: (found := copy(writer, *args), copied.append(found is not None))[0])
+    rebuilt = tmp_path / "rebuilt"
+    rebuild_index(store, plan, rebuilt)
+    unchanged = [page for pages in plan.changed.values() for page in pages if page.id not in changes]
+    assert copied.count(True) == len(unchanged) and any(len(page.text) > SHORT_PAGE_BYTES for page in unchanged)
+    whole = tmp_path / "whole"
+    build_index(load_store(new, progress=False), whole, print_progress=False)
+    for shard in plan.changed:
+        files = sorted((shard_path(whole, shard) / "highlight").iterdir())
+        assert [path.name for path in files] == sorted(path.name for path in (shard_path(rebuilt, shard) / "highlight").iterdir())
+        for path in files:
+            assert (shard_path(rebuilt, shard) / "highlight" / path.name).read_bytes() == path.read_bytes(), (shard, path.name)
+
+
 @pytest.mark.parametrize("across", [False, True])
 def test_a_changed_shard_is_built_from_the_places_of_its_lines_as_from_the_file_read_through(tmp_path, monkeypatch, across):
     """The pull finds a changed shard's lines where they are in the pages file (``PageLines``):

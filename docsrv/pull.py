@@ -685,14 +685,19 @@ def network_failure(error: Exception) -> str:
 async def pull_every(
     url: str, into: Path, seconds: float, *, keep: int, progress: bool | None = None, deadlines: Deadlines = DEFAULT_DEADLINES
 ) -> None:
-    """Pull now and every ``seconds``; a failure, whatever it is, is logged in one line and tried
-    again after a pause that doubles with each failure in a row (from ``seconds`` or 5 s,
-    whichever is shorter, to 5 minutes): a sidecar never dies of its origin. Every look is
-    logged in one line (a pull, or that the snapshot is current), and so is a recovery."""
+    """Pull now and every ``seconds``, each look ``seconds`` after the one before began (at once
+    when a pull took longer: a pull that built an index took about 1.5 s at the large scale, and
+    a pause after it made a changeset published meanwhile wait that much more); a failure,
+    whatever it is, is logged in one line and tried again after a pause that doubles with each
+    failure in a row (from ``seconds`` or 5 s, whichever is shorter, to 5 minutes): a sidecar
+    never dies of its origin. Every look is logged in one line (a pull, or that the snapshot is
+    current), and so is a recovery."""
     failures = 0
     folding: asyncio.Task[Folded | None] | None = None
     warming: asyncio.Task[None] | None = None
+    clock = asyncio.get_running_loop().time
     while True:
+        began = clock()
         try:
             pulled = await pull(url, into, keep=keep, progress=progress, deadlines=deadlines, fold_at=None)
         except Exception as error:
@@ -701,17 +706,18 @@ async def pull_every(
             log.error("pull failed (%s); trying again in %.0f s", describe(error), pause)
             await asyncio.sleep(pause)
             continue
+        pause = max(0.0, began + seconds - clock())
         if pulled.changed:
             log.info("pulled snapshot %s (%d files, %.1f MB in %.1f s); %s",
                      pulled.name, pulled.files, pulled.bytes / 1e6, pulled.seconds, pulled.where(into))
         else:  # a heartbeat: a sidecar's log shows it is alive and current
-            log.info("snapshot %s is current; looking again in %g s", pulled.name, seconds)
+            log.info("snapshot %s is current; looking again in %.1f s", pulled.name, pause)
         if failures:
             log.info("pulling works again after %d failure(s) in a row", failures)
         failures = 0
         folding = await tend_fold(into, folding)
         warming = tend_warming(into, warming)
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(pause)
 
 
 def tend_warming(into: Path, warming: asyncio.Task[None] | None) -> asyncio.Task[None] | None:

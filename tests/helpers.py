@@ -241,8 +241,9 @@ class Origin:
     CDN or object store does (ETag, conditional requests, byte ranges), with faults on demand:
     ``faults[name]`` is "404", "short" (a truncated file, consistently framed), "corrupt" (the same
     size, other bytes), "drop" (the connection closed half way through the body), "close" (the
-    connection closed before any answer), "drip" (a byte every 0.2 s), "loop" (a redirect to
-    itself) or "file" (a redirect to a file:// URL)."""
+    connection closed before any answer), "drip" (a byte every 0.2 s), "slow" (the whole answer
+    after a second, as a loaded origin's), "loop" (a redirect to itself) or "file" (a redirect to a
+    file:// URL)."""
 
     def __init__(self, root: Path) -> None:
         import asyncio
@@ -284,6 +285,9 @@ class Origin:
             raise web.HTTPFound("file:///etc/passwd")
         if fault == "404" or not path.is_file():
             return web.json_response({"detail": "Not found."}, status=404)
+        if fault == "slow":
+            await asyncio.sleep(1)
+            fault = None
         data = path.read_bytes()
         etag = '"' + hashlib.sha256(data).hexdigest()[:16] + '"'
         if request.headers.get("If-None-Match") == etag and fault is None:

@@ -3,6 +3,7 @@ published snapshot to a replica serving it, and every failure leaving the old on
 
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -148,6 +149,30 @@ def test_every_pulls_as_a_sidecar_until_stopped(tmp_path, origin):
         poll(lambda: current_of(into) == "snap-b", what="the next pull")
         # The link is swapped inside the pull; the sidecar says so once the pull has returned.
         poll(lambda: any("pulled snapshot snap-b" in line for line in said), what="the sidecar's line on the next pull")
+    finally:
+        sidecar.send_signal(signal.SIGTERM)
+        sidecar.wait(timeout=30)
+        reader.join(timeout=5)
+
+
+def test_every_looks_again_at_once_after_a_look_longer_than_its_interval(tmp_path, origin):
+    """``--every`` is a cadence from each look's start: a look that took longer (a slow origin
+    here; a changeset whose index the sidecar built, in a live replica) is followed by the next at
+    once, not after another pause, which a changeset published meanwhile would wait too."""
+    origin.publish(sealed(tmp_path / "a", "snap-a"))
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    origin.faults["manifest.json"] = "slow"  # each look takes a second
+    sidecar = subprocess.Popen([sys.executable, "-m", "docsrv", "snapshot", "pull", origin.url, "--into", str(into), "--every", "0.5"],
+                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.extend(iter(sidecar.stderr.readline, "")), daemon=True)
+    reader.start()
+    try:
+        poll(lambda: sum("snapshot snap-a is current; looking again in" in line for line in said) >= 2, what="two looks")
+        assert all(line.rstrip().endswith("looking again in 0.0 s") for line in said if "is current" in line), said
+        origin.faults.clear()  # a look takes milliseconds again: the next waits out the rest of the interval
+        poll(lambda: any(re.search(r"looking again in 0\.[1-5] s$", line.rstrip()) for line in said), what="a pause")
     finally:
         sidecar.send_signal(signal.SIGTERM)
         sidecar.wait(timeout=30)

@@ -6,8 +6,9 @@ pages, changes what doc search finds (``store_changes.changes_index``). The pull
 builds the index of the state it makes (of several pulled at once, the last one's) beside the
 changesets, in ``DIR/indexes/<sequence>/``, before ``head.json`` lists it (the index first, the
 pointer last): the shards whose served pages changed are built again from the snapshot's lines
-of theirs with every kept change made, the others are hard links to the index of the state
-before (``index_build.py``). Every score then equals that of an index built whole from the
+of theirs with every kept change made, in ``DIR/index-shards/<sequence>/``, and each shard of
+the index is a symbolic link to its directory there or to the one the index of the state before
+links to, the snapshot's own index's included (``index_build.rebuild_index``). Every score then equals that of an index built whole from the
 snapshot the changesets make, and a fold of them finds that index current, shard by shard. A
 worker applying the changeset opens that index and serves it with the store the changeset
 makes, both at once (``following.py``).
@@ -33,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .index_build import PageLines, link_files, plan_changed_shards, rebuild_index, shard_path
-from .search import LISTING, shard_directories
+from .search import LISTING, SHARDS_DIRECTORY, shard_directories
 from .serving import current_index, fingerprint
 from .snapshot.changeset import Changeset, composed
 from .snapshot.origin import PublishedChangeset, changeset_path
@@ -47,6 +48,9 @@ log = logging.getLogger("docsrv")
 
 #: Where the indexes of kept changesets are, beside ``changesets/``.
 INDEXES = "indexes"
+#: Where the shards built for them are, by the sequence each was built for
+#: (``<sequence>/shards/<key>/``): an index's shards are links to those and to its snapshot's.
+BUILT_SHARDS = "index-shards"
 #: What a changeset's index was built for, in its directory.
 MARKER = "changeset-index.json"
 #: The indexes kept: a worker applies every kept changeset it has not applied at once, with the
@@ -72,16 +76,38 @@ def changeset_index(directory: Path, entry: PublishedChangeset) -> Path | None:
 
 def prune_indexes(directory: Path, kept: set[int]) -> None:
     """Remove the indexes of changesets no longer kept, and of those kept, all but the newest
-    KEEP_INDEXES (a worker that opened one keeps its open files): at the large scale a shard
-    built again is about a tenth of a gigabyte, and a sidecar keeps up to 200 changesets."""
+    KEEP_INDEXES (a worker that opened one keeps its open files), then the shards built for
+    changesets that no index left links to: at the large scale a shard built again is about a
+    tenth of a gigabyte, and a sidecar keeps up to 200 changesets."""
     root = directory / INDEXES
-    if not root.is_dir():
-        return
-    held = sorted(int(path.name) for path in root.iterdir() if path.name.isdigit() and int(path.name) in kept)
-    wanted = {str(sequence) for sequence in held[-KEEP_INDEXES:]}
-    for path in root.iterdir():
-        if path.name not in wanted:
-            shutil.rmtree(path, ignore_errors=True)
+    if root.is_dir():
+        held = sorted(int(path.name) for path in root.iterdir() if path.name.isdigit() and int(path.name) in kept)
+        wanted = {str(sequence) for sequence in held[-KEEP_INDEXES:]}
+        for path in root.iterdir():
+            if path.name not in wanted:
+                shutil.rmtree(path, ignore_errors=True)
+    built = directory / BUILT_SHARDS
+    if built.is_dir():
+        used = shards_used(root, built)
+        for path in built.iterdir():
+            if path.name not in used:
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def shards_used(indexes: Path, built: Path) -> set[str]:
+    """The directories of ``built`` (shards built for changesets) that an index in ``indexes`` links to."""
+    home = os.path.realpath(built)
+    used = set()
+    for index in indexes.iterdir() if indexes.is_dir() else ():
+        try:
+            links = list(os.scandir(index / SHARDS_DIRECTORY))
+        except OSError:
+            continue
+        for link in links:
+            found = os.path.relpath(os.path.realpath(link.path), home)
+            if not found.startswith(os.pardir):
+                used.add(found.split(os.sep, 1)[0])
+    return used
 
 
 @contextmanager
@@ -217,9 +243,15 @@ def index_changesets(directory: Path, snapshot: Path, kept: list[tuple[Published
     if plan is None:
         return False
     target = index_path(directory, entry.sequence)
-    with built_aside(target, replace=True) as partial:
-        rebuild_index(done.store, plan, partial)
-        (partial / MARKER).write_text(json.dumps({"product": entry.product, "sequence": entry.sequence}))
+    built = directory / BUILT_SHARDS / str(entry.sequence)
+    shutil.rmtree(built, ignore_errors=True)  # left by a pull killed while it built them: no index listed links there
+    try:
+        with built_aside(target, replace=True) as partial:
+            rebuild_index(done.store, plan, partial, built_in=built)
+            (partial / MARKER).write_text(json.dumps({"product": entry.product, "sequence": entry.sequence}))
+    except BaseException:
+        shutil.rmtree(built, ignore_errors=True)
+        raise
     log.info("changeset %d: built %d of the %d shards of the search index again in %.1f s", entry.sequence, len(plan.changed),
              len(plan.digests), time.perf_counter() - started)
     if cache is not None:

@@ -367,6 +367,11 @@ def test_a_server_applies_changesets_of_pages_in_memory_with_the_index_the_pull_
         assert (ready["snapshot"], ready["worker"], ready["reloads"]) == (f"snap-{pulled_up_to}", worker, 0)
         assert_serves_as_fresh(server, states[pulled_up_to], urls)
     assert sorted(p.name for p in (into / "indexes").iterdir()) == ["2", "4"]  # of each pull: a worker needs the last
+    # Each index's shards are links to the shards built for a changeset, or to the snapshot's
+    # index's: those built for changesets whose indexes went are gone, unless linked to still.
+    assert "4" in {p.name for p in (into / "index-shards").iterdir()} <= {"2", "4"}
+    for index in ("2", "4"):
+        assert all(shard.is_symlink() and (shard / "shard.json").is_file() for shard in (into / "indexes" / index / "shards").iterdir())
     server.stop()
     restarted = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", PUBLIC_URL)
     assert restarted.json("/readyz")["sequence"] == 4
@@ -384,6 +389,7 @@ def test_a_server_applies_changesets_of_pages_in_memory_with_the_index_the_pull_
     assert folded is not None and finish_fold(into, folded)
     assert re.search(r"snap-3: built 0 of the \d+ shards of the search index again", caplog.text), caplog.text
     assert sorted(p.name for p in (into / "indexes").iterdir()) == []  # the kept changesets' indexes went with them
+    assert not any((into / "index-shards").iterdir())  # and the shards built for them
 
 
 def published_pages_change(tmp_path: Path, origin: Origin, base: Path) -> Path:
@@ -427,9 +433,10 @@ def test_a_kept_changeset_whose_index_cannot_be_opened_is_not_applied_and_the_se
     published_pages_change(tmp_path, origin, base)
     pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
     assert pulled.returncode == 0, pulled.stderr
-    built = [path for path in (into / "indexes" / "2").rglob("*") if path.is_file() and path.stat().st_nlink == 1
+    built = [path for path in (into / "index-shards" / "2").rglob("*") if path.is_file()
              and path.parent.name == "pages" and path.name != "meta.json"]
-    assert built  # the segments of the shards built again for it (those linked from the snapshot's index have two names)
+    assert built  # the segments of the shards built again for it; its index links to their directories
+    assert all(shard.is_symlink() for shard in (into / "indexes" / "2" / "shards").iterdir())
     for path in built:
         path.unlink()
     restarted = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", PUBLIC_URL)
@@ -1062,9 +1069,9 @@ def test_changesets_before_a_change_of_pages_are_kept_while_its_index_is_built(t
     listed_while_building = []
     building = changeset_index.rebuild_index
 
-    def watched(store, plan, directory):
+    def watched(store, plan, directory, built_in):
         listed_while_building.append(kept())
-        return building(store, plan, directory)
+        return building(store, plan, directory, built_in)
 
     monkeypatch.setattr(changeset_index, "rebuild_index", watched)
     asyncio.run(pulling.pull(origin.url, into, progress=False))
@@ -1435,19 +1442,21 @@ def test_a_full_disk_while_the_pull_builds_a_changesets_index_keeps_nothing_of_i
     published_pages_change(tmp_path, origin, base)
     building = changeset_index.rebuild_index
 
-    def full_disk(store, plan, directory):
+    def full_disk(store, plan, directory, built_in):
         (directory / "shards").mkdir()
-        (directory / "shards" / "half-written").write_bytes(b"x" * 100)
-        raise OSError(errno.ENOSPC, "No space left on device", str(directory / "shards" / "half-written"))
+        (built_in / "shards").mkdir(parents=True)
+        (built_in / "shards" / "half-written").write_bytes(b"x" * 100)
+        raise OSError(errno.ENOSPC, "No space left on device", str(built_in / "shards" / "half-written"))
 
     monkeypatch.setattr(changeset_index, "rebuild_index", full_disk)
     with pytest.raises(OSError) as failed:
         asyncio.run(pull(origin.url, into))
     said = describe(failed.value)
-    assert said.endswith("indexes/2/shards/half-written: No space left on device") and "\n" not in said, said
+    assert said.endswith("indexes/2: No space left on device") and "\n" not in said, said  # the index it was building
     assert (into / "current").resolve().name == "demo"
     assert json.loads((into / "head.json").read_bytes())["changesets"] == []
     assert not any((into / "indexes").iterdir())  # no part of it, under its name or beside it
+    assert not any((into / "index-shards").iterdir())  # nor of its shards
     monkeypatch.setattr(changeset_index, "rebuild_index", building)
     asyncio.run(pull(origin.url, into))
     assert [e["sequence"] for e in json.loads((into / "head.json").read_bytes())["changesets"]] == [2]

@@ -8,10 +8,10 @@ changesets, in ``DIR/indexes/<sequence>/``, before ``head.json`` lists it (the i
 pointer last): the shards whose served pages changed are built again from the snapshot's lines
 of theirs with every kept change made, in ``DIR/index-shards/<sequence>/``, and each shard of
 the index is a symbolic link to its directory there or to the one the index of the state before
-links to, the snapshot's own index's included (``index_build.rebuild_index``). Every score then equals that of an index built whole from the
-snapshot the changesets make, and a fold of them finds that index current, shard by shard. A
-worker applying the changeset opens that index and serves it with the store the changeset
-makes, both at once (``following.py``).
+links to, the snapshot's own index's included (``index_build.rebuild_index``). Every score then
+equals that of an index built whole from the snapshot the changesets make, and a fold of them
+finds that index current, shard by shard. A worker applying the changeset opens that index and
+serves it with the store the changeset makes, both at once (``following.py``).
 
 The pull keeps the newest two of those indexes: a worker applies every changeset it has not
 applied at once, with the last one's index. A kept changeset that changes the index and has no

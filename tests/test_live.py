@@ -1457,7 +1457,12 @@ def test_a_full_disk_while_the_pull_builds_a_changesets_index_keeps_nothing_of_i
     assert json.loads((into / "head.json").read_bytes())["changesets"] == []
     assert not any((into / "indexes").iterdir())  # no part of it, under its name or beside it
     assert not any((into / "index-shards").iterdir())  # nor of its shards
+    left = into / "index-shards" / "2" / "shards" / "00" / "pages" / "half-written"  # what a pull killed mid-build leaves
+    left.parent.mkdir(parents=True)
+    left.write_bytes(b"x" * 100)
     monkeypatch.setattr(changeset_index, "rebuild_index", building)
     asyncio.run(pull(origin.url, into))
     assert [e["sequence"] for e in json.loads((into / "head.json").read_bytes())["changesets"]] == [2]
     assert sorted(p.name for p in (into / "indexes").iterdir()) == ["2"]
+    assert not left.exists() and sorted(p.name for p in (into / "index-shards").iterdir()) == ["2"]  # built again, whole
+    assert all((shard / "shard.json").is_file() for shard in (into / "indexes" / "2" / "shards").iterdir())

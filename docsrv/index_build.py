@@ -8,6 +8,7 @@ building its shard again and linking the others. Each shard is a whole small ind
     pages/       a tantivy index of the shard's pages (``search.build_schema``)
     entries/     a tantivy index of their named entries (``named_entries.py``)
     highlight/   their highlight files (``highlight.py``)
+    derived.msgpack  what the build derived from each page (``Derived``)
     shard.json   what the shard was made from (``Shard``)
 
 A server opens the segments of every shard, in the order of their keys, as one index
@@ -37,8 +38,9 @@ did not change (``entries_digest``: each page's scope, title, sections and named
 order): a change of pages' text alone costs the pages' index and highlight files alone, under the
 same ids or under new ones in the same order (a build of the service uploads its version's pages
 again so), which the entries index does not hold (a slot says the page: ``named_entries.py``).
-A shard built again after a changeset copies the highlight records of the pages it did not
-change from the earlier shard (``Recorded``), as a whole build would write them.
+A shard built again after a changeset takes what the earlier shard holds of the pages the
+changeset did not change (``Recorded``): their highlight records, copied as a whole build would
+write them, and what was derived from each (``Derived``).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -96,6 +98,9 @@ VERSION_PAGES = 2048
 #: tantivy's memory for one shard's writer: the largest shard fits in one segment.
 WRITER_HEAP = 128 << 20
 
+#: What a shard's build derived from each of its pages (``Derived``), beside its indexes.
+DERIVED_FILE = "derived.msgpack"
+
 #: Each page line of a shard to build it from: its version, id, the file it is in, its number
 #: there (0 for a changeset's), and the line; by shard key.
 ShardLines = dict[int, list[tuple[int, int, str, int, bytes]]]
@@ -116,6 +121,25 @@ class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     entries: str
 
 
+class Derived(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What a shard's build derived from each of its pages, in the shard's order: whether it is a
+    changelog (``changelogs.is_changelog``), its code syntax (``code_syntax.page_tokens``, the
+    ``symbols`` field, as the index's operators find it) and, of those that name any, the
+    operators it names (``code_syntax.operator_names``), with each page's id and characters of
+    text as a guard. A shard built again takes those of the pages a changeset did not change
+    (``Recorded``) instead of deriving them again."""
+
+    ids: list[int]
+    chars: list[int]
+    changelog: list[bool]
+    symbols: list[str]
+    operators: dict[int, list[str]]
+
+
+#: Each page's operators (by id, of those that name any), by shard.
+NamedOperators = dict[int, frozenset[str]]
+
+
 class _Placed(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=False):
     """A page's line read for its id and version alone (the rest is skipped, not decoded)."""
 
@@ -124,6 +148,8 @@ class _Placed(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=False
 
 
 _shard = msgspec.json.Decoder(Shard)
+_derived = msgspec.msgpack.Decoder(Derived)
+_derived_encoder = msgspec.msgpack.Encoder()
 _named = msgspec.msgpack.Encoder()
 _placed = msgspec.json.Decoder(_Placed)
 _page = msgspec.json.Decoder(Page)
@@ -266,8 +292,8 @@ def build_index(store: Store, directory: Path, print_progress: bool | None = Non
     by_shard: dict[int, list[Page]] = {shard: [] for shard in digests}
     for page in pages:
         by_shard[layout.shard_of(page.version)].append(page)
-    named = {shard: code_syntax.operator_names(held) for shard, held in by_shard.items()}
-    operators = frozenset().union(*named.values())
+    named = {shard: operators_by_page(held) for shard, held in by_shard.items()}
+    operators = frozenset().union(*(names for by_page in named.values() for names in by_page.values()))
     with progress_bar(len(pages), "index pages", wanted() if print_progress is None else print_progress, unit="page") as bar:
         build_shards(store, directory, [(shard, held, digests[shard], named[shard]) for shard, held in by_shard.items()], operators,
                      layout.width, None if bar is None else bar.update)
@@ -280,28 +306,36 @@ def _place(page: PageHead) -> tuple[int, int]:
     return page.version, page.id
 
 
-def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], str, frozenset[str]]], operators: frozenset[str],
+def operators_by_page(pages: Iterable[Page], recorded: Recorded | None = None) -> NamedOperators:
+    """The operators each of ``pages`` names, by id, of those that name any; those of the pages
+    ``recorded`` holds unchanged taken from it."""
+    named = {}
+    for page in pages:
+        known = recorded.derived(page) if recorded is not None else None
+        found = code_syntax.operator_names((page,)) if known is None else known[2]
+        if found:
+            named[page.id] = found
+    return named
+
+
+def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], str, NamedOperators]], operators: frozenset[str],
                  width: int, built: Callable[[int], object] | None = None, earlier: Path | None = None,
-                 changed_pages: Container[int] | None = None) -> None:
-    """Build ``shards`` (key, pages, digest, the operators those pages name) of an index of
+                 recorded: Mapping[int, Recorded] | None = None) -> None:
+    """Build ``shards`` (key, pages, digest, the operators those pages name, by page) of an index of
     blocks ``width`` ids wide in ``index``, one after another: the commit of one
     (tantivy's, without the GIL) runs in a thread while the next one's pages are added, so both
     cores work (one at a time, each shard's writer had the build take a fifth longer than one
     index's of two threads). ``built`` is told how many pages each shard held. A shard of
     ``earlier`` (an index) whose entries index was made of the same keeps it (``entries_digest``);
-    with ``changed_pages``, the ids of every page whose text may differ from ``earlier``'s, the
-    highlight records of the others are copied from its shard (``Recorded``)."""
+    one ``recorded`` holds (by key) takes what it holds of its unchanged pages."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="docsrv-commit") as committing:
         previous: Future[None] | None = None
         for shard, pages, digest, named in shards:
             scopes = version_scopes(store, pages)
-            made = Shard(digest=digest, pages=len(pages), operators=sorted(named), schema=SCHEMA_VERSION, width=width,
-                         entries=entries_digest(pages, scopes))
-            kept = recorded = None
-            if earlier is not None:
-                kept = earlier_entries(shard_path(earlier, shard), made.entries)
-                recorded = Recorded.open(shard_path(earlier, shard), changed_pages) if changed_pages is not None else None
-            commit = build_shard(index, shard, pages, scopes, operators, made, kept, recorded)
+            made = Shard(digest=digest, pages=len(pages), operators=sorted(frozenset().union(*named.values())), schema=SCHEMA_VERSION,
+                         width=width, entries=entries_digest(pages, scopes))
+            kept = earlier_entries(shard_path(earlier, shard), made.entries) if earlier is not None else None
+            commit = build_shard(index, shard, pages, scopes, operators, named, made, kept, (recorded or {}).get(shard))
             if previous is not None:
                 previous.result()  # one commit at a time: a shard's writer holds WRITER_HEAP until it is done
             previous = committing.submit(commit)
@@ -321,34 +355,51 @@ def earlier_entries(shard: Path, digest: str) -> Path | None:
 
 
 class Recorded:
-    """The highlight files of a shard as an earlier index holds it, for the pages whose text did
-    not change since (those not ``changed``): their records are copied (``HighlightWriter.add``)."""
+    """What a shard as an earlier index holds it recorded of the pages whose text did not change
+    since (those not ``changed``): their highlight records, copied (``HighlightWriter.add``), and
+    what its build derived from each (``Derived``; a shard built before it was kept has none)."""
 
-    def __init__(self, files: Highlights, changed: Container[int]) -> None:
+    def __init__(self, files: Highlights, derived: Derived | None, changed: Container[int]) -> None:
         self.files = files
         self.places = dict(zip(files.page_ids, range(len(files.page_ids)), strict=True))
+        self.derived_pages = derived if derived is not None and derived.ids == files.page_ids.tolist() else None
         self.changed = changed
 
     @classmethod
     def open(cls, shard: Path, changed: Container[int]) -> Recorded | None:
-        """Those of the shard in ``shard``; None when it has none that open (a shard new to the index)."""
+        """Those of the shard in ``shard``; None when it has no highlight files that open (a shard
+        new to the index)."""
         try:
-            return cls(Highlights(shard / HIGHLIGHT), changed)
+            files = Highlights(shard / HIGHLIGHT)
         except (OSError, ValueError):
             return None
+        try:
+            derived = _derived.decode((shard / DERIVED_FILE).read_bytes())
+        except (OSError, msgspec.DecodeError):
+            derived = None
+        return cls(files, derived, changed)
 
     def of(self, page: int) -> tuple[Highlights, int] | None:
         """Where the page of id ``page`` is recorded, if it is and did not change."""
         place = self.places.get(page) if page not in self.changed else None
         return None if place is None else (self.files, place)
 
+    def derived(self, page: Page) -> tuple[bool, str, frozenset[str]] | None:
+        """What was derived from ``page`` (changelog, symbols, operators), if it did not change."""
+        found = self.derived_pages
+        place = self.places.get(page.id) if found is not None and page.id not in self.changed else None
+        if place is None or found is None or found.chars[place] != len(page.text):
+            return None
+        return found.changelog[place], found.symbols[place], frozenset(found.operators.get(page.id, ()))
 
-def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, str], operators: frozenset[str],
+
+def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, str], operators: frozenset[str], named: NamedOperators,
                 made: Shard, kept_entries: Path | None = None, recorded: Recorded | None = None) -> Callable[[], None]:
-    """Add one shard's ``pages`` (in its order, their versions' ``scopes``) to an index of its own
-    in ``index``, ``operators`` being those of the whole index; return what commits it and writes
-    what it was ``made`` from. With ``kept_entries``, an entries index made of the same, its files
-    are linked instead; with ``recorded``, the highlight records of its unchanged pages are copied."""
+    """Add one shard's ``pages`` (in its order, their versions' ``scopes``, the operators each
+    names: ``named``) to an index of its own in ``index``, ``operators`` being those of the whole
+    index; return what commits it and writes what it was ``made`` from. With ``kept_entries``, an
+    entries index made of the same, its files are linked instead; with ``recorded``, what it holds
+    of its unchanged pages is taken from it."""
     directory = shard_path(index, shard)
     (directory / PAGES).mkdir(parents=True)
     documents = quiet(tantivy.Index(build_schema(), path=str(directory / PAGES))).writer(heap_size=WRITER_HEAP, num_threads=1)
@@ -359,11 +410,21 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
         (directory / ENTRIES).mkdir()
         entries_index = quiet(tantivy.Index(named_entries.build_schema(), path=str(directory / ENTRIES)))
         entries = entries_index.writer(heap_size=64 << 20, num_threads=1)
+    derived = Derived([], [], [], [], {identity: sorted(names) for identity, names in named.items()})
     with HighlightWriter(directory / HIGHLIGHT) as highlights:
         for page in pages:
             scope = scopes[page.version]
             slot = slot_of(shard, highlights.add(page.id, page.text, recorded.of(page.id) if recorded is not None else None))
-            changelog = is_changelog(page.title, [section.title for section in page.sections])
+            known = recorded.derived(page) if recorded is not None else None
+            if known is None:
+                changelog = is_changelog(page.title, [section.title for section in page.sections])
+                symbols = " ".join(code_syntax.page_tokens(page.text, operators))
+            else:
+                changelog, symbols, _named = known
+            derived.ids.append(page.id)
+            derived.chars.append(len(page.text))
+            derived.changelog.append(changelog)
+            derived.symbols.append(symbols)
             documents.add_document(
                 tantivy.Document(
                     scope=scope,
@@ -373,12 +434,13 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
                     headings=" ".join(section.title for section in page.sections),
                     body=page.text,
                     path=page.document_name,
-                    symbols=" ".join(code_syntax.page_tokens(page.text, operators)),
+                    symbols=symbols,
                 )
             )
             if entries is not None:
                 for document in named_entries.documents(page, scope, slot, changelog):
                     entries.add_json(document)
+    (directory / DERIVED_FILE).write_bytes(_derived_encoder.encode(derived))
 
     def commit() -> None:
         for writer in (documents, entries):
@@ -400,10 +462,11 @@ class Rebuild:
     digests: dict[int, str]
     changed: dict[int, list[Page]]
     operators: frozenset[str]
-    #: The operators the pages of each changed shard name.
-    named: dict[int, frozenset[str]]
-    #: The ids of the pages whose text may differ from the earlier index's (None: any page's).
-    changed_pages: Container[int] | None = None
+    #: The operators each page of each changed shard names (``operators_by_page``).
+    named: dict[int, NamedOperators]
+    #: What the earlier index's shards hold of the pages whose text did not change, by key (of
+    #: the changed shards that were in it; none when any page's text may have changed).
+    recorded: dict[int, Recorded] = field(default_factory=dict)
 
 
 def read_shards(index: Path, width: int) -> dict[int, Shard] | None:
@@ -482,11 +545,14 @@ def planned(store: Store, previous: Path, before: dict[int, Shard], kept: dict[i
             except msgspec.DecodeError as error:
                 problems.add(where, number or None, describe(error))
     problems.raise_if_any()
-    named = {shard: code_syntax.operator_names(pages) for shard, pages in changed.items()}
-    operators = frozenset().union(*(before[shard].operators for shard in kept), *named.values())
+    recorded = {shard: found for shard in changed if changed_pages is not None and shard in before
+                and (found := Recorded.open(shard_path(previous, shard), changed_pages)) is not None}
+    named = {shard: operators_by_page(pages, recorded.get(shard)) for shard, pages in changed.items()}
+    operators = frozenset().union(*(before[shard].operators for shard in kept), *(names for by_page in named.values()
+                                                                                 for names in by_page.values()))
     if operators != frozenset().union(*(shard.operators for shard in before.values())):
         return None
-    return Rebuild(previous, width, dict(sorted(digests.items())), changed, operators, named, changed_pages)
+    return Rebuild(previous, width, dict(sorted(digests.items())), changed, operators, named, recorded)
 
 
 def _row_place(row: tuple[int, int, str, int, bytes]) -> tuple[int, int]:
@@ -604,7 +670,7 @@ def rebuild_index(store: Store, plan: Rebuild, directory: Path, built_in: Path |
         for shard in plan.digests.keys() - plan.changed.keys():
             link_files(shard_path(plan.previous, shard), shard_path(directory, shard))
     build_shards(store, directory if built_in is None else built_in, building, plan.operators, plan.width, earlier=plan.previous,
-                 changed_pages=plan.changed_pages)
+                 recorded=plan.recorded)
     if built_in is not None:
         (directory / SHARDS_DIRECTORY).mkdir(parents=True)
         here = os.path.realpath(directory / SHARDS_DIRECTORY)

@@ -172,7 +172,7 @@ def listed(index: Path, part: str) -> Listed:
             raise ValueError(f"{directory}: another schema than the index's other shards")
         meta = meta or found
         segments += found["segments"]
-        files += sorted(str(Path(entry.path).relative_to(index)) for entry in os.scandir(directory)
+        files += sorted(f"{SHARDS_DIRECTORY}/{shard.name}/{part}/{entry.name}" for entry in os.scandir(directory)
                         if entry.is_file() and not entry.name.startswith(".") and entry.name != "meta.json")
     return Listed({**meta, "segments": segments}, files)
 

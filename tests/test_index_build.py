@@ -270,21 +270,29 @@ def page_changes_of(old: Path, new: Path) -> tuple:
     return done.store, page_changes([(entry, changeset)]), versions_touched(done.pages)
 
 
-def test_a_shard_built_again_after_a_changeset_copies_the_highlight_records_of_its_unchanged_pages(tmp_path, monkeypatch):
-    """The pull builds a changed shard again with the highlight records of the pages a changeset
-    left alone copied from the earlier shard (``index_build.Recorded``), their words' positions
-    moved to where the new files put them: the files are byte for byte those a whole build
-    writes, for pages long enough to have their words recorded too."""
+@pytest.mark.parametrize("derived_kept", [True, False])
+def test_a_shard_built_again_after_a_changeset_takes_what_it_held_of_its_unchanged_pages(tmp_path, monkeypatch, derived_kept):
+    """The pull builds a changed shard again with what the earlier shard holds of the pages a
+    changeset left alone (``index_build.Recorded``): their highlight records copied, their words'
+    positions moved to where the new files put them, and what was derived from each (changelog,
+    symbols, operators: ``Derived``) taken, not derived again. Every file but the tantivy indexes
+    is byte for byte what a whole build writes, for pages long enough to have their words
+    recorded too; from an earlier shard without ``derived.msgpack`` (built before it was kept),
+    every page's is derived again, alike."""
+    from docsrv import code_syntax
     from docsrv.highlight import SHORT_PAGE_BYTES, HighlightWriter
-    from docsrv.index_build import plan_changed_shards
+    from docsrv.index_build import DERIVED_FILE, plan_changed_shards
 
     old = indexed_demo(tmp_path / "old")
+    if not derived_kept:
+        for path in (old / "index" / "shards").glob(f"*/{DERIVED_FILE}"):
+            path.unlink()
 
     def edited(records: dict[str, list]) -> list[int]:
         pages = records["pages"]
         top = max(page["id"] for page in pages)
         for number, page in enumerate(pages[::9], start=1):  # an edit, in place or uploaded again under a new id
-            page["text"] = page.get("text", "") + " Reticulated again."
+            page["text"] = page.get("text", "") + " Reticulated again with @reticulate and __gear__."
             if number % 2:
                 page["id"] = top + number
         del pages[4]
@@ -298,17 +306,25 @@ def test_a_shard_built_again_after_a_changeset_copies_the_highlight_records_of_i
     copied: list[bool] = []
     copy = HighlightWriter._copied
     monkeypatch.setattr(HighlightWriter, "_copied", lambda writer, *args: (found := copy(writer, *args), copied.append(found is not None))[0])
+    derived: list[int] = []
+    tokens = code_syntax.page_tokens
+    monkeypatch.setattr(code_syntax, "page_tokens", lambda text, operators: (derived.append(1), tokens(text, operators))[1])
     rebuilt = tmp_path / "rebuilt"
     rebuild_index(store, plan, rebuilt)
-    unchanged = [page for pages in plan.changed.values() for page in pages if page.id not in changes]
+    pages = [page for pages in plan.changed.values() for page in pages]
+    unchanged = [page for page in pages if page.id not in changes]
     assert copied.count(True) == len(unchanged) and any(len(page.text) > SHORT_PAGE_BYTES for page in unchanged)
+    assert len(derived) == (len(pages) - len(unchanged) if derived_kept else len(pages))
     whole = tmp_path / "whole"
     build_index(load_store(new, progress=False), whole, print_progress=False)
     for shard in plan.changed:
-        files = sorted((shard_path(whole, shard) / "highlight").iterdir())
-        assert [path.name for path in files] == sorted(path.name for path in (shard_path(rebuilt, shard) / "highlight").iterdir())
+        files = sorted(path.relative_to(shard_path(whole, shard)) for path in shard_path(whole, shard).rglob("*")
+                       if path.is_file() and path.parts[-2] not in ("pages", "entries"))
+        assert DERIVED_FILE in map(str, files) and b"@reticulate" in (shard_path(whole, shard) / DERIVED_FILE).read_bytes()
+        assert files == sorted(path.relative_to(shard_path(rebuilt, shard)) for path in shard_path(rebuilt, shard).rglob("*")
+                               if path.is_file() and path.parts[-2] not in ("pages", "entries"))
         for path in files:
-            assert (shard_path(rebuilt, shard) / "highlight" / path.name).read_bytes() == path.read_bytes(), (shard, path.name)
+            assert (shard_path(rebuilt, shard) / path).read_bytes() == (shard_path(whole, shard) / path).read_bytes(), (shard, path)
 
 
 @pytest.mark.parametrize("across", [False, True])

@@ -40,6 +40,8 @@ DEMO_SNAPSHOT = Path(__file__).resolve().parent / "demo"
 #: Connections the kernel may queue before a worker accepts them (capped by net.core.somaxconn):
 #: thousands of clients connecting at once must not be refused.
 LISTEN_BACKLOG = 4096
+#: What a starting worker says when it is ready, and what the master answers when it may accept.
+READY, ACCEPT = b"R", b"A"
 #: How long a stopping worker lets requests in flight finish.
 DRAIN_SECONDS = 20.0
 #: How long a stopping worker keeps its keep-alive connections open, once it no longer accepts:
@@ -76,13 +78,16 @@ class Listening:
         await self.runner.cleanup()
 
 
-async def start(state: ApiState, sock: socket.socket) -> Listening:
+async def start(state: ApiState, sock: socket.socket, accepting: bool = True) -> Listening:
+    """A server of ``state`` on ``sock``, accepting connections unless told not to yet
+    (``Listening.accept``)."""
     sys.setswitchinterval(GIL_SWITCH_SECONDS)
     server = init_server(state, **SERVER_LIMITS)
     runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=DRAIN_SECONDS)
     await runner.setup()
     acceptor = Acceptor(sock, server, LISTEN_BACKLOG)
-    acceptor.start()
+    if accepting:
+        acceptor.start()
     return Listening(state, server, runner, acceptor)
 
 
@@ -151,10 +156,11 @@ async def serve_worker(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     die_with_parent(master)
-    listening = await start(state, sock)
+    listening = await start(state, sock, accepting=False)
     runtime.beat()
-    os.write(ready_fd, b"R")
-    os.close(ready_fd)
+    if not await told_to_accept(ready_fd):
+        return
+    listening.acceptor.start()
     ticker = asyncio.create_task(every_second(runtime, master, stop))
     follower = asyncio.create_task(Follower(chain, listening).run()) if chain is not None else None
     await stop.wait()
@@ -164,6 +170,21 @@ async def serve_worker(
     ticker.cancel()
     runtime.metrics.flush()
     sys.stdout.flush()
+
+
+async def told_to_accept(ready_fd: int) -> bool:
+    """Say on ``ready_fd`` (a socket the master holds the other end of) that this worker is ready,
+    then wait until the master says to accept: it stops accepting itself first, while no worker
+    serves (``supervisors/loading.py``), so that no connection made after a worker answered is
+    answered by the master's 503. False when the master has gone."""
+    with socket.socket(fileno=ready_fd) as master:
+        master.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(master, READY)
+        try:
+            return await loop.sock_recv(master, 1) == ACCEPT
+        except OSError:
+            return False
 
 
 async def every_second(runtime: Runtime, master: int, stop: asyncio.Event) -> None:

@@ -11,10 +11,14 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from functools import partial
 
 from conftest import ROOT, free_port
 from helpers import alive, children, fresh_get, poll, sealed
+
+#: How many answers of a worker the clients of the handover's test ask for.
+ANSWERS_AFTER_THE_HANDOVER = 200
 
 
 def held_load(tmp_path) -> tuple[subprocess.Popen, int, int]:
@@ -71,38 +75,45 @@ def test_healthz_answers_while_the_first_snapshot_loads_and_readyz_says_503(tmp_
         process.wait(timeout=60)
 
 
-def test_no_request_is_dropped_when_the_workers_take_over_from_the_master(tmp_path):
+def test_no_request_is_dropped_or_refused_once_a_worker_answered_when_the_workers_take_over(tmp_path):
     """Clients ask /readyz on new connections, four at a time, while the held load ends and the
-    first worker starts: each gets an answer (503, then 200), none a closed connection. The
-    master answers what it accepted before the worker served, rather than dropping it."""
+    first worker starts: each gets an answer (503, then 200), none a closed connection: the
+    master answers what it accepted before the worker served, rather than dropping it. And none
+    asked after a worker's first answer gets the master's 503: the master stops accepting before
+    it tells the worker to start (``server.told_to_accept``)."""
     process, port, loader = held_load(tmp_path)
-    statuses: list[int] = []
+    asked: list[tuple[float, float, int]] = []  # began, ended, status
     failures: list[str] = []
-    ready = threading.Event()
+    done = threading.Event()
 
     def ask() -> None:
-        while not ready.is_set():
+        while not done.is_set():
+            began = time.monotonic()
             try:
-                statuses.append(fresh_get(port, "/readyz")[0])
+                status = fresh_get(port, "/readyz")[0]
             except OSError as error:
                 failures.append(repr(error))
-            if statuses and statuses[-1] == 200:
-                ready.set()
+                continue
+            asked.append((began, time.monotonic(), status))
+            if sum(status == 200 for _began, _ended, status in asked) >= ANSWERS_AFTER_THE_HANDOVER:
+                done.set()
 
     clients = [threading.Thread(target=ask) for _ in range(4)]
     try:
         for client in clients:
             client.start()
         os.kill(loader, signal.SIGCONT)
-        poll(ready.is_set, timeout=60, what="a worker serving /readyz")
+        poll(done.is_set, timeout=60, what=f"{ANSWERS_AFTER_THE_HANDOVER} answers of a worker to /readyz")
     finally:
-        ready.set()
+        done.set()
         for client in clients:
             client.join()
         process.terminate()
         process.wait(timeout=60)
     assert failures == []
-    assert set(statuses) == {503, 200}
+    assert {status for _began, _ended, status in asked} == {503, 200}
+    served = min(ended for _began, ended, status in asked if status == 200)
+    assert [status for began, _ended, status in asked if began > served and status != 200] == []
 
 
 def test_a_client_that_sends_nothing_does_not_hold_the_master(tmp_path):
@@ -132,3 +143,25 @@ def test_sigterm_during_the_first_load_stops_at_once(tmp_path):
     finally:
         if process.poll() is None:
             process.kill()
+
+
+async def test_a_ready_worker_accepts_only_once_the_master_says_so():
+    """A worker says it is ready, then waits for the master's word before it accepts
+    (``server.told_to_accept``): the master stops accepting first. A master gone meanwhile (its
+    end closed) is no word to accept."""
+    import asyncio
+
+    from docsrv.server import ACCEPT, READY, told_to_accept
+
+    for word, accepts in ((ACCEPT, True), (None, False)):
+        master, worker = socket.socketpair()
+        told = asyncio.ensure_future(told_to_accept(worker.detach()))
+        assert await asyncio.get_running_loop().run_in_executor(None, master.recv, 1) == READY
+        await asyncio.sleep(0)
+        assert not told.done()
+        if word is None:
+            master.close()
+        else:
+            master.sendall(word)
+            master.close()
+        assert await told is accepts

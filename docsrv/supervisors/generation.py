@@ -5,7 +5,8 @@ The master never loads a snapshot. For each one it forks a generation process, w
 and then waits on its control socket. Asked for a worker, it forks one through a short-lived
 middle process, so that the worker is left to the master (a child subreaper: ``PR_SET_CHILD_SUBREAPER``)
 and is the master's child like any other: the master waits for it, signals it and reaps it as
-before; the worker's ready pipe is passed to the master with the worker's pid (``SCM_RIGHTS``).
+before; the worker's ready socket (a socket pair's end: ``server.told_to_accept``) is passed to
+the master with the worker's pid (``SCM_RIGHTS``).
 
 What that buys:
 - Memory comes back. A generation that is replaced exits (its socket is closed), and when its
@@ -74,7 +75,7 @@ class Report(msgspec.Struct, frozen=True):
     public: str | None = None
 
 
-#: How long a generation has to fork a worker and send back its pid and ready pipe (it takes
+#: How long a generation has to fork a worker and send back its pid and ready socket (it takes
 #: milliseconds). The master waits on nothing else while it does.
 SPAWN_SECONDS = 5.0
 
@@ -136,7 +137,7 @@ class Generation:
             self.error = LoadFailed(report.error or "unknown", report.public or "unknown")
 
     def spawn(self) -> tuple[int, int]:
-        """Ask for a worker: its pid (a child of the master's from now on) and its ready pipe.
+        """Ask for a worker: its pid (a child of the master's from now on) and its ready socket.
         OSError when the generation is gone, or does not answer within SPAWN_SECONDS (stopped or
         hung): then it is let go of, so that the master never waits on it again (it exits when
         it runs and finds its socket closed, and the master loads the snapshot anew)."""
@@ -223,13 +224,13 @@ def let_go(control: socket.socket) -> bool:
 
 def fork_worker(served: Served, master: int, worker: Callable[[Served, int], None], control: socket.socket) -> tuple[int, int]:
     """Fork a worker through a middle process that exits at once: the worker is left to the master."""
-    read_end, write_end = os.pipe()
+    master_end, worker_end = (end.detach() for end in socket.socketpair())
     pid_read, pid_write = os.pipe()
     middle = os.fork()
     if middle == 0:
         code = 1
         try:
-            os.close(read_end)
+            os.close(master_end)
             os.close(pid_read)
             pid = os.fork()
             if pid == 0:
@@ -237,7 +238,7 @@ def fork_worker(served: Served, master: int, worker: Callable[[Served, int], Non
                 control.close()
                 name_process(WORKER_NAME)
                 wait_for_adoption(master)
-                worker(served, write_end)
+                worker(served, worker_end)
                 code = 0
             else:
                 os.write(pid_write, _PID.pack(pid))
@@ -246,15 +247,15 @@ def fork_worker(served: Served, master: int, worker: Callable[[Served, int], Non
             log.exception("forking a worker failed")
         finally:
             os._exit(code)
-    os.close(write_end)
+    os.close(worker_end)
     os.close(pid_write)
     with os.fdopen(pid_read, "rb") as said:
         data = said.read(_PID.size)
     os.waitpid(middle, 0)
     if len(data) != _PID.size:
-        os.close(read_end)
+        os.close(master_end)
         raise ChildProcessError("the worker's middle process exited without a worker")
-    return _PID.unpack(data)[0], read_end
+    return _PID.unpack(data)[0], master_end
 
 
 def wait_for_adoption(master: int) -> None:

@@ -38,10 +38,12 @@ class LoadingResponder:
         while it is ``accepting`` (no worker serves)."""
         return [self.sock.fileno(), *self.connections] if accepting else [*self.connections]
 
-    def handle(self, fd: int) -> None:
-        """Act on ``fd`` (the listening socket or a held connection) found readable."""
+    def handle(self, fd: int, accepting: bool) -> None:
+        """Act on ``fd`` (the listening socket or a held connection) found readable; the
+        listening socket only while ``accepting``."""
         if fd == self.sock.fileno():
-            self.accept()
+            if accepting:
+                self.accept()
             return
         held = self.connections.get(fd)
         if held is None:

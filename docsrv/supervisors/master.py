@@ -10,7 +10,7 @@ everything else 503 (``loading.py``). Workers die with their master (a parent-de
 
 Its parts: the worker pool (``pool.py``), when to reload and a reload under way (``reloads.py``),
 and what it tells the workers (``status.py``). Its loop never waits on any of them: it sleeps in
-``select`` on the workers' ready pipes, the generations' control sockets and a wakeup pipe that
+``select`` on the workers' ready sockets, the generations' control sockets and a wakeup pipe that
 every signal (``set_wakeup_fd``) writes to, and acts on what it finds. A reload starts a new
 generation; once its workers are all ready, the old ones are told to stop and finish what they
 have (``server.Listening.close``), and the old generation is let go: when its last worker exits,
@@ -194,15 +194,15 @@ class Master:
         request while no worker serves, at most ``timeout``."""
         pipes = {}
         if self.pool is not None:
-            pipes = {fd: (self.pool.current, pid) for fd, pid in self.pool.current.ready_pipes().items()}
+            pipes = {fd: (self.pool.current, pid) for fd, pid in self.pool.current.ready_sockets().items()}
         renewing = self.reloading.workers if self.reloading is not None else None
         if renewing is not None:
-            pipes.update({fd: (renewing, pid) for fd, pid in renewing.ready_pipes().items()})
+            pipes.update({fd: (renewing, pid) for fd, pid in renewing.ready_sockets().items()})
         loading = {g.fileno(): g for g in (self.first, self.reloading.generation if self.reloading else None) if g and g.loading}
         # Once a worker serves, the master accepts no more, but still answers what it accepted:
         # dropping a connection whose head had not yet arrived would reset a client for nothing.
         self.responder.expire()
-        answering = self.responder.readable(accepting=self.pool is None or not self.pool.live)
+        answering = self.responder.readable(accepting=self.accepting())
         try:
             readable, _, _ = select.select([self.wake_read, *pipes, *loading, *answering], [], [], timeout)
         except InterruptedError:
@@ -220,9 +220,13 @@ class Master:
                 elif self.pool is not None and workers is self.pool.current and pid in workers.starting and self.pool.answered(pid):
                     self.board.workers(len(self.pool.live))
                     self.announce()
-                # else: let go of since the select (a swap or a failed reload closed its pipe)
+                # else: let go of since the select (a swap or a failed reload closed its socket)
             elif fd in answering:
-                self.responder.handle(fd)
+                self.responder.handle(fd, accepting=self.accepting())  # not once a worker read above was told to accept
+
+    def accepting(self) -> bool:
+        """Whether the master accepts connections itself: while no worker serves."""
+        return self.pool is None or not self.pool.live
 
     def announce(self) -> None:
         assert self.pool is not None
@@ -249,7 +253,7 @@ class Master:
             generation.close()
         for workers in (self.pool.current if self.pool else None, self.reloading.workers if self.reloading else None):
             if workers is not None:
-                workers.close_pipes()
+                workers.close_sockets()
 
     def serve_in_worker(self, served: Served, ready_fd: int) -> None:
         """A worker, forked by a generation and left to the master: serve until told to stop."""
@@ -403,7 +407,7 @@ class Master:
         reloading = self.reloading
         assert reloading is not None
         if reloading.workers is not None:
-            reloading.workers.close_pipes()
+            reloading.workers.close_sockets()
         for pid in reloading.pids():
             send(pid, signal.SIGKILL)
         reloading.generation.close()

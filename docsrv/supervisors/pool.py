@@ -73,7 +73,7 @@ class WorkerPool:
             self.current.started(pid, ready_fd, now)
 
     def answered(self, pid: int) -> bool:
-        """A starting worker said something on its pipe: whether it is now ready. One whose pipe
+        """A starting worker said something on its socket: whether it is now ready. One whose socket
         closed first is dying: it is killed, and its exit counts as a failure."""
         if self.current.answered(pid):
             self.failures = 0
@@ -96,6 +96,6 @@ class WorkerPool:
     def replace(self, new: Workers) -> set[int]:
         """Serve with ``new`` (all ready) from now on; return the old workers, to be stopped."""
         old = self.current
-        old.close_pipes()
+        old.close_sockets()
         self.current = new
         return old.pids()

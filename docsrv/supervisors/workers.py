@@ -1,5 +1,5 @@
 """A set of workers forked from one generation (one snapshot: ``generation.py``): those starting,
-each with the pipe it says it is ready on and a deadline, and those ready. The workers serving
+each with the socket it says it is ready on and a deadline, and those ready. The workers serving
 now are one such set; a reload's new workers another, until they are swapped in."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 
+from ..server import ACCEPT, READY
 from .generation import Generation
 
 #: How long a new worker may take to say it is ready before it is killed.
@@ -32,18 +33,24 @@ class Workers:
     def started(self, pid: int, ready_fd: int, now: float) -> None:
         self.starting[pid] = Starting(ready_fd, now + READY_SECONDS)
 
-    def ready_pipes(self) -> dict[int, int]:
-        """The pid of each starting worker, by the pipe it will say it is ready on."""
+    def ready_sockets(self) -> dict[int, int]:
+        """The pid of each starting worker, by the socket it will say it is ready on."""
         return {s.ready_fd: pid for pid, s in self.starting.items() if s.ready_fd >= 0}
 
     def answered(self, pid: int) -> bool:
-        """Read what a starting worker said on its pipe: True (and it is ready) if it is ready;
-        False if the pipe closed first (the worker is dying)."""
+        """Read what a starting worker said on its socket: True (and it is ready, and told to
+        accept) if it is ready; False if the socket closed first (the worker is dying). The caller
+        accepts no connection itself from now on (``master.py``)."""
         starting = self.starting[pid]
-        said = os.read(starting.ready_fd, 1)
+        try:
+            said = os.read(starting.ready_fd, 1)
+            if said == READY:
+                os.write(starting.ready_fd, ACCEPT)
+        except OSError:  # the worker died meanwhile
+            said = b""
         os.close(starting.ready_fd)
         starting.ready_fd = -1
-        if said == b"R":
+        if said == READY:
             del self.starting[pid]
             self.ready.add(pid)
             return True
@@ -64,8 +71,8 @@ class Workers:
             return "ready"
         return None
 
-    def close_pipes(self) -> None:
-        """Close the ready pipes of the starting workers (they are let go of, or this is a new worker's copy)."""
+    def close_sockets(self) -> None:
+        """Close the ready sockets of the starting workers (they are let go of, or this is a new worker's copy)."""
         for starting in self.starting.values():
             if starting.ready_fd >= 0:
                 with contextlib.suppress(OSError):

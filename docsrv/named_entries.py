@@ -261,6 +261,7 @@ class NamedEntries:
     """Lookups in one snapshot's entries index. Safe to call from worker threads."""
 
     def __init__(self, index: tantivy.Index, page_id_of: Callable[[int], int]) -> None:
+        self.index = index
         self.schema = index.schema
         self.searcher = index.searcher()
         #: The id of the page in a highlight slot.

@@ -449,7 +449,42 @@ def test_an_index_opened_beside_the_one_before_keeps_the_highlight_files_of_its_
     alone = SearchIndex.open(store, tmp_path / "rebuilt")
     kept = {shard for shard, held in ours.highlights.shards.items() if held is before.highlights.shards.get(shard)}
     assert kept == set(plan.digests) - set(plan.changed) and kept
+    assert ours.named.index is not before.named.index  # pages renamed: its entries index is another
     for query in [*VOCABULARY, "zephyrine", "reticulation gearbox"]:
+        assert ours.search_pages(query) == alone.search_pages(query), query
+        assert ours.search_anchors(query) == alone.search_anchors(query), query
+
+
+def test_an_index_opened_beside_one_of_the_same_entries_keeps_its_entries_index(tmp_path):
+    """A changeset of pages' text alone, the pages uploaded again under new ids, keeps every
+    shard's entries index (``index_build.py``): a worker opening its index keeps the entries index
+    it holds open, and it answers as an index opened on its own, the new pages' ids named."""
+    old = indexed_demo(tmp_path / "old")
+
+    def uploaded_again(records: dict[str, list]) -> list[int]:
+        pages = records["pages"]
+        top = max(page["id"] for page in pages)
+        for number, page in enumerate(pages, start=1):
+            page["text"] = page.get("text", "") + " Zephyrine reticulation."
+            page["id"] = top + number
+        return []
+
+    new = tmp_path / "new"
+    changed(old, new, uploaded_again)
+    store, changes, versions = page_changes_of(old, new)
+    from docsrv.index_build import plan_changed_shards
+
+    plan = plan_changed_shards(store, changes, versions, old / "index")
+    assert plan is not None and plan.changed
+    rebuild_index(store, plan, tmp_path / "rebuilt")
+    before = SearchIndex.open(load_store(old, page_text=False, progress=False), old / "index")
+    ours = SearchIndex.open(store, tmp_path / "rebuilt", before)
+    alone = SearchIndex.open(store, tmp_path / "rebuilt")
+    assert ours.named.index is before.named.index and ours.highlights.shards.keys() == before.highlights.shards.keys()
+    new_ids = {page["id"] for page in read(new, "pages")}
+    titles = [page["title"] for page in read(new, "pages")][:20]
+    assert new_ids >= {page for title in titles for page in ours.named.pages_named(title, None)} != set()
+    for query in [*VOCABULARY, *titles, "zephyrine", "reticulation gearbox"]:
         assert ours.search_pages(query) == alone.search_pages(query), query
         assert ours.search_anchors(query) == alone.search_anchors(query), query
 

@@ -598,8 +598,9 @@ def main() -> None:
         with open(work / "sidecar.log", "w") as sidecar_log:
             sidecar = subprocess.Popen([sys.executable, "-m", "docsrv", "snapshot", "pull", url, "--into", str(into), "--every", "0.2"],
                                        stdout=subprocess.DEVNULL, stderr=sidecar_log, start_new_session=True)
-        if args.pages or args.private_pages:  # as a sidecar that has run a while: its state loaded (``pull.tend_warming``)
-            wait_for_sidecar(work / "sidecar.log", "ahead of the next change of pages")
+        # As a sidecar that has run a while: its state loaded (``pull.tend_warming``). While it
+        # loads (about 30 s at large), its looks wait on the load's long calls: that is a start's.
+        wait_for_sidecar(work / "sidecar.log", "ahead of the next change of pages")
         under_load: dict = {}
         load: Load | None = Load(server_port)
 

@@ -270,6 +270,19 @@ def page_changes_of(old: Path, new: Path) -> tuple:
     return done.store, page_changes([(entry, changeset)]), versions_touched(done.pages)
 
 
+def changeset_plan(old: Path, new: Path, edit) -> tuple:
+    """The changeset from ``old`` to ``old`` edited by ``edit`` (written in ``new``) applied in
+    memory, and the pull's plan to build its index from ``old``'s: (the store, the page changes,
+    the plan)."""
+    from docsrv.index_build import plan_changed_shards
+
+    changed(old, new, edit)
+    store, changes, versions = page_changes_of(old, new)
+    plan = plan_changed_shards(store, changes, versions, old / "index")
+    assert plan is not None and plan.changed
+    return store, changes, plan
+
+
 @pytest.mark.parametrize("derived_kept", [True, False])
 def test_a_shard_built_again_after_a_changeset_takes_what_it_held_of_its_unchanged_pages(tmp_path, monkeypatch, derived_kept):
     """The pull builds a changed shard again with what the earlier shard holds of the pages a
@@ -281,7 +294,7 @@ def test_a_shard_built_again_after_a_changeset_takes_what_it_held_of_its_unchang
     every page's is derived again, alike."""
     from docsrv import code_syntax
     from docsrv.highlight import SHORT_PAGE_BYTES, HighlightWriter
-    from docsrv.index_build import DERIVED_FILE, plan_changed_shards
+    from docsrv.index_build import DERIVED_FILE
 
     old = indexed_demo(tmp_path / "old")
     if not derived_kept:
@@ -299,10 +312,7 @@ def test_a_shard_built_again_after_a_changeset_takes_what_it_held_of_its_unchang
         return []
 
     new = tmp_path / "new"
-    changed(old, new, edited)
-    store, changes, versions = page_changes_of(old, new)
-    plan = plan_changed_shards(store, changes, versions, old / "index")
-    assert plan is not None and plan.changed
+    store, changes, plan = changeset_plan(old, new, edited)
     copied: list[bool] = []
     copy = HighlightWriter._copied
     monkeypatch.setattr(HighlightWriter, "_copied", lambda writer, *args: (found := copy(writer, *args), copied.append(found is not None))[0])
@@ -470,12 +480,7 @@ def test_an_index_opened_beside_one_of_the_same_entries_keeps_its_entries_index(
         return []
 
     new = tmp_path / "new"
-    changed(old, new, uploaded_again)
-    store, changes, versions = page_changes_of(old, new)
-    from docsrv.index_build import plan_changed_shards
-
-    plan = plan_changed_shards(store, changes, versions, old / "index")
-    assert plan is not None and plan.changed
+    store, _changes, plan = changeset_plan(old, new, uploaded_again)
     rebuild_index(store, plan, tmp_path / "rebuilt")
     before = SearchIndex.open(load_store(old, page_text=False, progress=False), old / "index")
     ours = SearchIndex.open(store, tmp_path / "rebuilt", before)

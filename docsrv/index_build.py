@@ -362,7 +362,7 @@ class Recorded:
     def __init__(self, files: Highlights, derived: Derived | None, changed: Container[int]) -> None:
         self.files = files
         self.places = dict(zip(files.page_ids, range(len(files.page_ids)), strict=True))
-        self.derived_pages = derived if derived is not None and derived.ids == files.page_ids.tolist() else None
+        self.derived_pages = derived if derived is not None and matches(derived, files.page_ids.tolist()) else None
         self.changed = changed
 
     @classmethod
@@ -391,6 +391,11 @@ class Recorded:
         if place is None or found is None or found.chars[place] != len(page.text):
             return None
         return found.changelog[place], found.symbols[place], frozenset(found.operators.get(page.id, ()))
+
+
+def matches(derived: Derived, ids: list[int]) -> bool:
+    """Whether ``derived`` is of the pages of ``ids`` (a shard's, in its order), a value for each."""
+    return derived.ids == ids and len(derived.chars) == len(derived.changelog) == len(derived.symbols) == len(ids)
 
 
 def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, str], operators: frozenset[str], named: NamedOperators,

@@ -79,8 +79,8 @@ class Listening:
 
 
 async def start(state: ApiState, sock: socket.socket, accepting: bool = True) -> Listening:
-    """A server of ``state`` on ``sock``, accepting connections unless told not to yet
-    (``Listening.accept``)."""
+    """A server of ``state`` on ``sock``, accepting connections unless told not to yet (then
+    ``Listening.acceptor.start`` begins)."""
     sys.setswitchinterval(GIL_SWITCH_SECONDS)
     server = init_server(state, **SERVER_LIMITS)
     runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=DRAIN_SECONDS)

@@ -283,23 +283,26 @@ def changeset_plan(old: Path, new: Path, edit) -> tuple:
     return store, changes, plan
 
 
-@pytest.mark.parametrize("derived_kept", [True, False])
-def test_a_shard_built_again_after_a_changeset_takes_what_it_held_of_its_unchanged_pages(tmp_path, monkeypatch, derived_kept):
+@pytest.mark.parametrize("earlier", ["kept", "missing", "cut short"])
+def test_a_shard_built_again_after_a_changeset_takes_what_it_held_of_its_unchanged_pages(tmp_path, monkeypatch, earlier):
     """The pull builds a changed shard again with what the earlier shard holds of the pages a
     changeset left alone (``index_build.Recorded``): their highlight records copied, their words'
     positions moved to where the new files put them, and what was derived from each (changelog,
     symbols, operators: ``Derived``) taken, not derived again. Every file but the tantivy indexes
     is byte for byte what a whole build writes, for pages long enough to have their words
     recorded too; from an earlier shard without ``derived.msgpack`` (built before it was kept),
-    every page's is derived again, alike."""
+    or with one whose columns are not of its pages (damaged), every page's is derived again, alike."""
     from docsrv import code_syntax
     from docsrv.highlight import SHORT_PAGE_BYTES, HighlightWriter
     from docsrv.index_build import DERIVED_FILE
 
     old = indexed_demo(tmp_path / "old")
-    if not derived_kept:
-        for path in (old / "index" / "shards").glob(f"*/{DERIVED_FILE}"):
+    for path in (old / "index" / "shards").glob(f"*/{DERIVED_FILE}"):
+        if earlier == "missing":
             path.unlink()
+        elif earlier == "cut short":
+            columns = msgspec.msgpack.decode(path.read_bytes())
+            path.write_bytes(msgspec.msgpack.encode({**columns, "symbols": columns["symbols"][:-1]}))
 
     def edited(records: dict[str, list]) -> list[int]:
         pages = records["pages"]
@@ -324,7 +327,7 @@ def test_a_shard_built_again_after_a_changeset_takes_what_it_held_of_its_unchang
     pages = [page for pages in plan.changed.values() for page in pages]
     unchanged = [page for page in pages if page.id not in changes]
     assert copied.count(True) == len(unchanged) and any(len(page.text) > SHORT_PAGE_BYTES for page in unchanged)
-    assert len(derived) == (len(pages) - len(unchanged) if derived_kept else len(pages))
+    assert len(derived) == (len(pages) - len(unchanged) if earlier == "kept" else len(pages))
     whole = tmp_path / "whole"
     build_index(load_store(new, progress=False), whole, print_progress=False)
     for shard in plan.changed:

@@ -165,3 +165,24 @@ async def test_a_ready_worker_accepts_only_once_the_master_says_so():
             master.sendall(word)
             master.close()
         assert await told is accepts
+
+
+def test_a_worker_gone_between_ready_and_the_masters_word_is_not_counted_ready():
+    """A worker that said it is ready and died before the master's word (its end closed): the
+    master's answer fails, and the worker is not counted ready (the pool replaces it), rather
+    than the master's loop failing on the broken socket. One that stays gets the word."""
+    from docsrv.server import ACCEPT, READY
+    from docsrv.supervisors.workers import Workers
+
+    for stays in (False, True):
+        master, worker = socket.socketpair()
+        workers = Workers(generation=None)  # type: ignore[arg-type]
+        workers.started(4242, master.detach(), time.monotonic())
+        worker.sendall(READY)
+        if not stays:
+            worker.close()
+        assert workers.answered(4242) is stays
+        assert workers.ready == ({4242} if stays else set())
+        if stays:
+            assert worker.recv(1) == ACCEPT
+            worker.close()

@@ -170,6 +170,8 @@ def run_serve(args: argparse.Namespace) -> int:
     from .server import DEMO_SNAPSHOT
     from .supervisors import serve
 
+    if args.keepalive_timeout <= 0:
+        raise SystemExit(f"docsrv: --keepalive-timeout must be more than 0 seconds, not {args.keepalive_timeout}")
     settings = Settings(
         public_url=args.public_url,
         max_age=args.max_age,
@@ -179,6 +181,7 @@ def run_serve(args: argparse.Namespace) -> int:
         allowed_hosts=tuple(listed(args, "allowed_host") or default_allowed_hosts(args.host)),
         search_queue=args.search_queue,
         fast_path=not args.no_fast_path,
+        keepalive_timeout=args.keepalive_timeout,
     )
     return serve(
         args.snapshot or DEMO_SNAPSHOT,

@@ -53,6 +53,8 @@ class Settings(msgspec.Struct, frozen=True):
     allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]")
     #: Answer cached GETs and HEADs in the fast lane (``http/fast_lane.py``) before aiohttp.
     fast_path: bool = True
+    #: Seconds an idle keep-alive connection is kept open (aiohttp's timer and the fast lane's).
+    keepalive_timeout: float = 15.0
 
     @property
     def cache_control(self) -> str:
@@ -135,6 +137,9 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("stale_if_error", int, DEFAULTS.stale_if_error, "`stale-if-error` of every 200, in seconds"),
     Option("response_cache_mb", int, DEFAULTS.response_cache_bytes >> 20, "encoded replies each worker keeps ready to send, in MiB: "
            "every byte counted (keys, headers, compressed variants, bookkeeping); S3-FIFO keeps what is asked for again"),
+    Option("keepalive_timeout", float, DEFAULTS.keepalive_timeout, "seconds an idle keep-alive connection is kept open; behind a "
+           "load balancer that reuses its connections, set it above the balancer's own idle timeout, so that the balancer, not "
+           "docsrv, closes an idle one (a connection closed as the balancer reuses it costs a `502`)"),
     Option("search_queue", int, DEFAULTS.search_queue, "searches that may wait for a worker's search thread; more are refused with "
            "`503` and `Retry-After: 1`, and a search whose client has gone is dropped before it runs"),
     Option("watch", bool, False, "reload when a new snapshot appears at `--snapshot` (a `current` symlink swapped, or new files), "

@@ -82,7 +82,7 @@ async def start(state: ApiState, sock: socket.socket, accepting: bool = True) ->
     """A server of ``state`` on ``sock``, accepting connections unless told not to yet (then
     ``Listening.acceptor.start`` begins)."""
     sys.setswitchinterval(GIL_SWITCH_SECONDS)
-    server = init_server(state, **SERVER_LIMITS)
+    server = init_server(state, **SERVER_LIMITS, keepalive_timeout=state.settings.keepalive_timeout)
     runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=DRAIN_SECONDS)
     await runner.setup()
     acceptor = Acceptor(sock, server, LISTEN_BACKLOG)

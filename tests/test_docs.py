@@ -82,6 +82,15 @@ def test_a_malformed_environment_variable_is_named():
     assert result.returncode == 1 and "docsrv: DOCSRV_PORT='eighty': invalid literal for int() with base 10: 'eighty'" in result.stderr
 
 
+def test_a_keepalive_timeout_of_no_time_is_refused():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "docsrv", "serve", "--keepalive-timeout", "0"], capture_output=True, text=True,
+                            cwd=ROOT, env={"PATH": "/usr/bin:/bin"})
+    assert result.returncode == 1 and "docsrv: --keepalive-timeout must be more than 0 seconds, not 0.0" in result.stderr
+
+
 def test_every_option_of_every_command_has_help_and_shows_its_default():
     """`--help` explains every flag and argument; a flag with a default value names it."""
     import importlib

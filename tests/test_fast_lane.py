@@ -16,8 +16,9 @@ from test_hostile import PATHS, header_values, query
 
 from conftest import DEMO, Server
 from docsrv.http.fast_lane import APART_BYTES, MISS_PROBE, MISS_STREAK
-from docsrv.http.limits import KEEPALIVE_SECONDS
 
+#: The servers' keep-alive timeout (``--keepalive-timeout``): short, for the tests that wait it out.
+KEEPALIVE_SECONDS = 3.0
 #: Routes whose bodies name the worker and its timings: they differ between any two servers.
 COMPARABLE = [path for path in PATHS if path not in ("/readyz", "/metrics")]
 
@@ -36,7 +37,8 @@ ROUTES = [
 @pytest.fixture(scope="module")
 def pair():
     """The demo snapshot served with the fast lane and without it."""
-    servers = [Server(["--snapshot", str(DEMO), "--workers", "1"]), Server(["--snapshot", str(DEMO), "--workers", "1", "--no-fast-path"])]
+    common = ["--snapshot", str(DEMO), "--workers", "1", "--keepalive-timeout", str(KEEPALIVE_SECONDS)]
+    servers = [Server(common), Server([*common, "--no-fast-path"])]
     yield servers
     for server in servers:
         server.stop()

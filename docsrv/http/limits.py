@@ -9,14 +9,11 @@ from typing import Any
 MAX_LINE_BYTES = 8190
 #: The most header fields a request may have.
 MAX_HEADERS = 100
-#: How long an idle keep-alive connection is kept, in seconds.
-KEEPALIVE_SECONDS = 15.0
 
 #: The keyword arguments of aiohttp's low-level server that set them.
 SERVER_LIMITS: dict[str, Any] = {
     "max_line_size": MAX_LINE_BYTES,
     "max_field_size": MAX_LINE_BYTES,
     "max_headers": MAX_HEADERS,
-    "keepalive_timeout": KEEPALIVE_SECONDS,
     "access_log": None,
 }

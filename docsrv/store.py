@@ -302,9 +302,10 @@ def load_store(
 
 def keep_check(raw: RawSnapshot, records: dict[str, list], derived: dict[str, Derived], *, page_text: bool) -> None:
     """Write the record of the check just passed, with the records in MessagePack when they are
-    held as a server holds them and are not already. Raises OSError where they cannot be written,
-    SnapshotError when a file changed while it was checked."""
-    written = write_binary(raw.path, records, derived) if not page_text and not raw.binary else []
+    held as a server holds them and are not already (or are in an earlier docsrv's layout).
+    Raises OSError where they cannot be written, SnapshotError when a file changed while it was
+    checked."""
+    written = write_binary(raw.path, records, derived) if not page_text and (not raw.binary or raw.earlier_layout) else []
     if raw.trusted and not written:
         return  # the record in place stands
     record_check(raw.path, raw.manifest_bytes, raw.identities, written, raw.commands.ranges, raw.commands.total)

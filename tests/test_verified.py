@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from unittest import mock
 
 import pytest
 from hypothesis import given
@@ -141,6 +142,67 @@ def test_records_known_right_are_kept_in_messagepack_and_decoded_from_there(snap
     assert not read_snapshot(snapshot, progress=False).binary
 
 
+def test_records_are_kept_in_pieces_and_read_back_whole(snapshot, monkeypatch, caplog):
+    """Each kind's records are written in pieces of DECODE_PIECE, decoded one at a time (a load's
+    longest hold of the GIL, beside a sidecar's loop), and read back as the JSON Lines say."""
+    import msgspec
+
+    from docsrv.snapshot import binary
+    from docsrv.snapshot.records import Build
+
+    monkeypatch.setattr(binary, "DECODE_PIECE", 3)
+    from_json = load_store(snapshot, progress=False, keep=True, page_text=False)
+    pieces = msgspec.msgpack.decode(binary.binary_path(snapshot, "builds").read_bytes(), type=binary.ServedRecords[list[Build]]).records
+    assert [len(piece) for piece in pieces[:-1]] == [3] * (len(pieces) - 1) and 1 <= len(pieces[-1]) <= 3
+    assert [build for piece in pieces for build in piece] == from_json.builds_ordered
+    with caplog.at_level(logging.WARNING, logger="docsrv"):
+        again = load_store(snapshot, progress=False, page_text=False)
+    assert again.trusted and served_records(again) == served_records(from_json) and not caplog.records
+
+
+@pytest.mark.parametrize("piece", [3, 16384])
+def test_messagepack_records_an_earlier_docsrv_wrote_in_one_array_are_read(snapshot, monkeypatch, caplog, piece):
+    """The files of the layout before (each kind's records in one array) are still decoded, a
+    piece at a time, not read again from the JSON Lines."""
+    import msgspec
+
+    from docsrv.snapshot import binary
+
+    expected = served_records(load_store(snapshot, progress=False, keep=True, page_text=False))
+    for kind, cls in binary.BINARY_KINDS.items():
+        path = binary.binary_path(snapshot, kind)
+        served = msgspec.msgpack.decode(path.read_bytes(), type=binary.ServedRecords[list[cls]])
+        flat = [record for records in served.records for record in records]
+        path.write_bytes(msgspec.msgpack.encode(binary.ServedRecords(binary.EARLIER_LAYOUT, flat, served.derived)))
+    seal_messagepack_as_it_is(snapshot)
+    monkeypatch.setattr(binary, "DECODE_PIECE", piece)
+    with caplog.at_level(logging.WARNING, logger="docsrv"):
+        store = load_store(snapshot, progress=False, page_text=False)
+    assert store.trusted and served_records(store) == expected and not caplog.records
+    # A prepare writes them in this docsrv's layout, and seals them anew.
+    prepared = load_store(snapshot, progress=False, page_text=False, keep=True)
+    assert prepared.trusted and served_records(prepared) == expected
+    assert msgspec.msgpack.decode(binary.binary_path(snapshot, "users").read_bytes(), type=binary.ServedRecords[msgspec.Raw]).layout_version == binary.LAYOUT_VERSION
+    assert load_store(snapshot, progress=False, page_text=False).trusted
+
+
+def test_messagepack_records_of_another_layout_are_named_and_the_json_lines_read(snapshot, caplog):
+    import msgspec
+
+    from docsrv.snapshot import binary
+    from docsrv.snapshot.records import Project
+
+    expected = served_records(load_store(snapshot, progress=False, keep=True, page_text=False))
+    path = binary.binary_path(snapshot, "projects")
+    served = msgspec.msgpack.decode(path.read_bytes(), type=binary.ServedRecords[list[Project]])
+    path.write_bytes(msgspec.msgpack.encode(msgspec.structs.replace(served, layout_version=1)))
+    seal_messagepack_as_it_is(snapshot)
+    with caplog.at_level(logging.WARNING, logger="docsrv"):
+        store = load_store(snapshot, progress=False, page_text=False)
+    assert f"{path.name}: not the records docsrv wrote (layout version 1, not {binary.LAYOUT_VERSION}); reading the JSON Lines" in caplog.text
+    assert served_records(store) == expected
+
+
 def test_a_messagepack_file_changed_since_the_check_is_named_and_not_used(snapshot, caplog):
     from docsrv.snapshot.binary import binary_path
     from docsrv.snapshot.load import read_snapshot
@@ -180,7 +242,7 @@ def test_a_grouping_that_does_not_fit_its_records_is_named_and_not_used(snapshot
 
     expected = served_records(load_store(snapshot, progress=False, keep=True, page_text=False))
     path = binary_path(snapshot, "versions")
-    served = msgspec.msgpack.decode(path.read_bytes(), type=ServedRecords[Version])
+    served = msgspec.msgpack.decode(path.read_bytes(), type=ServedRecords[list[Version]])
     grouping = served.derived.groupings["project"]
     served.derived.groupings["project"] = msgspec.structs.replace(grouping, order=grouping.order[:-4])
     path.write_bytes(msgspec.msgpack.encode(served))
@@ -224,6 +286,7 @@ def test_groupings_and_sorted_orders_read_back_give_each_key_its_items_in_order(
     MessagePack, gives what grouping the items in order would: each key's items, in their order."""
     import msgspec
 
+    from docsrv.utils import positions as positions_module
     from docsrv.utils.positions import Grouping, SortedOrder
 
     items = [(key, position) for position, key in enumerate(keys)]
@@ -232,6 +295,8 @@ def test_groupings_and_sorted_orders_read_back_give_each_key_its_items_in_order(
         expected.setdefault(item[0], []).append(item)
     grouping = msgspec.msgpack.decode(msgspec.msgpack.encode(Grouping.of(keys)), type=Grouping)
     assert grouping.lists(items) == expected
+    with mock.patch.object(positions_module, "GATHER_PIECE", 3):  # gathered a few at a time
+        assert grouping.lists(items) == expected
     comparable = [key for key in expected if isinstance(key, str)]
     texts = [item for item in items if isinstance(item[0], str)]
     order = SortedOrder(texts, lambda item: item[0])
@@ -453,11 +518,11 @@ def test_messagepack_positions_out_of_bounds_are_named_and_the_json_lines_read(s
 
     expected = served_records(load_store(snapshot, progress=False, keep=True, page_text=False))
     path = binary_path(snapshot, "builds")
-    served = msgspec.msgpack.decode(path.read_bytes(), type=ServedRecords[Build])
+    served = msgspec.msgpack.decode(path.read_bytes(), type=ServedRecords[list[Build]])
     grouping = served.derived.groupings["project"]
     if tamper == "out of bounds":
         order = positions_of(grouping.order)
-        order[0] = len(served.records) + 1000
+        order[0] = sum(map(len, served.records)) + 1000
         grouping = msgspec.structs.replace(grouping, order=order.tobytes())
     else:
         ends = list(positions_of(grouping.ends))

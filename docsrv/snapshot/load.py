@@ -48,6 +48,8 @@ class RawSnapshot:
     #: When the records were decoded from their MessagePack form (``binary.py``): what the store
     #: derived from them. The records are then the served ones (public, in served order).
     derived: dict[str, Derived] | None = None
+    #: When those files were of an earlier docsrv's layout (``binary.EARLIER_LAYOUT``).
+    earlier_layout: bool = False
     #: The identity of each record file, taken before any was read (``verified.record_check``).
     identities: dict[str, Identity] = field(default_factory=dict)
 
@@ -120,10 +122,11 @@ def read_snapshot(
     # A trusted record that lists the records in MessagePack: decoded from there when the page
     # text is not wanted (the MessagePack pages have none).
     derived = None
+    earlier_layout = False
     if found_trust is not None and not page_text and found_trust[0].files.keys() >= BINARY_NAMES:
         binary = read_binary(directory)
         if binary is not None:
-            records, derived = binary
+            records, derived, earlier_layout = binary
     for kind, cls in KINDS.items():
         if cls is Page and not page_text:
             cls = PageHead
@@ -172,7 +175,8 @@ def read_snapshot(
     problems.raise_if_any()
     assert manifest is not None and commands is not None
     seconds = time.perf_counter() - started
-    return RawSnapshot(directory, manifest, records, commands, files, seconds, manifest_bytes, found_trust is not None, derived, checked)
+    return RawSnapshot(directory, manifest, records, commands, files, seconds, manifest_bytes, found_trust is not None, derived,
+                       earlier_layout, checked)
 
 
 def manifest_of(directory: Path) -> Manifest:

@@ -28,6 +28,10 @@ K = TypeVar("K")
 #: Positions are unsigned 32-bit integers (``array`` type code "I").
 POSITION = "I"
 POSITION_BYTES = array(POSITION).itemsize
+#: The most records a grouping gathers in one call (in C, the GIL held): at the large scale, the
+#: builds of every version in one call held it for about a second, which a sidecar's loop, beside
+#: a load of its state, waited for.
+GATHER_PIECE = 65536
 #: The keys a grouping may have: an id, a slug, a flag, or one of these with a flag.
 Key = int | str | bool | tuple[int | str, bool]
 
@@ -60,7 +64,10 @@ class Grouping(msgspec.Struct, array_like=True, frozen=True):
 
     def lists(self, items: Sequence[T]) -> dict[Any, list[T]]:
         """The items of each key, in the order of ``items`` (the list the grouping was made of)."""
-        gathered = list(map(items.__getitem__, positions_of(self.order)))
+        order = positions_of(self.order)
+        gathered: list[T] = []
+        for start in range(0, len(order), GATHER_PIECE):
+            gathered += map(items.__getitem__, order[start:start + GATHER_PIECE])
         ends = positions_of(self.ends)
         return {key: gathered[start:end] for key, (start, end) in zip(self.keys, pairwise(chain((0,), ends)), strict=True)}
 

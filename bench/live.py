@@ -4,7 +4,7 @@ what it serves equals a fresh server's.
 
     python bench/live.py [--scale medium] [--sizes 1 10 100 1000] [--rounds 50] [--pss-changesets 1000]
                          [--crawl-changesets 20] [--skip publisher hot pss crawl] [--mix] [--pages 0]
-                         [--kept-page-ids] [--private-pages 0]
+                         [--kept-page-ids] [--private-pages 0] [--sidecar-core N] [--tag NAME]
 
 A synthetic snapshot (bench/scratch/, indexed: its index is published with it) is published whole
 on an origin directory that Python's http.server serves on loopback, pulled into a replica, and
@@ -30,7 +30,8 @@ follows the origin as a sidecar and wrk asks the server for a project list witho
    file), with no changeset arriving and with one a second (of one build, and with ``--pages`` and
    ``--private-pages`` those too); each ratio docsrv/nginx, and the
    CPU time docsrv's processes spent per request (the feed, the sidecar and the origin share
-   the machine's two cores with both servers and wrk).
+   the machine's two cores with both servers, on core 1, and wrk, on core 0; with
+   ``--sidecar-core 0`` they run on wrk's, off the servers').
 4. Memory: ``--pss-changesets`` changesets of 10 builds as fast as the replica applies them
    (the pull folds them into a snapshot every 200, and the server reloads onto it); the PSS of
    the server's processes every 100 changesets.
@@ -567,8 +568,17 @@ def main() -> None:
                                                                       "them new ones)")
     parser.add_argument("--private-pages", type=int, default=0, help="versions that hold pages each changeset of the lag and the "
                                                                      "crawl makes private")
+    parser.add_argument("--sidecar-core", type=int, default=None, help="a core to run the sidecar, the feeder and the origin on "
+                        "(what, in a pod, has CPU of its own or runs elsewhere); the server runs on core 1, wrk on core 0")
+    parser.add_argument("--tag", default="", help="added to the results file's name (bench/results/<date>-live-<scale>-<tag>.json), "
+                        "so that a run does not write over another of the day")
     args = parser.parse_args()
     ensure_tools()
+
+    def outside(command: list[str]) -> list[str]:
+        """``command`` on ``--sidecar-core``, when it is given."""
+        return command if args.sidecar_core is None else pinned(command, args.sidecar_core)
+
     base = snapshot_path(args.scale, 1)
     marker = base / "index" / "docsrv-index.json"
     if not marker.exists() or json.loads(marker.read_bytes()).get("schema_version") != SCHEMA_VERSION:
@@ -578,12 +588,12 @@ def main() -> None:
     origin, into = work / "origin", work / "replica"
     publish_seconds, _ = docsrv("snapshot", "publish", str(base), str(origin))
     port = free_port()
-    http_origin = System("origin", [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(origin)],
-                         port)
+    serving_origin = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(origin)]
+    http_origin = System("origin", outside(serving_origin), port)
     url = f"http://127.0.0.1:{port}"
     server = load = sidecar = peer = None
     report: dict = {"date": date.today().isoformat(), "command": " ".join(["python bench/live.py", *sys.argv[1:]]), "scale": args.scale,
-                    "base_publish_s": round(publish_seconds, 1)}
+                    "tag": args.tag, "base_publish_s": round(publish_seconds, 1)}
     try:
         pull_seconds, _ = docsrv("snapshot", "pull", url, "--into", str(into))
         report["base_pull_s"] = round(pull_seconds, 1)
@@ -596,7 +606,8 @@ def main() -> None:
             return served_sequence(server)
 
         with open(work / "sidecar.log", "w") as sidecar_log:
-            sidecar = subprocess.Popen([sys.executable, "-m", "docsrv", "snapshot", "pull", url, "--into", str(into), "--every", "0.2"],
+            sidecar = subprocess.Popen(outside([sys.executable, "-m", "docsrv", "snapshot", "pull", url, "--into", str(into), "--every",
+                                                "0.2"]),
                                        stdout=subprocess.DEVNULL, stderr=sidecar_log, start_new_session=True)
         # As a sidecar that has run a while: its state loaded (``pull.tend_warming``). While it
         # loads (about 30 s at large), its looks wait on the load's long calls: that is a start's.
@@ -672,7 +683,7 @@ def main() -> None:
             wrk_rps(peer.port, "/hot/project.json", 2)
             for condition in ("quiet", "changesets", "quiet", "changesets"):
                 feeding = [str(origin), str(previous), "1", str(args.pages), str(args.private_pages), str(int(args.kept_page_ids))]
-                feeder = subprocess.Popen([sys.executable, __file__, "--feed-only", *feeding],
+                feeder = subprocess.Popen(outside([sys.executable, __file__, "--feed-only", *feeding]),
                                           start_new_session=True) if condition == "changesets" else None
                 try:
                     if feeder is not None:  # its start (reading every build) is not the server's cost
@@ -771,7 +782,8 @@ def settled(server: System, reloads: int) -> bool:
 
 def save(report: dict) -> None:
     """Write what is measured so far (a long run that is stopped keeps it)."""
-    out_path = HERE / "results" / f"{date.today().isoformat()}-live-{report['scale']}.json"
+    tag = f"-{report['tag']}" if report["tag"] else ""
+    out_path = HERE / "results" / f"{date.today().isoformat()}-live-{report['scale']}{tag}.json"
     out_path.write_text(json.dumps(report, indent=2) + "\n")
 
 

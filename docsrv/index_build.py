@@ -413,7 +413,7 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
         link_files(kept_entries, directory / ENTRIES)
     else:
         (directory / ENTRIES).mkdir()
-        entries_index = quiet(tantivy.Index(named_entries.build_schema(), path=str(directory / ENTRIES)))
+        entries_index = named_entries.register_tokenizers(quiet(tantivy.Index(named_entries.build_schema(), path=str(directory / ENTRIES))))
         entries = entries_index.writer(heap_size=64 << 20, num_threads=1)
     derived = Derived([], [], [], [], {identity: sorted(names) for identity, names in named.items()})
     with HighlightWriter(directory / HIGHLIGHT) as highlights:

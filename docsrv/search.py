@@ -50,7 +50,7 @@ from .store import Store
 from .utils import held_calls
 
 #: Changes whenever what the index holds changes: an index of another schema is rebuilt.
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 #: Weights of DECISIONS.md section 3: a word in the title counts ten times one in the body. The
 #: page's Sphinx document name (``tutorial/classes``) says where it sits in the documentation: its
 #: words count for holding every word of a query ("classes tutorial"), and little for rank. On

@@ -398,6 +398,39 @@ def test_a_long_anchor_query_is_held_to_every_character_and_costs_no_500(server)
     assert not any("Traceback" in line for line in server.log)
 
 
+def anchor_search(headings: list[tuple[str, str]]):
+    """The anchor search of an entries index of one page whose sections are ``headings`` (anchor
+    id, heading), each slot its page id."""
+    import tantivy
+
+    from docsrv import named_entries
+    from docsrv.snapshot.records import Page, Section
+
+    page = Page(id=7, project=1, version=1, path="p.html", title="Page", sections=tuple(Section(*pair) for pair in headings))
+    index = named_entries.register_tokenizers(tantivy.Index(named_entries.build_schema()))
+    writer = index.writer(heap_size=15_000_000, num_threads=1)
+    for document in named_entries.documents(page, "p/latest", 7, False):
+        writer.add_json(document)
+    writer.commit()
+    writer.wait_merging_threads()
+    index.reload()
+    return named_entries.NamedEntries(index, lambda slot: slot).anchors
+
+
+def test_an_anchor_query_is_found_as_one_run_of_characters_of_any_length():
+    """The index finds a query by its runs of three characters, and what it finds is held to the
+    query itself: runs that stand apart in a heading do not match; a query of one or two
+    characters, punctuation and all, finds a heading that holds it, however short."""
+    anchors = anchor_search([("abcd-xbcy", "Abcd xbcy"), ("ab", "Ab"), ("c-paren", "c(x) -> y.*"), ("naive", "Naïve Bayes")])
+    assert anchors("abcy") == []  # "abc" and "bcy" are both in the first heading, apart
+    assert anchors("D XBC") == [(7, "abcd-xbcy")]
+    assert anchors("ab") == [(7, "ab"), (7, "abcd-xbcy")]  # the exact heading first
+    assert anchors("y") == [(7, "abcd-xbcy"), (7, "c-paren"), (7, "naive")]  # shorter headings first
+    assert anchors(") -> y.*") == [(7, "c-paren")] and anchors("(") == [(7, "c-paren")]
+    assert anchors("ïve b") == [(7, "naive")] and anchors("ï") == [(7, "naive")]
+    assert anchors("bayes naïve") == [] and anchors("zz") == []
+
+
 def test_v1_anchor_search_finds_objects_and_glossary_terms(server):
     assert server.json("/api/v1/file/anchor/?q=render_all")["objects"] == [
         f"{BASE}/attrs/en/latest/api.html#widgetry.render_all",

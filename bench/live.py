@@ -4,7 +4,7 @@ what it serves equals a fresh server's.
 
     python bench/live.py [--scale medium] [--sizes 1 10 100 1000] [--rounds 50] [--pss-changesets 1000]
                          [--crawl-changesets 20] [--skip publisher hot pss crawl] [--mix] [--pages 0]
-                         [--kept-page-ids] [--private-pages 0] [--sidecar-core N] [--tag NAME]
+                         [--kept-page-ids] [--same-text] [--private-pages 0] [--sidecar-core N] [--tag NAME]
 
 A synthetic snapshot (bench/scratch/, indexed: its index is published with it) is published whole
 on an origin directory that Python's http.server serves on loopback, pulled into a replica, and
@@ -231,11 +231,12 @@ class Feed:
     from what it knows changed: each written with docsrv's format code, then ``head.json`` in one
     rename, as ``publish`` does."""
 
-    def __init__(self, origin: Path, snapshot: Path, kept_page_ids: bool = False) -> None:
+    def __init__(self, origin: Path, snapshot: Path, kept_page_ids: bool = False, same_text: bool = False) -> None:
         self.origin = origin
         self.snapshot = snapshot
-        #: Whether pages uploaded again keep their ids (``uploaded``).
+        #: Whether pages uploaded again keep their ids, and their text (``uploaded``).
         self.kept_page_ids = kept_page_ids
+        self.same_text = same_text
         #: The id of the next page made (found at the first upload).
         self.next_page_id = 0
         self.manifest = manifest_of(snapshot)
@@ -376,7 +377,8 @@ class Feed:
         under a new id, and the page it replaces deleted (the service creates a build's files
         anew and deletes those of the build before: ``_process_files`` and ``collect`` in
         ``readthedocs/projects/tasks/search.py``), its text with a sentence more; with
-        ``kept_page_ids``, each keeps its id. The pages file is read at the first upload."""
+        ``kept_page_ids``, each keeps its id; with ``same_text``, its text (a build of a commit that
+        changed no page). The pages file is read at the first upload."""
         if not count:
             return [], []
         if not self.page_lines:
@@ -391,7 +393,8 @@ class Feed:
             edited = []
             for line in self.page_lines[version]:
                 page = json.loads(line)
-                page["text"] = f"{page.get('text', '')} Install it again with pip: upload {mark}."
+                if not self.same_text:
+                    page["text"] = f"{page.get('text', '')} Install it again with pip: upload {mark}."
                 if not self.kept_page_ids:
                     removed.append(b'{"op":"delete","kind":"pages","id":%d}' % page["id"])
                     page["id"] = self.next_page_id
@@ -566,6 +569,8 @@ def main() -> None:
                                                              "uploads again")
     parser.add_argument("--kept-page-ids", action="store_true", help="pages uploaded again keep their ids (the service gives "
                                                                       "them new ones)")
+    parser.add_argument("--same-text", action="store_true", help="pages uploaded again keep their text (a build of a commit that "
+                                                                  "changed no page)")
     parser.add_argument("--private-pages", type=int, default=0, help="versions that hold pages each changeset of the lag and the "
                                                                      "crawl makes private")
     parser.add_argument("--sidecar-core", type=int, default=None, help="a core to run the sidecar, the feeder and the origin on "
@@ -640,7 +645,7 @@ def main() -> None:
             load = Load(server_port)
 
         # 2. The lag, one changeset a second.
-        feed = Feed(origin, previous, args.kept_page_ids)
+        feed = Feed(origin, previous, args.kept_page_ids, args.same_text)
         by_size: dict = {}
         for size in args.sizes:
             lags, sizes, heads, published = [], [], [], {}
@@ -682,7 +687,8 @@ def main() -> None:
             wrk_rps(server_port, hot, 2)  # warm both (nginx's first run was a third faster than every later one)
             wrk_rps(peer.port, "/hot/project.json", 2)
             for condition in ("quiet", "changesets", "quiet", "changesets"):
-                feeding = [str(origin), str(previous), "1", str(args.pages), str(args.private_pages), str(int(args.kept_page_ids))]
+                feeding = [str(origin), str(previous), "1", str(args.pages), str(args.private_pages), str(int(args.kept_page_ids)),
+                           str(int(args.same_text))]
                 feeder = subprocess.Popen(outside([sys.executable, __file__, "--feed-only", *feeding]),
                                           start_new_session=True) if condition == "changesets" else None
                 try:
@@ -787,9 +793,9 @@ def save(report: dict) -> None:
     out_path.write_text(json.dumps(report, indent=2) + "\n")
 
 
-def feed_only(origin: Path, snapshot: Path, builds: int, pages: int, private_pages: int, kept_page_ids: int) -> None:
+def feed_only(origin: Path, snapshot: Path, builds: int, pages: int, private_pages: int, kept_page_ids: int, same_text: int) -> None:
     """One changeset a second until stopped (a process of its own, beside wrk)."""
-    feed = Feed(origin, snapshot, bool(kept_page_ids))
+    feed = Feed(origin, snapshot, bool(kept_page_ids), bool(same_text))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while True:
         started = time.monotonic()

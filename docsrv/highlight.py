@@ -42,6 +42,8 @@ from itertools import repeat
 from pathlib import Path
 from typing import Literal, NamedTuple
 
+from .utils.files import link_or_copy
+
 #: Occurrences of a word recorded per page: enough to fill three fragments of a page where
 #: the word is dense. Fragments never reach past the last recorded occurrence of a word that
 #: may have more, so no occurrence inside a fragment goes unmarked.
@@ -221,6 +223,20 @@ class HighlightWriter:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def relabel(source: Path, target: Path, page_ids: Sequence[int]) -> None:
+    """The highlight files in ``source`` made again in ``target`` for the same pages, in the same
+    order, under ``page_ids``: every file linked (files of an index are never written again once
+    made) but the page ids, written. A build of the service uploads a version's pages again under
+    new ids, often with the same text."""
+    require_little_endian()
+    target.mkdir(parents=True)
+    for name in ("text", *_ARRAYS, *_RECORDS):
+        if name != "page-ids":
+            link_or_copy(source / name, target / name)
+    with open(target / "page-ids", "wb") as handle:
+        array("q", page_ids).tofile(handle)
 
 
 def require_little_endian() -> None:

@@ -40,7 +40,10 @@ same ids or under new ones in the same order (a build of the service uploads its
 again so), which the entries index does not hold (a slot says the page: ``named_entries.py``).
 A shard built again after a changeset takes what the earlier shard holds of the pages the
 changeset did not change (``Recorded``): their highlight records, copied as a whole build would
-write them, and what was derived from each (``Derived``).
+write them, and what was derived from each (``Derived``). When every page of the shard is what it
+was but for its id (``documents_digest``: a build of a commit that changed no page uploads its
+version's pages again, under new ids), the shard keeps its pages index and highlight files too,
+and writes their ids alone (``highlight.relabel``).
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ import tantivy
 
 from . import code_syntax, named_entries
 from .changelogs import is_changelog
-from .highlight import MAX_SHARD_KEY, Highlights, HighlightWriter, slot_of
+from .highlight import MAX_SHARD_KEY, Highlights, HighlightWriter, relabel, slot_of
 from .search import (
     ENTRIES,
     HIGHLIGHT,
@@ -119,6 +122,8 @@ class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: The index's block width (``Layout``): when it changes, every shard is built again.
     width: int
     entries: str
+    #: What its pages index and highlight files were made of (``documents_digest``).
+    documents: str = ""
 
 
 class Derived(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -278,6 +283,19 @@ def entries_digest(pages: list[Page], scopes: dict[int, str]) -> str:
     return hasher.hexdigest()
 
 
+def documents_digest(pages: list[Page], scopes: dict[int, str], operators: frozenset[str]) -> str:
+    """A digest of what the pages index and the highlight files of a shard of ``pages`` (in its
+    order, their versions' ``scopes``, the index's ``operators``) are made of: each page's scope,
+    title, sections, text and document name, its slot being its place. Not its id, which the
+    highlight files' page ids alone hold (``highlight.relabel``)."""
+    hasher = _hasher()
+    encode = _named.encode
+    hasher.update(encode(sorted(operators)))
+    for page in pages:
+        hasher.update(encode((scopes[page.version], page.title, page.sections, page.text, page.document_name)))
+    return hasher.hexdigest()
+
+
 def build_index(store: Store, directory: Path, print_progress: bool | None = None) -> float:
     """Index every public page of ``store`` (loaded with the pages' text) into ``directory``, new
     or empty, in shards (``Layout``); return the seconds taken.
@@ -333,9 +351,11 @@ def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], 
         for shard, pages, digest, named in shards:
             scopes = version_scopes(store, pages)
             made = Shard(digest=digest, pages=len(pages), operators=sorted(frozenset().union(*named.values())), schema=SCHEMA_VERSION,
-                         width=width, entries=entries_digest(pages, scopes))
-            kept = earlier_entries(shard_path(earlier, shard), made.entries) if earlier is not None else None
-            commit = build_shard(index, shard, pages, scopes, operators, named, made, kept, (recorded or {}).get(shard))
+                         width=width, entries=entries_digest(pages, scopes), documents=documents_digest(pages, scopes, operators))
+            was = shard_path(earlier, shard) if earlier is not None else None
+            kept = earlier_entries(was, made.entries) if was is not None else None
+            same = earlier_documents(was, made) if was is not None else None
+            commit = build_shard(index, shard, pages, scopes, operators, named, made, kept, (recorded or {}).get(shard), same)
             if previous is not None:
                 previous.result()  # one commit at a time: a shard's writer holds WRITER_HEAP until it is done
             previous = committing.submit(commit)
@@ -345,13 +365,32 @@ def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], 
             previous.result()
 
 
-def earlier_entries(shard: Path, digest: str) -> Path | None:
-    """The entries index of the shard in ``shard``, if it was made of what ``digest`` says."""
+def earlier_made(shard: Path) -> Shard | None:
+    """What the shard in ``shard`` was built from, if it says."""
     try:
-        was = _shard.decode((shard / SHARD_FILE).read_bytes())
+        return _shard.decode((shard / SHARD_FILE).read_bytes())
     except (OSError, ValueError):
         return None
-    return shard / ENTRIES if was.entries == digest else None
+
+
+def earlier_entries(shard: Path, digest: str) -> Path | None:
+    """The entries index of the shard in ``shard``, if it was made of what ``digest`` says."""
+    was = earlier_made(shard)
+    return shard / ENTRIES if was is not None and was.entries == digest else None
+
+
+def earlier_documents(shard: Path, made: Shard) -> tuple[Path, Derived] | None:
+    """The shard in ``shard`` and what its build derived from its pages, if its pages index and
+    highlight files were made of what ``made`` says they are now (``documents_digest``): the same
+    pages, but for their ids."""
+    was = earlier_made(shard)
+    if was is None or not was.documents or was.documents != made.documents:
+        return None
+    try:
+        derived = _derived.decode((shard / DERIVED_FILE).read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return None
+    return (shard, derived) if len(derived.ids) == made.pages and matches(derived, derived.ids) else None
 
 
 class Recorded:
@@ -399,15 +438,17 @@ def matches(derived: Derived, ids: list[int]) -> bool:
 
 
 def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, str], operators: frozenset[str], named: NamedOperators,
-                made: Shard, kept_entries: Path | None = None, recorded: Recorded | None = None) -> Callable[[], None]:
+                made: Shard, kept_entries: Path | None = None, recorded: Recorded | None = None,
+                same: tuple[Path, Derived] | None = None) -> Callable[[], None]:
     """Add one shard's ``pages`` (in its order, their versions' ``scopes``, the operators each
     names: ``named``) to an index of its own in ``index``, ``operators`` being those of the whole
     index; return what commits it and writes what it was ``made`` from. With ``kept_entries``, an
     entries index made of the same, its files are linked instead; with ``recorded``, what it holds
-    of its unchanged pages is taken from it."""
+    of its unchanged pages is taken from it; with ``same`` (an earlier shard whose pages index and
+    highlight files were made of the same pages, and what it derived from them), those are linked,
+    under the pages' ids now."""
     directory = shard_path(index, shard)
-    (directory / PAGES).mkdir(parents=True)
-    documents = quiet(tantivy.Index(build_schema(), path=str(directory / PAGES))).writer(heap_size=WRITER_HEAP, num_threads=1)
+    directory.mkdir(parents=True)
     entries = None
     if kept_entries is not None:
         link_files(kept_entries, directory / ENTRIES)
@@ -415,36 +456,52 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
         (directory / ENTRIES).mkdir()
         entries_index = named_entries.register_tokenizers(quiet(tantivy.Index(named_entries.build_schema(), path=str(directory / ENTRIES))))
         entries = entries_index.writer(heap_size=64 << 20, num_threads=1)
-    derived = Derived([], [], [], [], {identity: sorted(names) for identity, names in named.items()})
-    with HighlightWriter(directory / HIGHLIGHT) as highlights:
-        for page in pages:
-            scope = scopes[page.version]
-            slot = slot_of(shard, highlights.add(page.id, page.text, recorded.of(page.id) if recorded is not None else None))
-            known = recorded.derived(page) if recorded is not None else None
-            if known is None:
-                changelog = is_changelog(page.title, [section.title for section in page.sections])
-                symbols = " ".join(code_syntax.page_tokens(page.text, operators))
-            else:
-                changelog, symbols, _named = known
-            derived.ids.append(page.id)
-            derived.chars.append(len(page.text))
-            derived.changelog.append(changelog)
-            derived.symbols.append(symbols)
-            documents.add_document(
-                tantivy.Document(
-                    scope=scope,
-                    slot=slot,
-                    changelog=int(changelog),
-                    title=page.title,
-                    headings=" ".join(section.title for section in page.sections),
-                    body=page.text,
-                    path=page.document_name,
-                    symbols=symbols,
-                )
-            )
-            if entries is not None:
-                for document in named_entries.documents(page, scope, slot, changelog):
+    documents = None
+    if same is not None:
+        earlier, before = same
+        link_files(earlier / PAGES, directory / PAGES)
+        ids = [page.id for page in pages]
+        relabel(earlier / HIGHLIGHT, directory / HIGHLIGHT, ids)
+        renamed = dict(zip(before.ids, ids, strict=True))
+        derived = Derived(ids, before.chars, before.changelog, before.symbols,
+                          {renamed[identity]: names for identity, names in before.operators.items()})
+        if entries is not None:
+            for place, page in enumerate(pages):
+                for document in named_entries.documents(page, scopes[page.version], slot_of(shard, place), derived.changelog[place]):
                     entries.add_json(document)
+    else:
+        (directory / PAGES).mkdir()
+        documents = quiet(tantivy.Index(build_schema(), path=str(directory / PAGES))).writer(heap_size=WRITER_HEAP, num_threads=1)
+        derived = Derived([], [], [], [], {identity: sorted(names) for identity, names in named.items()})
+        with HighlightWriter(directory / HIGHLIGHT) as highlights:
+            for page in pages:
+                scope = scopes[page.version]
+                slot = slot_of(shard, highlights.add(page.id, page.text, recorded.of(page.id) if recorded is not None else None))
+                known = recorded.derived(page) if recorded is not None else None
+                if known is None:
+                    changelog = is_changelog(page.title, [section.title for section in page.sections])
+                    symbols = " ".join(code_syntax.page_tokens(page.text, operators))
+                else:
+                    changelog, symbols, _named = known
+                derived.ids.append(page.id)
+                derived.chars.append(len(page.text))
+                derived.changelog.append(changelog)
+                derived.symbols.append(symbols)
+                documents.add_document(
+                    tantivy.Document(
+                        scope=scope,
+                        slot=slot,
+                        changelog=int(changelog),
+                        title=page.title,
+                        headings=" ".join(section.title for section in page.sections),
+                        body=page.text,
+                        path=page.document_name,
+                        symbols=symbols,
+                    )
+                )
+                if entries is not None:
+                    for document in named_entries.documents(page, scope, slot, changelog):
+                        entries.add_json(document)
     (directory / DERIVED_FILE).write_bytes(_derived_encoder.encode(derived))
 
     def commit() -> None:

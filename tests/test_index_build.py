@@ -212,13 +212,20 @@ def test_an_earlier_shard_that_does_not_say_what_its_entries_hold_has_them_built
         assert ours.search_anchors(query) == theirs.search_anchors(query), query
 
 
-def test_a_version_uploaded_again_under_new_ids_keeps_its_shards_entries(tmp_path):
+@pytest.mark.parametrize("text", ["edited", "the same"])
+def test_a_version_uploaded_again_under_new_ids_keeps_its_shards_entries(tmp_path, text):
     """A build of the service uploads every page of its version again under new ids, most with
     the same names: the shard built again keeps its entries index (which says a page by its
-    slot, not its id), and names and anchors find the new ids, as an index built whole does."""
+    slot, not its id), and names and anchors find the new ids, as an index built whole does.
+    With the same text too (a build of a commit that changed no page), it keeps its pages index
+    and highlight files (``documents_digest``), but for the page ids, written anew: every file
+    but the tantivy indexes is byte for byte what a whole build writes."""
+    from docsrv.index_build import DERIVED_FILE
+
     old = indexed_demo(tmp_path / "old")
     new = tmp_path / "new"
     titles = []
+    added = " Zephyrine reticulation." if text == "edited" else ""
 
     def upload_again(records: dict[str, list]) -> list[int]:
         version = public_versions_with_pages(records)[0]
@@ -227,7 +234,7 @@ def test_a_version_uploaded_again_under_new_ids_keeps_its_shards_entries(tmp_pat
         top = max(page["id"] for page in pages)
         for number, page in enumerate(again, start=1):
             pages.remove(page)
-            pages.append(dict(page, id=top + number, text=page.get("text", "") + " Zephyrine reticulation."))
+            pages.append(dict(page, id=top + number, text=page.get("text", "") + added))
             titles.append(page["title"])
         return [version["id"]]
 
@@ -238,14 +245,20 @@ def test_a_version_uploaded_again_under_new_ids_keeps_its_shards_entries(tmp_pat
     (shard,) = plan.changed
     rebuilt = tmp_path / "rebuilt"
     rebuild_index(store, plan, rebuilt)
-    for part, kept in (("entries", True), ("pages", False)):
+    same = text == "the same"
+    for part, kept in (("entries", True), ("pages", same), ("highlight", same)):
         for path in (shard_path(rebuilt, shard) / part).iterdir():
             earlier = shard_path(old / "index", shard) / part / path.name
-            assert (earlier.exists() and earlier.stat().st_ino == path.stat().st_ino) == kept, path
+            assert (earlier.exists() and earlier.stat().st_ino == path.stat().st_ino) == (kept and path.name != "page-ids"), path
     whole = tmp_path / "whole"
     build_index(load_store(new, progress=False), whole, print_progress=False)
+    files = sorted(path.relative_to(shard_path(whole, shard)) for path in shard_path(whole, shard).rglob("*")
+                   if path.is_file() and path.parts[-2] not in ("pages", "entries"))
+    assert DERIVED_FILE in map(str, files) and "highlight/page-ids" in map(str, files)
+    for path in files:
+        assert (shard_path(rebuilt, shard) / path).read_bytes() == (shard_path(whole, shard) / path).read_bytes(), path
     ours, theirs = SearchIndex.open(store, rebuilt), SearchIndex.open(store, whole)
-    new_ids = {page["id"] for page in read(new, "pages") if "Zephyrine" in page.get("text", "")}
+    new_ids = {page["id"] for page in read(new, "pages")} - {page["id"] for page in read(old, "pages")}
     named = [page_id for title in titles for page_id in ours.named.pages_named(title, None)]
     assert new_ids & set(named) and not set(named) - {page["id"] for page in read(new, "pages")}
     for query in [*VOCABULARY, *titles, "zephyrine", "reticulation gearbox"]:

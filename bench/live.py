@@ -804,7 +804,7 @@ def feed_only(origin: Path, snapshot: Path, builds: int, pages: int, private_pag
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 8 and sys.argv[1] == "--feed-only":
+    if sys.argv[1:2] == ["--feed-only"]:
         feed_only(Path(sys.argv[2]), Path(sys.argv[3]), *map(int, sys.argv[4:]))
     else:
         main()

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import time
 from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
@@ -60,6 +61,7 @@ from .snapshot.records import FileDigest, Manifest
 from .snapshot.write import put_in_place
 from .store import load_store, prepare
 from .store_changes import changes_index, in_memory
+from .utils import held_calls
 from .utils.files import link_or_copy, replace_file
 from .utils.progress import progress_bar, wanted
 
@@ -692,6 +694,7 @@ async def pull_every(
     failure in a row (from ``seconds`` or 5 s, whichever is shorter, to 5 minutes): a sidecar
     never dies of its origin. Every look is logged in one line (a pull, or that the snapshot is
     current), and so is a recovery."""
+    sys.setswitchinterval(held_calls.GIL_SWITCH_SECONDS)  # its looks go on beside the state it loads (``tend_warming``)
     failures = 0
     folding: asyncio.Task[Folded | None] | None = None
     warming: asyncio.Task[None] | None = None

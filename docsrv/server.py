@@ -27,10 +27,9 @@ from .errors import StartError
 from .following import Follower, caught_up
 from .http.accept import Acceptor
 from .http.limits import SERVER_LIMITS
-from .http.offload import GIL_SWITCH_SECONDS
 from .runtime import Runtime
 from .serving import Served, load_served
-from .utils import processes
+from .utils import held_calls, processes
 
 log = logging.getLogger("docsrv")
 
@@ -81,7 +80,7 @@ class Listening:
 async def start(state: ApiState, sock: socket.socket, accepting: bool = True) -> Listening:
     """A server of ``state`` on ``sock``, accepting connections unless told not to yet (then
     ``Listening.acceptor.start`` begins)."""
-    sys.setswitchinterval(GIL_SWITCH_SECONDS)
+    sys.setswitchinterval(held_calls.GIL_SWITCH_SECONDS)
     server = init_server(state, **SERVER_LIMITS, keepalive_timeout=state.settings.keepalive_timeout)
     runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=DRAIN_SECONDS)
     await runner.setup()

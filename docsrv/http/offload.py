@@ -18,10 +18,6 @@ from typing import TypeVar
 T = TypeVar("T")
 
 HEAVY_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="docsrv-heavy")
-#: How long a thread holds the GIL while another waits for it (Python's default is 5 ms). At
-#: 5 ms, cheap requests waited as long behind a search or a long render; a search thread that
-#: hands the GIL over at each call into tantivy lost a third of its time waiting to get it back.
-GIL_SWITCH_SECONDS = 0.0005
 
 
 async def offload(function: Callable[..., T], *args: object) -> T:

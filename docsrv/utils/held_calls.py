@@ -19,6 +19,13 @@ from __future__ import annotations
 import ctypes
 import os
 
+#: How long a thread holds the GIL while another waits for it (Python's default is 5 ms), in a
+#: process whose event loop runs beside a thread of heavy work. At 5 ms, a worker's cheap
+#: requests waited as long behind a search or a long render, and a search thread that hands the
+#: GIL over at each call into tantivy lost a third of its time waiting to get it back; a sidecar's
+#: pulls took 0.5-1.1 s each, not 0.05 s, while its state loaded beside them.
+GIL_SWITCH_SECONDS = 0.0005
+
 _libc = ctypes.PyDLL(None, use_errno=True)
 _libc.symlink.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
 _libc.unlink.argtypes = [ctypes.c_char_p]

@@ -212,17 +212,22 @@ def test_an_earlier_shard_that_does_not_say_what_its_entries_hold_has_them_built
         assert ours.search_anchors(query) == theirs.search_anchors(query), query
 
 
-@pytest.mark.parametrize("text", ["edited", "the same"])
+@pytest.mark.parametrize("text", ["edited", "the same", "the same, what was derived cut short"])
 def test_a_version_uploaded_again_under_new_ids_keeps_its_shards_entries(tmp_path, text):
     """A build of the service uploads every page of its version again under new ids, most with
     the same names: the shard built again keeps its entries index (which says a page by its
     slot, not its id), and names and anchors find the new ids, as an index built whole does.
     With the same text too (a build of a commit that changed no page), it keeps its pages index
     and highlight files (``documents_digest``), but for the page ids, written anew: every file
-    but the tantivy indexes is byte for byte what a whole build writes."""
+    but the tantivy indexes is byte for byte what a whole build writes. An earlier shard whose
+    ``derived.msgpack`` is not of its pages (damaged) is built again whole, alike."""
     from docsrv.index_build import DERIVED_FILE
 
     old = indexed_demo(tmp_path / "old")
+    if text.endswith("cut short"):
+        for path in (old / "index" / "shards").glob(f"*/{DERIVED_FILE}"):
+            columns = msgspec.msgpack.decode(path.read_bytes())
+            path.write_bytes(msgspec.msgpack.encode({**columns, "symbols": columns["symbols"][:-1]}))
     new = tmp_path / "new"
     titles = []
     added = " Zephyrine reticulation." if text == "edited" else ""
@@ -245,7 +250,7 @@ def test_a_version_uploaded_again_under_new_ids_keeps_its_shards_entries(tmp_pat
     (shard,) = plan.changed
     rebuilt = tmp_path / "rebuilt"
     rebuild_index(store, plan, rebuilt)
-    same = text == "the same"
+    same = text == "the same"  # its files linked, the ids written anew
     for part, kept in (("entries", True), ("pages", same), ("highlight", same)):
         for path in (shard_path(rebuilt, shard) / part).iterdir():
             earlier = shard_path(old / "index", shard) / part / path.name

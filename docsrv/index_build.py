@@ -352,9 +352,7 @@ def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], 
             scopes = version_scopes(store, pages)
             made = Shard(digest=digest, pages=len(pages), operators=sorted(frozenset().union(*named.values())), schema=SCHEMA_VERSION,
                          width=width, entries=entries_digest(pages, scopes), documents=documents_digest(pages, scopes, operators))
-            was = shard_path(earlier, shard) if earlier is not None else None
-            kept = earlier_entries(was, made.entries) if was is not None else None
-            same = earlier_documents(was, made) if was is not None else None
+            kept, same = kept_parts(shard_path(earlier, shard), made) if earlier is not None else (None, None)
             commit = build_shard(index, shard, pages, scopes, operators, named, made, kept, (recorded or {}).get(shard), same)
             if previous is not None:
                 previous.result()  # one commit at a time: a shard's writer holds WRITER_HEAP until it is done
@@ -365,32 +363,23 @@ def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], 
             previous.result()
 
 
-def earlier_made(shard: Path) -> Shard | None:
-    """What the shard in ``shard`` was built from, if it says."""
+def kept_parts(shard: Path, made: Shard) -> tuple[Path | None, tuple[Path, Derived] | None]:
+    """What a shard built as ``made`` says keeps of the earlier shard in ``shard``: its entries
+    index, if made of the same (``entries_digest``); and the shard itself with what its build
+    derived from its pages, if its pages index and highlight files were made of the same pages,
+    but for their ids (``documents_digest``)."""
     try:
-        return _shard.decode((shard / SHARD_FILE).read_bytes())
+        was = _shard.decode((shard / SHARD_FILE).read_bytes())
     except (OSError, ValueError):
-        return None
-
-
-def earlier_entries(shard: Path, digest: str) -> Path | None:
-    """The entries index of the shard in ``shard``, if it was made of what ``digest`` says."""
-    was = earlier_made(shard)
-    return shard / ENTRIES if was is not None and was.entries == digest else None
-
-
-def earlier_documents(shard: Path, made: Shard) -> tuple[Path, Derived] | None:
-    """The shard in ``shard`` and what its build derived from its pages, if its pages index and
-    highlight files were made of what ``made`` says they are now (``documents_digest``): the same
-    pages, but for their ids."""
-    was = earlier_made(shard)
-    if was is None or not was.documents or was.documents != made.documents:
-        return None
+        return None, None
+    entries = shard / ENTRIES if was.entries == made.entries else None
+    if not was.documents or was.documents != made.documents:
+        return entries, None
     try:
         derived = _derived.decode((shard / DERIVED_FILE).read_bytes())
     except (OSError, msgspec.DecodeError):
-        return None
-    return (shard, derived) if len(derived.ids) == made.pages and matches(derived, derived.ids) else None
+        return entries, None
+    return entries, (shard, derived) if len(derived.ids) == made.pages and matches(derived, derived.ids) else None
 
 
 class Recorded:

@@ -175,8 +175,8 @@ def read_snapshot(
     problems.raise_if_any()
     assert manifest is not None and commands is not None
     seconds = time.perf_counter() - started
-    return RawSnapshot(directory, manifest, records, commands, files, seconds, manifest_bytes, found_trust is not None, derived,
-                       earlier_layout, checked)
+    return RawSnapshot(directory, manifest, records, commands, files, seconds, manifest_bytes, found_trust is not None,
+                       derived=derived, earlier_layout=earlier_layout, identities=checked)
 
 
 def manifest_of(directory: Path) -> Manifest:

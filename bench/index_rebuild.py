@@ -4,7 +4,7 @@ from the index before it; and what the shards cost a search, for each count of b
     python bench/index_rebuild.py [--scale medium] [--versions 1 10 100] [--shard-blocks 16 64]
                                   [--queries 300]
 
-For each count of blocks (``index_build.SHARD_BLOCKS``), the synthetic snapshot of the scale
+For each count of blocks (``shard_layout.SHARD_BLOCKS``), the synthetic snapshot of the scale
 (``bench/scratch/``, made when missing) is indexed whole (``index_build.build_index``). Then, for
 each count of versions, a build's end of that many versions, chosen at random: the product
 snapshot (the other record files linked, the pages file written again with every page of those
@@ -38,9 +38,9 @@ import msgspec
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
-from docsrv import index_build  # noqa: E402
+from docsrv import index_build, shard_layout  # noqa: E402
 from docsrv.index_build import build_index, plan_rebuild, rebuild_index  # noqa: E402
-from docsrv.search import SearchIndex, version_scope  # noqa: E402
+from docsrv.search import Scope, SearchIndex, version_scope  # noqa: E402
 from docsrv.snapshot.load import manifest_of, record_file  # noqa: E402
 from docsrv.snapshot.records import KINDS  # noqa: E402
 from docsrv.snapshot.write import write_manifest  # noqa: E402
@@ -74,7 +74,7 @@ def queries_of(store: Store, count: int, rng: random.Random) -> list[str]:
     return [" ".join(rng.sample(words, min(len(words), rng.randrange(1, 4)))) for words in titles[:count]]
 
 
-def timed(index: SearchIndex, queries: list[str], scopes: list[list[str] | None]) -> list[float]:
+def timed(index: SearchIndex, queries: list[str], scopes: list[list[Scope] | None]) -> list[float]:
     seconds = []
     for query, scope in zip(queries, scopes, strict=True):
         started = time.perf_counter()
@@ -92,7 +92,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", default="medium")
     parser.add_argument("--versions", type=int, nargs="+", default=[1, 10, 100])
-    parser.add_argument("--shard-blocks", type=int, nargs="+", default=[index_build.SHARD_BLOCKS])
+    parser.add_argument("--shard-blocks", type=int, nargs="+", default=[shard_layout.SHARD_BLOCKS])
     parser.add_argument("--queries", type=int, default=300)
     options = parser.parse_args()
     rng = random.Random(35)
@@ -112,10 +112,10 @@ def main() -> None:
             product_of(snapshot, products[count], set(rng.sample(with_pages, count)))
         last = options.versions[0]
         for blocks in options.shard_blocks:
-            index_build.SHARD_BLOCKS = blocks
+            shard_layout.SHARD_BLOCKS = blocks
             whole = work / f"whole-{blocks}"
             seconds = build_index(store, whole, print_progress=False)
-            shards = index_build.read_shards(whole, index_build.Layout.of(store).width)
+            shards = index_build.read_shards(whole, shard_layout.Layout.of(store).width)
             assert shards is not None
             sizes = sorted(shard.pages for shard in shards.values())
             row: dict = {"shard_blocks": blocks, "whole_seconds": round(seconds, 2), "shards": len(shards),
@@ -149,7 +149,7 @@ def main() -> None:
         store = load_store(snapshot, page_text=False, progress=False)
         indexes = {blocks: SearchIndex.open(store, work / f"whole-{blocks}") for blocks in options.shard_blocks}
         versions = [store.versions[identity] for identity in rng.choices(with_pages, k=len(queries))]
-        scoped: list[list[str] | None] = [[version_scope(store.projects[v.project].slug, v.slug)] for v in versions]
+        scoped: list[list[Scope] | None] = [[Scope(version_scope(store.projects[v.project].slug, v.slug), v.id)] for v in versions]
         rounds: dict[str, list[float]] = {f"{blocks} blocks, {kind}": [] for blocks in indexes for kind in ("every version", "one version")}
         for _round in range(3):
             for blocks, index in indexes.items():

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docsrv.index_build import build_index
-from docsrv.search import SearchIndex
+from docsrv.search import Scope, SearchIndex, version_scope
 from docsrv.store import Store, load_store
 from search import PYTHON_DOCS, sphinx_snapshot
 
@@ -126,10 +126,13 @@ def measure(corpus: str, show_misses: bool) -> dict:
         build_index(store, Path(directory), print_progress=False)
         index = SearchIndex.open(store, Path(directory))
         fts = Fts5(store)
+        searched = store.version_of(store.project_by_slug[project].id, version)
+        assert searched is not None
+        scopes = [Scope(version_scope(project, version), searched.id)]
         ranks: dict[str, list[int | None]] = {"docsrv": [], "fts5": []}
         misses = []
         for judged_query in queries:
-            found = index.search_pages(judged_query.query, scopes=[f"{project}/{version}"])
+            found = index.search_pages(judged_query.query, scopes=scopes)
             ours = [store.pages[hit.page_id].path for hit in found.hits]
             theirs = fts.ranked(judged_query.query)
             ranks["docsrv"].append(rank_of(ours, judged_query.pages))

@@ -11,21 +11,16 @@ building its shard again and linking the others. Each shard is a whole small ind
     derived.msgpack  what the build derived from each page (``Derived``)
     shard.json   what the shard was made from (``Shard``)
 
-A server opens the segments of every shard, in the order of their keys, as one index
-(``search.open_index``). tantivy's BM25 statistics (how many documents, how many tokens a field
-holds, how many documents hold a term) are sums over the segments, but a query's score of a page
-is not always the same float in every cut of the same pages (the sum of its words' scores is
-taken in an order that depends on the documents before it in its segment), nor is the order of
-pages of equal scores (by segment, then document). An index built again therefore holds exactly
-the shards an index built whole of the same pages holds, each with the same pages in the same
-order: which shard holds a version's pages is a function of the version and its own pages alone
-(``Layout``), never of the index's history. A version with more than VERSION_PAGES pages is a
-shard alone; the others are in shards of blocks of consecutive version ids, as many ids to a
-block as cut the ids into SHARD_BLOCKS to twice as many blocks (a power of two, which changes
-when the last version's id crosses one: then every shard is built again). Each shard lists its
-pages by version, then id. An index changed by deleting documents would not answer alike either
-(tantivy counts deleted documents until a merge): a shard is built again whole, never patched.
-What a change of one version's pages costs is building its shard, about a fiftieth of the index.
+Each shard is searched on its own, scored by its own statistics (``search.SearchIndex``): a
+page's score depends on the pages its shard holds, and as a float on their order too (the sum of
+its words' scores is taken in an order that depends on the documents before it in its segment),
+as does the order of pages of equal scores. An index built again therefore holds exactly the
+shards an index built whole of the same pages holds, each with the same pages in the same order:
+which shard holds a version's pages is a function of the version and its own pages alone
+(``shard_layout.Layout``), never of the index's history. Each shard lists its pages by version,
+then id. An index changed by deleting documents would not answer alike either (tantivy counts
+deleted documents until a merge): a shard is built again whole, never patched. What a change of
+one version's pages costs is building its shard.
 
 What a shard is made of (``shard_digests``): the lines of its public pages in the snapshot's
 pages file, in the shard's order, and the scope (the slugs of its project and version) of each
@@ -64,7 +59,7 @@ import tantivy
 
 from . import code_syntax, named_entries
 from .changelogs import is_changelog
-from .highlight import MAX_SHARD_KEY, Highlights, HighlightWriter, relabel, slot_of
+from .highlight import Highlights, HighlightWriter, relabel, slot_of
 from .search import (
     ENTRIES,
     HIGHLIGHT,
@@ -80,6 +75,7 @@ from .search import (
     shard_path,
     version_scope,
 )
+from .shard_layout import Layout
 from .snapshot.errors import ProblemList
 from .snapshot.lines import decoded_blocks, describe
 from .snapshot.load import record_file
@@ -88,16 +84,6 @@ from .store import Store
 from .utils.files import link_or_copy
 from .utils.progress import progress_bar, wanted
 
-#: The blocks of version ids the index is cut into, at least (at most twice as many): what a
-#: change of one version's pages costs building, against what a search costs, which visits a
-#: segment of each shard. At the medium scale (194k pages; ``bench/index_rebuild.py``), 8, 32,
-#: 64 and 128 made 22, 48, 76 and 130 shards of 6,720, 3,920, 2,055 and 1,013 pages (the median
-#: shard), and a search of one version took 0.49, 0.89, 1.39 and 2.27 ms (0.40 ms in the 16
-#: shards of every sixteenth version before).
-SHARD_BLOCKS = 32
-#: A version with more pages than this is a shard alone: its changes build it alone, and a
-#: change of another costs no building of it.
-VERSION_PAGES = 2048
 #: tantivy's memory for one shard's writer: the largest shard fits in one segment.
 WRITER_HEAP = 128 << 20
 
@@ -158,48 +144,6 @@ _derived_encoder = msgspec.msgpack.Encoder()
 _named = msgspec.msgpack.Encoder()
 _placed = msgspec.json.Decoder(_Placed)
 _page = msgspec.json.Decoder(Page)
-
-
-def block_width(last: int) -> int:
-    """How many consecutive version ids a block of an index whose last version is ``last``
-    holds: the power of two that cuts the ids into SHARD_BLOCKS to twice as many blocks."""
-    return 1 << max(0, (last // SHARD_BLOCKS).bit_length() - 1)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Which shard holds each version's pages (``shard_of``): a function of the version, its
-    number of pages and the block width, so that an index built again and one built whole of the
-    same pages hold the same shards. A shard's key says which: ``2 * version + 1`` for a version
-    alone, ``2 * (first id of its block)`` for a block; the keys a slot cannot hold
-    (``highlight.MAX_SHARD_KEY``) are one shard."""
-
-    width: int
-    #: How many public pages each version holds.
-    counts: Mapping[int, int]
-
-    @classmethod
-    def of(cls, store: Store) -> Layout:
-        """The layout of ``store``'s index: its blocks as wide as its last public version's id
-        makes them (with pages or not, so that a version that gains its first page, loses its
-        last or is made private moves no block's bounds, unless it is the last of all)."""
-        return cls(block_width(max(store.versions, default=0)), store.versions_with_pages)
-
-    def shard_of(self, version: int) -> int:
-        return self.alone(version) if self.counts.get(version, 0) > VERSION_PAGES else self.block(version)
-
-    def alone(self, version: int) -> int:
-        return min(2 * version + 1, MAX_SHARD_KEY)
-
-    def block(self, version: int) -> int:
-        return min(2 * (version - version % self.width), MAX_SHARD_KEY)
-
-    def versions_of(self, shard: int) -> tuple[int, int | None]:
-        """The first version id that may be in ``shard``, and the one after the last (None: no end)."""
-        if shard == MAX_SHARD_KEY:
-            return MAX_SHARD_KEY // 2 - self.width, None
-        first = shard // 2
-        return first, first + (1 if shard % 2 else self.width)
 
 
 def served_blocks(store: Store) -> Iterator[tuple[str, int, list[_Placed], list[bytes]]]:

@@ -270,23 +270,30 @@ class Reading(NamedTuple):
 
 
 class NamedEntries:
-    """Lookups in one snapshot's entries index. Safe to call from worker threads."""
+    """Lookups in one snapshot's entries indexes, one a shard, each searched on its own (as
+    ``search.SearchIndex`` searches the pages): a lookup in some shards (``shards``, by key, in
+    order; None: every shard) is the union of its lookups in each. Safe to call from worker
+    threads."""
 
-    def __init__(self, index: tantivy.Index, page_id_of: Callable[[int], int]) -> None:
-        self.index = index
-        self.schema = index.schema
-        self.searcher = index.searcher()
+    def __init__(self, indexes: dict[int, tantivy.Index], page_id_of: Callable[[int], int]) -> None:
+        #: Each shard's entries index and its searcher, by key.
+        self.indexes = indexes
+        self.searchers = {key: index.searcher() for key, index in indexes.items()}
+        self.schema = indexes[min(indexes)].schema
         #: The id of the page in a highlight slot.
         self.page_id_of = page_id_of
 
     def _term(self, field: str, value: str) -> tantivy.Query:
         return tantivy.Query.term_query(self.schema, field, value)
 
+    def _searchers(self, shards: list[int] | None) -> list[tantivy.Searcher]:
+        return list(self.searchers.values()) if shards is None else [self.searchers[key] for key in shards]
+
     def holds_name(self, key: str) -> bool:
         """Whether some page has a name whose key (``entry_key``) is ``key``."""
-        return self.searcher.doc_freq("name", key) > 0
+        return any(searcher.doc_freq("name", key) > 0 for searcher in self.searchers.values())
 
-    def pages_named(self, q: str, scopes: list[str] | None) -> dict[int, Named]:
+    def pages_named(self, q: str, scopes: list[str] | None, shards: list[int] | None = None) -> dict[int, Named]:
         """The pages holding a name equal to ``q`` (of the versions ``scopes`` names, if any), each
         with the rank of its best name; then those whose objects or terms ``q`` names forgivingly.
         Changelogs' names come last, unless ``q`` asks what changed; a glossary term ranks as an
@@ -296,15 +303,16 @@ class NamedEntries:
             return {}
         reading = Reading(changelogs_last=not asks_for_changes(q), called=_CALL.search(q) is not None)
         scope = filter_clause(self.schema, "scope", scopes) if scopes else None
-        named = self._lookup("name", key, scope, 0, reading)
+        searchers = self._searchers(shards)
+        named = self._lookup(searchers, "name", key, scope, 0, reading)
         loose = loose_key(q)
         if loose:
-            for page, found in self._lookup("loose", loose, scope, LOOSE_RANK, reading).items():
+            for page, found in self._lookup(searchers, "loose", loose, scope, LOOSE_RANK, reading).items():
                 if page not in named or found[:2] < named[page][:2]:
                     named[page] = found
         return named
 
-    def pages_with_heading(self, words: list[str], scopes: list[str] | None) -> dict[int, float]:
+    def pages_with_heading(self, words: list[str], scopes: list[str] | None, shards: list[int] | None = None) -> dict[int, float]:
         """The pages with a heading holding every one of ``words`` but stop words (stemmed), each
         with the share of that heading's words the query's are (the best heading's): a section's
         heading read with its page's title ("Cascades: delete-orphan").
@@ -315,47 +323,49 @@ class NamedEntries:
         clauses = [(tantivy.Occur.Must, self._term("heading_words", stem)) for stem in stems]
         if scopes:
             clauses.append(filter_clause(self.schema, "scope", scopes))
-        searcher = self.searcher
-        addresses = [address for _score, address in searcher.search(tantivy.Query.boolean_query(clauses), LOOKUP_LIMIT, count=False).hits]
-        if not addresses:
-            return {}
+        query = tantivy.Query.boolean_query(clauses)
         shares: dict[int, float] = {}
-        for page, length in zip(self._pages(addresses), searcher.fast_field_values("heading_stems", addresses), strict=True):
-            share = len(stems) / max(int(length or 0), len(stems))
-            if share > shares.get(page, 0.0):
-                shares[page] = share
+        for searcher in self._searchers(shards):
+            addresses = [address for _score, address in searcher.search(query, LOOKUP_LIMIT, count=False).hits]
+            if not addresses:
+                continue
+            for page, length in zip(self._pages(searcher, addresses), searcher.fast_field_values("heading_stems", addresses), strict=True):
+                share = len(stems) / max(int(length or 0), len(stems))
+                if share > shares.get(page, 0.0):
+                    shares[page] = share
         return shares
 
-    def _pages(self, addresses: list[tantivy.DocAddress]) -> list[int]:
+    def _pages(self, searcher: tantivy.Searcher, addresses: list[tantivy.DocAddress]) -> list[int]:
         """The id of the page of each document at ``addresses``."""
         page_id_of = self.page_id_of
-        return [page_id_of(int(slot or 0)) for slot in self.searcher.fast_field_values("slot", addresses)]
+        return [page_id_of(int(slot or 0)) for slot in searcher.fast_field_values("slot", addresses)]
 
     def _lookup(
-        self, field: str, key: str, scope: tuple[tantivy.Occur, tantivy.Query] | None, offset: int, reading: Reading
+        self, searchers: list[tantivy.Searcher], field: str, key: str, scope: tuple[tantivy.Occur, tantivy.Query] | None, offset: int,
+        reading: Reading,
     ) -> dict[int, Named]:
-        searcher = self.searcher
         query = self._term(field, key)
         if scope is not None:
             query = tantivy.Query.boolean_query([(tantivy.Occur.Must, query), scope])
-        addresses = [address for _score, address in searcher.search(query, LOOKUP_LIMIT, count=False).hits]
-        if not addresses:
-            return {}
         named: dict[int, Named] = {}
-        slots = [int(slot or 0) for slot in searcher.fast_field_values("slot", addresses)]
-        pages = [self.page_id_of(slot) for slot in slots]
-        ranks = [int(stored or 0) for stored in searcher.fast_field_values("rank", addresses)]
-        depths = searcher.fast_field_values("depth", addresses)
-        kinds: dict[int, set[int]] = {}
-        for page, stored in zip(pages, ranks, strict=True):
-            kinds.setdefault(page, set()).add(stored % CHANGELOG_RANK // 8)
-        for page, slot, stored, depth in zip(pages, slots, ranks, depths, strict=True):
-            held = kinds[page]
-            defined = Kind.SECTION in held and len(held - {Kind.TITLE}) > 1
-            candidate = Named(reading.rank(stored, defined) + offset, int(depth or 1), slot)
-            found = named.get(page)
-            if found is None or candidate[:2] < found[:2]:
-                named[page] = candidate
+        for searcher in searchers:  # a page is in one shard: the shards' pages are apart
+            addresses = [address for _score, address in searcher.search(query, LOOKUP_LIMIT, count=False).hits]
+            if not addresses:
+                continue
+            slots = [int(slot or 0) for slot in searcher.fast_field_values("slot", addresses)]
+            pages = [self.page_id_of(slot) for slot in slots]
+            ranks = [int(stored or 0) for stored in searcher.fast_field_values("rank", addresses)]
+            depths = searcher.fast_field_values("depth", addresses)
+            kinds: dict[int, set[int]] = {}
+            for page, stored in zip(pages, ranks, strict=True):
+                kinds.setdefault(page, set()).add(stored % CHANGELOG_RANK // 8)
+            for page, slot, stored, depth in zip(pages, slots, ranks, depths, strict=True):
+                held = kinds[page]
+                defined = Kind.SECTION in held and len(held - {Kind.TITLE}) > 1
+                candidate = Named(reading.rank(stored, defined) + offset, int(depth or 1), slot)
+                found = named.get(page)
+                if found is None or candidate[:2] < found[:2]:
+                    named[page] = candidate
         return named
 
     def anchors(self, q: str) -> list[tuple[int, str]]:
@@ -368,20 +378,24 @@ class NamedEntries:
         # finds is held to the whole needle: runs of characters may stand apart in a heading.
         probe = needle[:ANCHOR_QUERY_CHARS]
         grams = list(dict.fromkeys(probe[at:at + ANCHOR_GRAM] for at in range(max(1, len(probe) - ANCHOR_GRAM + 1))))
-        # Scored alike: the first matches in the index's order.
+        # Scored alike: the first matches in the shards' order, and each shard's.
         matches = tantivy.Query.const_score_query(
             tantivy.Query.boolean_query([(tantivy.Occur.Must, self._term(ANCHOR_GRAMS, gram)) for gram in grams]), 1.0
         )
         query = tantivy.Query.boolean_query([(tantivy.Occur.Must, self._term("anchored", "1")), (tantivy.Occur.Must, matches)])
-        searcher = self.searcher
-        addresses = [address for _score, address in searcher.search(query, ANCHOR_CANDIDATES, count=False).hits]
         found = []
-        for address, page_id in zip(addresses, self._pages(addresses), strict=True):
-            document = searcher.doc(address)  # text is stored, not fast: a fast field holds numbers here
-            heading, anchor = document["heading"][0], document["anchor"][0]
-            heading_lower, anchor_lower = heading.lower(), anchor.lower()
-            if needle in heading_lower or needle in anchor_lower:
-                found.append((anchor_rank(needle, heading_lower, anchor_lower), page_id, anchor))
+        left = ANCHOR_CANDIDATES
+        for searcher in self.searchers.values():
+            addresses = [address for _score, address in searcher.search(query, left, count=False).hits]
+            for address, page_id in zip(addresses, self._pages(searcher, addresses), strict=True):
+                document = searcher.doc(address)  # text is stored, not fast: a fast field holds numbers here
+                heading, anchor = document["heading"][0], document["anchor"][0]
+                heading_lower, anchor_lower = heading.lower(), anchor.lower()
+                if needle in heading_lower or needle in anchor_lower:
+                    found.append((anchor_rank(needle, heading_lower, anchor_lower), page_id, anchor))
+            left -= len(addresses)
+            if left <= 0:
+                break
         found.sort()
         return list(dict.fromkeys((page_id, anchor) for _rank, page_id, anchor in found))[:MAX_ANCHORS]
 

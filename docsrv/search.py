@@ -46,11 +46,12 @@ from .changelogs import asks_for_changes
 from .code_syntax import MAX_TOKEN_BYTES
 from .highlight import Highlights, ShardedHighlights, Words, query_words
 from .named_entries import STOP_WORDS, filter_clause
+from .shard_layout import Layout
 from .store import Store
 from .utils import held_calls
 
 #: Changes whenever what the index holds changes: an index of another schema is rebuilt.
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 #: Weights of DECISIONS.md section 3: a word in the title counts ten times one in the body. The
 #: page's Sphinx document name (``tutorial/classes``) says where it sits in the documentation: its
 #: words count for holding every word of a query ("classes tutorial"), and little for rank. On
@@ -127,61 +128,65 @@ ShardFile = Annotated[str, msgspec.Meta(pattern=r"^shards/[0-9]+/(pages|entries)
 
 
 class Listed(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The tantivy indexes of every shard of one part (``PAGES`` or ``ENTRIES``) as one: the
-    ``meta.json`` that lists their segments in the shards' order, and their files, by path from
-    the index's directory."""
+    """One tantivy index of a shard (its ``PAGES`` or its ``ENTRIES``): its ``meta.json`` and its
+    files, by path from the index's directory."""
 
     meta: dict[str, Any]
     files: list[ShardFile]
 
 
-class Listing(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """What a server opens of an index (``<index>/segments.json``, written by its build): the
-    pages' and the entries' indexes (``Listed``), and what each shard is made of (by key, its
-    ``shard.json``'s digests), so that a worker opening a changeset's index reads one file, not
-    two of each shard, and keeps the highlight files of the shards it already holds
-    (``SearchIndex.open``)."""
+class ListedShard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What a server opens of one shard: what it is made of (its ``shard.json``'s digest) and its
+    pages' and entries' indexes (``Listed``)."""
 
+    digest: str
     pages: Listed
     entries: Listed
-    shards: dict[int, str]
+
+
+class Listing(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What a server opens of an index (``<index>/segments.json``, written by its build): each
+    shard (``ListedShard``), by key, and the width of the index's blocks (``shard_layout.Layout``),
+    so that a worker opening a changeset's index reads one file, not three of each shard, opens
+    the shards that changed alone and keeps those it already holds (``SearchIndex.open``)."""
+
+    width: int
+    shards: dict[int, ListedShard]
 
 
 class _Recorded(msgspec.Struct, frozen=True):
-    """Of a shard's ``shard.json`` (``index_build.Shard``), what a listing holds: its digest."""
+    """Of a shard's ``shard.json`` (``index_build.Shard``), what a listing holds."""
 
     digest: str
+    width: int
 
 
 _listing = msgspec.json.Decoder(Listing)
 _recorded = msgspec.json.Decoder(_Recorded)
 
 
-def listed(index: Path, part: str) -> Listed:
-    """The tantivy indexes of ``part`` of every shard of the index in ``index``, as one; ValueError
-    when one is not a tantivy index's or the shards' schemas differ."""
-    meta: dict = {}
-    segments: list = []
-    files: list[str] = []
-    for shard in shard_directories(index).values():
-        directory = shard / part
-        found = json.loads((directory / "meta.json").read_bytes())
-        if not isinstance(found, dict) or not isinstance(found.get("segments"), list):
-            raise ValueError(f"{directory}/meta.json: not a tantivy index's meta.json")
-        if meta and found.get("schema") != meta.get("schema"):
-            raise ValueError(f"{directory}: another schema than the index's other shards")
-        meta = meta or found
-        segments += found["segments"]
-        files += sorted(f"{SHARDS_DIRECTORY}/{shard.name}/{part}/{entry.name}" for entry in os.scandir(directory)
-                        if entry.is_file() and not entry.name.startswith(".") and entry.name != "meta.json")
-    return Listed({**meta, "segments": segments}, files)
+def listed(shard: Path, part: str) -> Listed:
+    """The tantivy index of ``part`` of the shard in ``shard``; ValueError when it is not one."""
+    directory = shard / part
+    found = json.loads((directory / "meta.json").read_bytes())
+    if not isinstance(found, dict) or not isinstance(found.get("segments"), list):
+        raise ValueError(f"{directory}/meta.json: not a tantivy index's meta.json")
+    files = sorted(f"{SHARDS_DIRECTORY}/{shard.name}/{part}/{entry.name}" for entry in os.scandir(directory)
+                   if entry.is_file() and not entry.name.startswith(".") and entry.name != "meta.json")
+    return Listed(found, files)
 
 
 def listing_of(index: Path) -> Listing:
     """The listing of the index in ``index`` as its shards are: what its build writes, and what
-    ``index_problem`` holds the written one to."""
-    digests = {shard: _recorded.decode((path / SHARD_FILE).read_bytes()).digest for shard, path in shard_directories(index).items()}
-    return Listing(listed(index, PAGES), listed(index, ENTRIES), digests)
+    ``index_problem`` holds the written one to; ValueError when its shards' block widths differ."""
+    shards, widths = {}, set()
+    for key, path in shard_directories(index).items():
+        recorded = _recorded.decode((path / SHARD_FILE).read_bytes())
+        widths.add(recorded.width)
+        shards[key] = ListedShard(recorded.digest, listed(path, PAGES), listed(path, ENTRIES))
+    if len(widths) != 1:
+        raise ValueError(f"{index}: shards of blocks of other widths")
+    return Listing(widths.pop(), shards)
 
 
 def read_listing(index: Path) -> Listing | None:
@@ -217,13 +222,13 @@ def links_root() -> str:
 
 
 def open_index(index: Path, part: Listed, leftovers: list[Path] | None = None) -> tantivy.Index:
-    """The tantivy indexes of one part of every shard of the index in ``index`` opened as one,
-    without writing there: their segments, in the shards' order, listed in one ``meta.json``.
+    """The tantivy index of one part of a shard of the index in ``index`` opened without writing
+    there.
 
     tantivy creates and locks ``.tantivy-meta.lock`` in the directory it opens, which fails on a
     read-only snapshot (a ``:ro`` volume, an image layer, a read-only NFS export). It opens the
-    index through a directory of links to the shards' files, made in a memory file system
-    (``links_root``) with the ``meta.json`` that lists them all, and removed once the reader has
+    index through a directory of links to its files, made in a memory file system
+    (``links_root``) with its ``meta.json``, and removed once the reader has
     mapped every segment: nothing is ever written in the snapshot. A worker opens a changeset's
     index in a thread beside its serving loop: the links are made without letting go of the GIL
     (``utils/held_calls.py``), and their directory is added to ``leftovers``, when given, to be
@@ -301,13 +306,13 @@ def index_problem(directory: Path) -> str | None:
             raise ValueError(f"{directory}/{LISTING}: missing, or not a listing of the index")
         if listing != listing_of(directory):
             raise ValueError(f"{directory}/{LISTING}: lists other shards or files than the index holds")
-        for part in (listing.pages, listing.entries):
-            searcher = open_index(directory, part).searcher()
-            found = searcher.search(tantivy.Query.all_query(), 1).hits
-            if found:
-                searcher.doc(found[0][1])
-        for shard in shard_directories(directory).values():
-            Highlights(shard / HIGHLIGHT)
+        for key, listed_shard in listing.shards.items():
+            for part in (listed_shard.pages, listed_shard.entries):
+                searcher = open_index(directory, part).searcher()
+                found = searcher.search(tantivy.Query.all_query(), 1).hits
+                if found:
+                    searcher.doc(found[0][1])
+            Highlights(shard_path(directory, key) / HIGHLIGHT)
     except (OSError, ValueError) as error:
         return " ".join(str(error).split())[:300]
     return None
@@ -329,6 +334,14 @@ def version_scope(project: str, version: str) -> str:
     return f"{project}/{version}"
 
 
+class Scope(NamedTuple):
+    """A version a search is of: its ``version_scope`` term, which its pages are filtered by, and
+    its id, which says the shard that holds them (``shard_layout.Layout``)."""
+
+    term: str
+    version: int
+
+
 class Hit(NamedTuple):
     """One page found (a named tuple: a search makes up to a hundred of them)."""
 
@@ -346,6 +359,10 @@ class Found:
     total: int
     #: The query's words (a phrase's words too), for highlighting.
     words: Words
+
+
+def _negated_score(hit: tuple[float, int, tantivy.DocAddress]) -> float:
+    return -hit[0]
 
 
 def read_query(text: str) -> tuple[list[str], list[list[str]]]:
@@ -394,42 +411,63 @@ def index_tokens(text: str) -> list[str]:
 
 
 class SearchIndex:
-    """Queries over one snapshot's index. Every method is safe to call from worker threads."""
+    """Queries over one snapshot's index. Every method is safe to call from worker threads.
+
+    Each shard is a tantivy index of its own, scored by its own statistics (how many pages, how
+    many tokens a field holds, how many pages hold a word: BM25's), as a search engine's shards
+    are: a search of some versions goes to the shards that hold them (``shard_layout.Layout``),
+    and a search of every page (v1's) to every shard, their hits merged by score. At the large
+    scale, a search of one version in one index of every shard's segments spent 0.2-1.3 ms
+    visiting the 93 segments, 0.01-0.03 ms in its own; and a change of pages costs a worker
+    opening their shard alone.
+    """
 
     @classmethod
     def open(cls, store: Store, directory: Path, earlier: SearchIndex | None = None, leftovers: list[Path] | None = None) -> SearchIndex:
         """The index built in ``directory`` over ``store``: every file opened now (a server opens it
         before it forks, so its workers never open a file of the snapshot again), as its listing
-        says (``Listing``). The highlight files of a shard that ``earlier`` (the index served
-        before a changeset) holds alike are kept open, not opened again; the links it was opened
-        through are left in ``leftovers``, when given (``open_index``). The entries index is
-        kept too when it is ``earlier``'s, the same files (a change of pages' text alone keeps
-        every shard's: ``index_build.py``): at the large scale, opening it was over a third of
-        what a worker spent applying a changeset of pages."""
+        says (``Listing``). A shard that ``earlier`` (the index served before a changeset) holds
+        alike is kept open, not opened again: its pages' and entries' indexes when they are the same
+        files, its highlight files when it is made of the same; the links the others were opened
+        through are left in ``leftovers``, when given (``open_index``)."""
         listing = read_listing(directory)
         if listing is None:
             raise ValueError(f"{directory}/{LISTING}: missing, or not a listing of the index")
-        held = earlier.highlights.shards if earlier is not None else {}
-        before = earlier.digests if earlier is not None else {}
-        highlights = {shard: held[shard] if shard in held and before.get(shard) == digest
-                      else Highlights(shard_path(directory, shard) / HIGHLIGHT) for shard, digest in listing.shards.items()}
+        pages, entries, highlights = {}, {}, {}
+        for key, shard in sorted(listing.shards.items()):
+            kept_pages, kept_entries, kept_files = earlier.kept(key, shard) if earlier is not None else (None, None, None)
+            pages[key] = kept_pages if kept_pages is not None else open_index(directory, shard.pages, leftovers)
+            entries[key] = kept_entries if kept_entries is not None else open_index(directory, shard.entries, leftovers)
+            highlights[key] = kept_files if kept_files is not None else Highlights(shard_path(directory, key) / HIGHLIGHT)
         sharded = ShardedHighlights(highlights)
-        entries = (earlier.named.index if earlier is not None and earlier.entries == listing.entries
-                   else open_index(directory, listing.entries, leftovers))
-        named = named_entries.NamedEntries(entries, sharded.page_id)
-        return cls(store, open_index(directory, listing.pages, leftovers), named, sharded, listing.shards, listing.entries)
+        return cls(store, listing, pages, named_entries.NamedEntries(entries, sharded.page_id), sharded)
 
-    def __init__(self, store: Store, index: tantivy.Index, named: named_entries.NamedEntries, highlights: ShardedHighlights,
-                 digests: dict[int, str], entries: Listed) -> None:
-        #: What each shard is made of (``Listing.shards``), and the files of its entries index.
-        self.digests = digests
-        self.entries = entries
-        self.store = store
-        self.index = index
-        self.schema = index.schema
-        self.searcher = index.searcher()
+    def __init__(self, store: Store, listing: Listing, pages: dict[int, tantivy.Index], named: named_entries.NamedEntries,
+                 highlights: ShardedHighlights) -> None:
+        self.listing = listing
+        #: Each shard's pages index and its searcher, by key.
+        self.pages = pages
+        self.searchers = {key: index.searcher() for key, index in pages.items()}
+        self.schema = pages[min(pages)].schema
+        self.layout = Layout(listing.width, store.versions_with_pages)
         self.named = named
         self.highlights = highlights
+
+    def kept(self, key: int, shard: ListedShard) -> tuple[tantivy.Index | None, tantivy.Index | None, Highlights | None]:
+        """What an index listing ``shard`` as its shard ``key`` keeps of this one's: its pages'
+        and its entries' indexes, if they are the same files, and its highlight files, if it is
+        made of the same (None for each it opens)."""
+        was = self.listing.shards.get(key)
+        if was is None:
+            return None, None, None
+        return (self.pages[key] if was.pages == shard.pages else None, self.named.indexes[key] if was.entries == shard.entries else None,
+                self.highlights.shards[key] if was.digest == shard.digest else None)
+
+    def shards_of(self, scopes: list[Scope] | None) -> list[int]:
+        """The keys of the shards that hold the pages of ``scopes`` (None: every shard), in order."""
+        if scopes is None:
+            return list(self.searchers)
+        return sorted({key for scope in scopes if (key := self.layout.shard_of(scope.version)) in self.searchers})
 
     def _in_fields(self, tokens: list[str], scope: tuple | None = None) -> list[tuple[tantivy.Occur, tantivy.Query]]:
         """One word (a phrase when it makes several tokens) or phrase in each field, by field weight,
@@ -453,29 +491,57 @@ class SearchIndex:
         """Whether ``key`` is an operator of this build (``code_syntax.py``): a name it holds."""
         return code_syntax.is_operator(key) and self.named.holds_name(key)
 
-    def _passage_words(self, words: list[str]) -> list[Words]:
-        """Each of ``words`` in the forms some page's text holds (``word_forms``): a form no page
-        holds costs a lookup in every page looked at, and finds nothing."""
-        searcher = self.searcher
-        return [query_words([form for form in word_forms(word) if form == word or searcher.doc_freq("body", form)]) for word in words]
+    def _passage_words(self, words: list[str], shards: list[int]) -> list[Words]:
+        """Each of ``words`` in the forms some page of ``shards`` holds in its text (``word_forms``):
+        a form no page holds costs a lookup in every page looked at, and finds nothing."""
+        searchers = [self.searchers[key] for key in shards]
+        return [query_words([form for form in word_forms(word) if form == word or any(s.doc_freq("body", form) for s in searchers)])
+                for word in words]
+
+    def _top(self, shards: list[int], query: tantivy.Query, count: bool) -> tuple[list[tuple[float, int, tantivy.DocAddress]], int]:
+        """The MAX_HITS best (score, shard, address) of ``query`` in ``shards``, best first (of equal
+        scores, in the shards' order, then tantivy's), and with ``count`` how many pages match."""
+        found: list[tuple[float, int, tantivy.DocAddress]] = []
+        total = 0
+        for key in shards:
+            result = self.searchers[key].search(query, MAX_HITS, count=count)
+            found += [(score, key, address) for score, address in result.hits]
+            if count:
+                total += result.count or 0  # type: ignore[attr-defined]  # tantivy-py's stub lacks it
+        if len(shards) > 1:
+            found.sort(key=_negated_score)
+            del found[MAX_HITS:]
+        return found, total
+
+    def _fast_values(self, found: list[tuple[float, int, tantivy.DocAddress]], field: str) -> list[int]:
+        """The fast field ``field`` of each page ``found`` (``_top``), one call a shard."""
+        by_shard: dict[int, list[int]] = {}
+        for at, (_score, key, _address) in enumerate(found):
+            by_shard.setdefault(key, []).append(at)
+        values = [0] * len(found)
+        for key, places in by_shard.items():
+            for at, value in zip(places, self.searchers[key].fast_field_values(field, [found[at][2] for at in places]), strict=True):
+                values[at] = int(value or 0)
+        return values
 
     def _symbol(self, symbol: str) -> tantivy.Query:
         return tantivy.Query.const_score_query(tantivy.Query.term_query(self.schema, "symbols", symbol), SYMBOL_SCORE)
 
-    def search_pages(self, q: str, *, scopes: list[str] | None = None) -> Found:
+    def search_pages(self, q: str, *, scopes: list[Scope] | None = None) -> Found:
         """Pages naming ``q`` (``named_entries.py``), best name first; then pages matching any
         word of ``q``, those holding every word and phrase first.
 
-        With ``scopes`` (``version_scope`` terms: a project's version, and those of its
-        subprojects), only those versions' pages, narrowed by terms that score nothing.
+        With ``scopes`` (a project's version, and those of its subprojects), only those versions'
+        pages, in their shards, narrowed by their terms, which score nothing.
         """
         words, phrases = read_query(q)
         words = list(dict.fromkeys(words))
         written = code_syntax.tokens(q, self.is_operator)
         if not words and not phrases and not written:
             return Found([], 0, query_words(()))
-        scope = filter_clause(self.schema, "scope", scopes) if scopes else None
-        searcher = self.searcher
+        shards = self.shards_of(scopes)
+        terms = [scope.term for scope in scopes] if scopes else None
+        scope = filter_clause(self.schema, "scope", terms) if terms else None
         parts = [tokens for tokens in map(index_tokens, words + [" ".join(p) for p in phrases]) if tokens]
         as_written = [self._symbol(symbol) for symbol in written]
         # The filter goes inside each word of "some": tantivy runs a union of long posting lists
@@ -494,40 +560,39 @@ class SearchIndex:
                  *((tantivy.Occur.Must, symbol) for symbol in as_written),
                  *([scope] if scope is not None else [])]
             )
-            results.append(searcher.search(every, MAX_HITS, count=False).hits)
-        rest = searcher.search(some, MAX_HITS, count=True)
-        results.append(rest.hits)
+            results.append(self._top(shards, every, count=False)[0])
+        rest, counted = self._top(shards, some, count=True)
+        results.append(rest)
         page_id_of = self.highlights.page_id
         changelogs_last = not asks_for_changes(q)
-        headed = self.named.pages_with_heading(words, scopes) if len(words) > 1 else {}
+        headed = self.named.pages_with_heading(words, terms, shards) if len(words) > 1 else {}
         content = [word for word in words if word not in STOP_WORDS]
-        groups = self._passage_words(content) if len(content) > 1 else []
+        groups = self._passage_words(content, shards) if len(content) > 1 else []
         #: Of each page looked at: how many of the words its passage holds, and where it starts.
         passages: dict[int, tuple[int, int]] = {}
         scored: list[Hit] = []
         seen: set[int] = set()
         for found in results:
-            addresses = [address for _score, address in found]
-            slots = searcher.fast_field_values("slot", addresses)
-            changelogs = searcher.fast_field_values("changelog", addresses) if changelogs_last else [0] * len(found)
+            slots = self._fast_values(found, "slot")
+            changelogs = self._fast_values(found, "changelog") if changelogs_last else [0] * len(found)
             ranked = []
-            for place, ((score, _address), slot, changelog) in enumerate(zip(found, slots, changelogs, strict=True)):
-                page_id = page_id_of(int(slot or 0))
+            for place, ((score, _shard, _address), slot, changelog) in enumerate(zip(found, slots, changelogs, strict=True)):
+                page_id = page_id_of(slot)
                 weighed = score * (1 + HEADING_BOOST * headed.get(page_id, 0.0))
                 if groups and place < PASSAGE_PAGES:
                     passage = passages.get(page_id)
                     if passage is None:
-                        passage = passages[page_id] = self.highlights.passage(int(slot or 0), groups, PASSAGE_BYTES)
+                        passage = passages[page_id] = self.highlights.passage(slot, groups, PASSAGE_BYTES)
                     if passage[0] > 1:
                         weighed *= 1 + PASSAGE_BOOST * (passage[0] - 1) / (len(groups) - 1)
                 # Equal scores come back in no set order across index segments: the page id decides.
-                ranked.append((bool(changelog), -weighed, page_id, int(slot or 0)))
+                ranked.append((bool(changelog), -weighed, page_id, slot))
             ranked.sort()
             for _changelog, negated, page_id, slot in ranked:
                 if page_id not in seen:
                     seen.add(page_id)
                     scored.append(Hit(page_id, slot, -negated, passages.get(page_id, NO_PASSAGE)[1]))
-        named = self.named.pages_named(q, scopes)
+        named = self.named.pages_named(q, terms, shards)
         if named:
             scores = {hit.page_id: hit.score for hit in scored}
             first = sorted(named.items(), key=lambda item: (item[1].rank, item[1].depth, -scores.get(item[0], 0.0), item[0]))
@@ -536,7 +601,6 @@ class SearchIndex:
             hits += [hit for hit in scored if hit.page_id not in named][: MAX_HITS - len(hits)]
         else:
             hits = scored[:MAX_HITS]
-        counted: int = rest.count or 0  # type: ignore[attr-defined]  # tantivy-py's stub lacks it
         total = max(counted, len(seen | named.keys()))
         return Found(hits, total, query_words(words + [word for phrase in phrases for word in phrase]))
 

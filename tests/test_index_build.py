@@ -14,9 +14,10 @@ import msgspec
 import pytest
 from snapshot_change import KINDS, read, write
 
-from docsrv import index_build
-from docsrv.index_build import Layout, build_index, plan_rebuild, read_shards, rebuild_index, shard_path
-from docsrv.search import Found, SearchIndex, shard_directories, version_scope
+from docsrv import index_build, shard_layout
+from docsrv.index_build import build_index, plan_rebuild, read_shards, rebuild_index, shard_path
+from docsrv.search import Found, Scope, SearchIndex, shard_directories, version_scope
+from docsrv.shard_layout import Layout
 from docsrv.snapshot.errors import SnapshotError
 from docsrv.snapshot.records import Manifest
 from docsrv.snapshot.write import write_manifest
@@ -127,7 +128,7 @@ def test_an_index_built_again_from_an_earlier_one_answers_every_search_as_one_bu
     ours, theirs = SearchIndex.open(store, rebuilt), SearchIndex.open(store, whole)
     queries = VOCABULARY + [" ".join(random.Random(number).sample(VOCABULARY, 2)) for number in range(40)]
     queries += ["zephyrine", "reticulation gearbox", "gearbox quiet", "pip install", "quickstart"]
-    scopes = [version_scope(store.projects[v.project].slug, v.slug) for v in (store.versions[i] for i in touched if i in store.versions)]
+    scopes = [Scope(version_scope(store.projects[v.project].slug, v.slug), v.id) for v in (store.versions[i] for i in touched if i in store.versions)]
     compared = 0
     for query in queries:
         found = ours.search_pages(query)
@@ -367,7 +368,7 @@ def test_a_changed_shard_is_built_from_the_places_of_its_lines_as_from_the_file_
     from docsrv.index_build import PageLines, plan_changed_shards, shard_digests
 
     old = indexed_demo(tmp_path / "old")
-    monkeypatch.setattr(index_build, "SHARD_BLOCKS", 4)  # blocks of several versions
+    monkeypatch.setattr(shard_layout, "SHARD_BLOCKS", 4)  # blocks of several versions
     shutil.rmtree(old / "index")
     build_index(load_store(old, progress=False), old / "index", print_progress=False)
     layout = Layout.of(load_store(old, page_text=False, progress=False))
@@ -414,7 +415,7 @@ def test_a_version_that_grows_past_its_share_is_a_shard_alone_and_its_block_left
     the index holds the shards an index built whole holds and answers every search as it does."""
     old = indexed_demo(tmp_path / "old")
     store = load_store(old, progress=False)
-    monkeypatch.setattr(index_build, "VERSION_PAGES", max(store.versions_with_pages.values()))
+    monkeypatch.setattr(shard_layout, "VERSION_PAGES", max(store.versions_with_pages.values()))
     shutil.rmtree(old / "index")
     build_index(store, old / "index", print_progress=False)
     layout = Layout.of(store)
@@ -426,7 +427,7 @@ def test_a_version_that_grows_past_its_share_is_a_shard_alone_and_its_block_left
         version = next(v for v in held[1:] if [layout.block(w["id"]) for w in held].count(layout.block(v["id"])) == 1)
         grown = version["id"]
         pages = records["pages"]
-        for number in range(index_build.VERSION_PAGES):
+        for number in range(shard_layout.VERSION_PAGES):
             pages.append({"id": max(p["id"] for p in pages) + 1, "project": version["project"], "version": grown,
                           "path": f"grown-{number}.html", "title": "Grown", "text": f"A flywheel, {number}."})
         return [grown]
@@ -457,9 +458,48 @@ def test_an_index_whose_blocks_are_of_another_width_is_built_whole(tmp_path, mon
     store = load_store(new, page_text=False, progress=False)
     assert plan_rebuild(store, old / "index") is not None
     width = Layout.of(store).width
-    monkeypatch.setattr(index_build, "SHARD_BLOCKS", 1)
+    monkeypatch.setattr(shard_layout, "SHARD_BLOCKS", 1)
     assert Layout.of(store).width > width
     assert plan_rebuild(store, old / "index") is None
+
+
+def test_a_search_of_a_version_is_scored_by_its_shard_alone_and_one_of_every_page_by_each(tmp_path):
+    """Each shard is searched on its own, scored by its own statistics (``search.SearchIndex``):
+    pages added to a version of another shard, holding every word, change none of a version's
+    answers, not even their scores; a search of every page (v1's) finds them beside the others,
+    merged by score."""
+    from docsrv.highlight import SHARD_BITS
+
+    old = indexed_demo(tmp_path / "old")
+    layout = Layout.of(load_store(old, page_text=False, progress=False))
+    public = public_versions_with_pages({kind: read(old, kind) for kind in KINDS})
+    searched = public[0]
+    other = next(version for version in public if layout.shard_of(version["id"]) != layout.shard_of(searched["id"]))
+
+    def flooded(records: dict[str, list]) -> list[int]:
+        pages = records["pages"]
+        top = max(page["id"] for page in pages)
+        for number in range(1, 4):
+            pages.append({"id": top + number, "project": other["project"], "version": other["id"], "path": f"flood-{number}.html",
+                          "title": VOCABULARY[0].title(), "text": " ".join(VOCABULARY), "sections": []})
+        return [other["id"]]
+
+    new = tmp_path / "new"
+    changed(old, new, flooded)
+    assert docsrv("index", str(new)).returncode == 0
+    stores = [load_store(snapshot, page_text=False, progress=False) for snapshot in (old, new)]
+    before, after = (SearchIndex.open(store, snapshot / "index") for store, snapshot in zip(stores, (old, new), strict=True))
+    project = stores[0].projects[searched["project"]].slug
+    scopes = [Scope(version_scope(project, searched["slug"]), searched["id"])]
+    found = 0
+    for query in [*VOCABULARY, " ".join(VOCABULARY[:2]), " ".join(VOCABULARY[3:6])]:
+        assert answers(after.search_pages(query, scopes=scopes)) == answers(before.search_pages(query, scopes=scopes)), query
+        found += len(before.search_pages(query, scopes=scopes).hits)
+    assert found > 20
+    flood = {page.id for page in stores[1].pages.values() if page.path.startswith("flood-")}
+    hits = after.search_pages(VOCABULARY[0]).hits
+    assert flood & {hit.page_id for hit in hits} and len({hit.slot >> SHARD_BITS for hit in hits}) > 1
+    assert [hit.score for hit in hits] == sorted((hit.score for hit in hits), reverse=True)
 
 
 def test_an_index_opened_beside_the_one_before_keeps_the_highlight_files_of_its_shards_alike(tmp_path):
@@ -480,7 +520,10 @@ def test_an_index_opened_beside_the_one_before_keeps_the_highlight_files_of_its_
     alone = SearchIndex.open(store, tmp_path / "rebuilt")
     kept = {shard for shard, held in ours.highlights.shards.items() if held is before.highlights.shards.get(shard)}
     assert kept == set(plan.digests) - set(plan.changed) and kept
-    assert ours.named.index is not before.named.index  # pages renamed: its entries index is another
+    assert kept == {shard for shard, index in ours.pages.items() if index is before.pages.get(shard)}
+    assert kept <= {shard for shard, index in ours.named.indexes.items() if index is before.named.indexes.get(shard)}
+    # pages renamed: their shard's entries index is another
+    assert any(ours.named.indexes[shard] is not before.named.indexes.get(shard) for shard in plan.changed)
     for query in [*VOCABULARY, "zephyrine", "reticulation gearbox"]:
         assert ours.search_pages(query) == alone.search_pages(query), query
         assert ours.search_anchors(query) == alone.search_anchors(query), query
@@ -506,7 +549,8 @@ def test_an_index_opened_beside_one_of_the_same_entries_keeps_its_entries_index(
     before = SearchIndex.open(load_store(old, page_text=False, progress=False), old / "index")
     ours = SearchIndex.open(store, tmp_path / "rebuilt", before)
     alone = SearchIndex.open(store, tmp_path / "rebuilt")
-    assert ours.named.index is before.named.index and ours.highlights.shards.keys() == before.highlights.shards.keys()
+    assert ours.named.indexes == before.named.indexes and ours.highlights.shards.keys() == before.highlights.shards.keys()
+    assert all(ours.named.indexes[shard] is index for shard, index in before.named.indexes.items())
     new_ids = {page["id"] for page in read(new, "pages")}
     titles = [page["title"] for page in read(new, "pages")][:20]
     assert new_ids >= {page for title in titles for page in ours.named.pages_named(title, None)} != set()
@@ -530,12 +574,13 @@ def test_an_index_whose_listing_is_not_what_its_shards_hold_is_not_served(tmp_pa
     elif spoiled == "not json":
         (index / LISTING).write_text("{not json")
     else:
+        shard = listing["shards"]["0"]
         if spoiled == "a file more":
-            listing["pages"]["files"].append(listing["entries"]["files"][0])
+            shard["pages"]["files"].append(shard["entries"]["files"][0])
         elif spoiled == "a file out of the index":
-            listing["pages"]["files"][0] = "shards/00/pages/../../../../manifest.json"
+            shard["pages"]["files"][0] = "shards/00/pages/../../../../manifest.json"
         else:
-            listing["shards"]["0"] = "0" * 32
+            shard["digest"] = "0" * 32
         (index / LISTING).write_bytes(msgspec.json.encode(listing))
     problem = index_problem(index)
     assert problem is not None and "\n" not in problem and f"{index}/{LISTING}" in problem, problem
@@ -551,7 +596,8 @@ def test_the_links_an_index_was_opened_through_can_go_once_it_serves(tmp_path):
     store = load_store(snapshot, page_text=False, progress=False)
     leftovers: list[Path] = []
     index = SearchIndex.open(store, snapshot / "index", leftovers=leftovers)
-    assert len(leftovers) == 2 and all(any(directory.iterdir()) for directory in leftovers)  # the pages' and the entries'
+    # each shard's pages' and entries'
+    assert len(leftovers) == 2 * len(index.pages) > 2 and all(any(directory.iterdir()) for directory in leftovers)
     assert {directory.parent for directory in leftovers} == {Path(links_root())}
     before = [index.search_pages(query) for query in VOCABULARY]
     remove_links(leftovers)

@@ -15,7 +15,7 @@ LAYERS = [
     ["docsrv.snapshot"],
     ["docsrv.store", "docsrv.store_changes"],
     ["docsrv.changelogs", "docsrv.code_syntax", "docsrv.highlight", "docsrv.index_build", "docsrv.named_entries",
-     "docsrv.search"],
+     "docsrv.search", "docsrv.shard_layout"],
     ["docsrv.serving"],
     ["docsrv.changeset_index"],
     ["docsrv.pull"],

@@ -414,7 +414,7 @@ def anchor_search(headings: list[tuple[str, str]]):
     writer.commit()
     writer.wait_merging_threads()
     index.reload()
-    return named_entries.NamedEntries(index, lambda slot: slot).anchors
+    return named_entries.NamedEntries({0: index}, lambda slot: slot).anchors
 
 
 def test_an_anchor_query_is_found_as_one_run_of_characters_of_any_length():

@@ -10,7 +10,7 @@ import html
 
 from ..http.purge import V1_ANCHOR_SEARCH, V1_FILE_SEARCH, V2_DOCSEARCH, page_keys, version_slug_keys
 from ..http.reply import Reply
-from ..search import version_scope
+from ..search import Scope, version_scope
 from ..snapshot.records import Project
 from .errors import ApiError
 from .params import last
@@ -50,7 +50,8 @@ def docsearch_body(state: ApiState, searched: list[Project], version: str, q: st
     ``link`` the version's docs URL and that name (the client adds the builder's suffix), and
     ``title`` HTML as Sphinx writes it (the client sets it as HTML)."""
     store = state.store
-    found = state.search.search_pages(q, scopes=[version_scope(p.slug, version) for p in searched])
+    scopes = [Scope(version_scope(p.slug, version), held.id) for p in searched if (held := store.version_of(p.id, version)) is not None]
+    found = state.search.search_pages(q, scopes=scopes)
     highlights = state.search.highlights
     bases = {p.id: store.version_url(p, version) for p in searched}  # every hit is a page of one of these
     hits = []

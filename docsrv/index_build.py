@@ -68,9 +68,12 @@ from .search import (
     SCHEMA_VERSION,
     SHARD_FILE,
     SHARDS_DIRECTORY,
+    Listing,
     build_schema,
+    listed_shard,
     listing_of,
     quiet,
+    read_listing,
     shard_directories,
     shard_path,
     version_scope,
@@ -672,13 +675,33 @@ def rebuild_index(store: Store, plan: Rebuild, directory: Path, built_in: Path |
         for shard in plan.digests:
             home = shard_path(built_in if shard in plan.changed else plan.previous, shard)
             os.symlink(os.path.relpath(os.path.realpath(home), here), shard_path(directory, shard))
-    write_listing(directory)
+    write_listing(directory, listing_after(plan, directory))
     return time.perf_counter() - started
 
 
-def write_listing(index: Path) -> None:
-    """What a server opens of the index in ``index`` (``search.Listing``), once its shards are built."""
-    (index / LISTING).write_bytes(msgspec.json.encode(listing_of(index)))
+def listing_after(plan: Rebuild, index: Path) -> Listing | None:
+    """The listing of the index built in ``index`` as ``plan`` says: the earlier index's, the
+    shards built again listed anew (a shard read, not every shard's three files: at a changeset,
+    what is read stays in proportion to the change); None when the earlier index has none of its
+    block width, or lacks a shard kept."""
+    earlier = read_listing(plan.previous)
+    if earlier is None or earlier.width != plan.width or not plan.digests.keys() - plan.changed.keys() <= earlier.shards.keys():
+        return None
+    shards = {}
+    for key in plan.digests:
+        if key in plan.changed:
+            width, shards[key] = listed_shard(shard_path(index, key))
+            if width != plan.width:
+                return None
+        else:
+            shards[key] = earlier.shards[key]
+    return Listing(plan.width, shards)
+
+
+def write_listing(index: Path, listing: Listing | None = None) -> None:
+    """What a server opens of the index in ``index`` (``search.Listing``), once its shards are
+    built: ``listing``, or the listing of its shards as they are."""
+    (index / LISTING).write_bytes(msgspec.json.encode(listing if listing is not None else listing_of(index)))
 
 
 def link_files(source: Path, target: Path) -> None:

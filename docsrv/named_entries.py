@@ -24,6 +24,8 @@ finds ``sessionmaker``), and so a CamelCase name by its words (``render error`` 
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import re
 import string
 from collections.abc import Callable, Iterator, Sequence
@@ -323,12 +325,8 @@ class NamedEntries:
         clauses = [(tantivy.Occur.Must, self._term("heading_words", stem)) for stem in stems]
         if scopes:
             clauses.append(filter_clause(self.schema, "scope", scopes))
-        query = tantivy.Query.boolean_query(clauses)
         shares: dict[int, float] = {}
-        for searcher in self._searchers(shards):
-            addresses = [address for _score, address in searcher.search(query, LOOKUP_LIMIT, count=False).hits]
-            if not addresses:
-                continue
+        for searcher, addresses in _best(self._searchers(shards), tantivy.Query.boolean_query(clauses), LOOKUP_LIMIT):
             for page, length in zip(self._pages(searcher, addresses), searcher.fast_field_values("heading_stems", addresses), strict=True):
                 share = len(stems) / max(int(length or 0), len(stems))
                 if share > shares.get(page, 0.0):
@@ -348,10 +346,7 @@ class NamedEntries:
         if scope is not None:
             query = tantivy.Query.boolean_query([(tantivy.Occur.Must, query), scope])
         named: dict[int, Named] = {}
-        for searcher in searchers:  # a page is in one shard: the shards' pages are apart
-            addresses = [address for _score, address in searcher.search(query, LOOKUP_LIMIT, count=False).hits]
-            if not addresses:
-                continue
+        for searcher, addresses in _best(searchers, query, LOOKUP_LIMIT):  # a page is in one shard alone
             slots = [int(slot or 0) for slot in searcher.fast_field_values("slot", addresses)]
             pages = [self.page_id_of(slot) for slot in slots]
             ranks = [int(stored or 0) for stored in searcher.fast_field_values("rank", addresses)]
@@ -398,6 +393,46 @@ class NamedEntries:
                 break
         found.sort()
         return list(dict.fromkeys((page_id, anchor) for _rank, page_id, anchor in found))[:MAX_ANCHORS]
+
+
+#: A document a query found in one of several shards: its score, the shard's place, its address.
+Scored = tuple[float, int, tantivy.DocAddress]
+
+
+def best(searchers: list[tantivy.Searcher], query: tantivy.Query, limit: int, count: bool = False) -> tuple[list[Scored], int]:
+    """The ``limit`` best documents ``query`` finds in the shards of ``searchers``, best first (of
+    equal scores, in the shards' order, then tantivy's): as many as in one index of every shard,
+    however many shards there are; and with ``count``, how many it finds. Each shard's are merged
+    as they come, not sorted together: a lookup of every shard's (v1's) finds up to ``limit`` in
+    each of hundreds."""
+    found: list[tuple[int, list[tuple[float, tantivy.DocAddress]]]] = []
+    total = 0
+    for at, searcher in enumerate(searchers):
+        result = searcher.search(query, limit, count=count)
+        if result.hits:
+            found.append((at, result.hits))
+        if count:
+            total += result.count or 0  # type: ignore[attr-defined]  # tantivy-py's stub lacks it
+    if len(found) == 1:
+        at, hits = found[0]
+        return [(score, at, address) for score, address in hits], total
+    hits_of = dict(found)
+    merged = heapq.merge(*(_in_order(at, hits) for at, hits in found))
+    return [(-negated, at, hits_of[at][place][1]) for negated, at, place in itertools.islice(merged, limit)], total
+
+
+def _in_order(at: int, hits: list[tuple[float, tantivy.DocAddress]]) -> Iterator[tuple[float, int, int]]:
+    """(negated score, shard, place) of each of one shard's ``hits``, in their order: what ``best`` merges."""
+    for place, (score, _address) in enumerate(hits):
+        yield -score, at, place
+
+
+def _best(searchers: list[tantivy.Searcher], query: tantivy.Query, limit: int) -> list[tuple[tantivy.Searcher, list[tantivy.DocAddress]]]:
+    """``best``'s documents by shard, each shard's in its order."""
+    by_shard: dict[int, list[tantivy.DocAddress]] = {}
+    for _score, at, address in best(searchers, query, limit)[0]:
+        by_shard.setdefault(at, []).append(address)
+    return [(searchers[at], by_shard[at]) for at in sorted(by_shard)]
 
 
 def anchor_rank(needle: str, heading: str, anchor: str) -> tuple:

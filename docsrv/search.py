@@ -45,13 +45,13 @@ from . import code_syntax, named_entries
 from .changelogs import asks_for_changes
 from .code_syntax import MAX_TOKEN_BYTES
 from .highlight import Highlights, ShardedHighlights, Words, query_words
-from .named_entries import STOP_WORDS, filter_clause
+from .named_entries import STOP_WORDS, Scored, filter_clause
 from .shard_layout import Layout
 from .store import Store
 from .utils import held_calls
 
 #: Changes whenever what the index holds changes: an index of another schema is rebuilt.
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 #: Weights of DECISIONS.md section 3: a word in the title counts ten times one in the body. The
 #: page's Sphinx document name (``tutorial/classes``) says where it sits in the documentation: its
 #: words count for holding every word of a query ("classes tutorial"), and little for rank. On
@@ -179,14 +179,17 @@ def listed(shard: Path, part: str) -> Listed:
 def listing_of(index: Path) -> Listing:
     """The listing of the index in ``index`` as its shards are: what its build writes, and what
     ``index_problem`` holds the written one to; ValueError when its shards' block widths differ."""
-    shards, widths = {}, set()
-    for key, path in shard_directories(index).items():
-        recorded = _recorded.decode((path / SHARD_FILE).read_bytes())
-        widths.add(recorded.width)
-        shards[key] = ListedShard(recorded.digest, listed(path, PAGES), listed(path, ENTRIES))
+    shards = {key: listed_shard(path) for key, path in shard_directories(index).items()}
+    widths = {width for width, _shard in shards.values()}
     if len(widths) != 1:
         raise ValueError(f"{index}: shards of blocks of other widths")
-    return Listing(widths.pop(), shards)
+    return Listing(widths.pop(), {key: shard for key, (_width, shard) in shards.items()})
+
+
+def listed_shard(shard: Path) -> tuple[int, ListedShard]:
+    """The block width of the shard in ``shard`` and what a listing holds of it."""
+    recorded = _recorded.decode((shard / SHARD_FILE).read_bytes())
+    return recorded.width, ListedShard(recorded.digest, listed(shard, PAGES), listed(shard, ENTRIES))
 
 
 def read_listing(index: Path) -> Listing | None:
@@ -361,10 +364,6 @@ class Found:
     words: Words
 
 
-def _negated_score(hit: tuple[float, int, tantivy.DocAddress]) -> float:
-    return -hit[0]
-
-
 def read_query(text: str) -> tuple[list[str], list[list[str]]]:
     """The words and "quoted phrases" of what a person typed, without query syntax.
 
@@ -498,22 +497,13 @@ class SearchIndex:
         return [query_words([form for form in word_forms(word) if form == word or any(s.doc_freq("body", form) for s in searchers)])
                 for word in words]
 
-    def _top(self, shards: list[int], query: tantivy.Query, count: bool) -> tuple[list[tuple[float, int, tantivy.DocAddress]], int]:
-        """The MAX_HITS best (score, shard, address) of ``query`` in ``shards``, best first (of equal
-        scores, in the shards' order, then tantivy's), and with ``count`` how many pages match."""
-        found: list[tuple[float, int, tantivy.DocAddress]] = []
-        total = 0
-        for key in shards:
-            result = self.searchers[key].search(query, MAX_HITS, count=count)
-            found += [(score, key, address) for score, address in result.hits]
-            if count:
-                total += result.count or 0  # type: ignore[attr-defined]  # tantivy-py's stub lacks it
-        if len(shards) > 1:
-            found.sort(key=_negated_score)
-            del found[MAX_HITS:]
-        return found, total
+    def _top(self, shards: list[int], query: tantivy.Query, count: bool) -> tuple[list[Scored], int]:
+        """The MAX_HITS best (score, shard key, address) of ``query`` in ``shards``, best first, and
+        with ``count`` how many pages match (``named_entries.best``)."""
+        found, total = named_entries.best([self.searchers[key] for key in shards], query, MAX_HITS, count)
+        return [(score, shards[at], address) for score, at, address in found], total
 
-    def _fast_values(self, found: list[tuple[float, int, tantivy.DocAddress]], field: str) -> list[int]:
+    def _fast_values(self, found: list[Scored], field: str) -> list[int]:
         """The fast field ``field`` of each page ``found`` (``_top``), one call a shard."""
         by_shard: dict[int, list[int]] = {}
         for at, (_score, key, _address) in enumerate(found):

@@ -19,13 +19,16 @@ if TYPE_CHECKING:
     from .store import Store
 
 #: The blocks of version ids the index is cut into, at least (at most twice as many): what a
-#: change of one version's pages costs building, against what a search of every page (v1's) costs,
-#: which visits every shard. When one index held every shard's segments, a search of one version
-#: visited them all too: at the medium scale (194k pages; ``bench/index_rebuild.py``), 8, 32,
-#: 64 and 128 made 22, 48, 76 and 130 shards of 6,720, 3,920, 2,055 and 1,013 pages (the median
-#: shard), and a search of one version took 0.49, 0.89, 1.39 and 2.27 ms (0.40 ms in the 16
-#: shards of every sixteenth version before).
-SHARD_BLOCKS = 32
+#: change of one version's pages costs building, against what opening the index and a search of
+#: every page (v1's, which visits every shard) cost. A search of one version visits its shard
+#: alone, whatever their number. At the large scale (964,809 pages; a probe building the index
+#: whole for each), 32, 128, 256 and 512 made 93, 203, 331 and 562 shards of 8,562, 3,870, 2,015
+#: and 996 pages (the median shard; 17,108, 5,547, 3,507 and 2,379 at p90), built whole in 90,
+#: 104, 100-155 and 100 s; a server opened them in 0.14, 0.32, 0.40-0.47 and 0.75 s (43, 81, 128
+#: and 176 MB more); a search of one version took 0.19-0.23 ms median at each, of every version
+#: 46, 73 and 140 ms at 32, 128 and 512, and 33 ms at 256 once the named entries' lookups were
+#: held to the best of them all (docs/operations.md).
+SHARD_BLOCKS = 256
 #: A version with more pages than this is a shard alone: its changes build it alone, and a
 #: change of another costs no building of it.
 VERSION_PAGES = 2048

@@ -16,7 +16,7 @@ from snapshot_change import KINDS, read, write
 
 from docsrv import index_build, shard_layout
 from docsrv.index_build import build_index, plan_rebuild, read_shards, rebuild_index, shard_path
-from docsrv.search import Found, Scope, SearchIndex, shard_directories, version_scope
+from docsrv.search import Found, Scope, SearchIndex, index_problem, shard_directories, version_scope
 from docsrv.shard_layout import Layout
 from docsrv.snapshot.errors import SnapshotError
 from docsrv.snapshot.records import Manifest
@@ -114,6 +114,12 @@ def test_an_index_built_again_from_an_earlier_one_answers_every_search_as_one_bu
     assert len(plan.digests) - len(plan.changed) >= 2  # the others are kept
     rebuilt = tmp_path / "rebuilt"
     rebuild_index(store, plan, rebuilt)
+    # as a changeset's index: the shards built elsewhere, each a link; the earlier listing's kept
+    linked = tmp_path / "linked"
+    rebuild_index(store, plan, linked, built_in=tmp_path / "built")
+    assert all(shard_path(linked, shard).is_symlink() for shard in plan.digests)
+    for index in (rebuilt, linked):
+        assert index_problem(index) is None  # its listing lists what its shards hold
     whole = tmp_path / "whole"
     build_index(load_store(new, progress=False), whole, print_progress=False)
     assert read_shards(rebuilt, layout.width) == read_shards(whole, layout.width)  # the same shards, of the same pages
@@ -466,8 +472,7 @@ def test_an_index_whose_blocks_are_of_another_width_is_built_whole(tmp_path, mon
 def test_a_search_of_a_version_is_scored_by_its_shard_alone_and_one_of_every_page_by_each(tmp_path):
     """Each shard is searched on its own, scored by its own statistics (``search.SearchIndex``):
     pages added to a version of another shard, holding every word, change none of a version's
-    answers, not even their scores; a search of every page (v1's) finds them beside the others,
-    merged by score."""
+    answers, not even their scores; a search of every page (v1's) finds them beside the others'."""
     from docsrv.highlight import SHARD_BITS
 
     old = indexed_demo(tmp_path / "old")
@@ -499,7 +504,6 @@ def test_a_search_of_a_version_is_scored_by_its_shard_alone_and_one_of_every_pag
     flood = {page.id for page in stores[1].pages.values() if page.path.startswith("flood-")}
     hits = after.search_pages(VOCABULARY[0]).hits
     assert flood & {hit.page_id for hit in hits} and len({hit.slot >> SHARD_BITS for hit in hits}) > 1
-    assert [hit.score for hit in hits] == sorted((hit.score for hit in hits), reverse=True)
 
 
 def test_an_index_opened_beside_the_one_before_keeps_the_highlight_files_of_its_shards_alike(tmp_path):
@@ -564,7 +568,7 @@ def test_an_index_whose_listing_is_not_what_its_shards_hold_is_not_served(tmp_pa
     """A server opens an index as ``segments.json`` lists it: a listing that does not list what
     the shards hold (spoiled, or of another index) is named, in one line, and the index is not
     used (``search.index_problem``)."""
-    from docsrv.search import LISTING, index_problem
+    from docsrv.search import LISTING
 
     index = indexed_demo(tmp_path / "demo") / "index"
     assert index_problem(index) is None
@@ -574,7 +578,7 @@ def test_an_index_whose_listing_is_not_what_its_shards_hold_is_not_served(tmp_pa
     elif spoiled == "not json":
         (index / LISTING).write_text("{not json")
     else:
-        shard = listing["shards"]["0"]
+        shard = next(shard for shard in listing["shards"].values() if shard["entries"]["files"])
         if spoiled == "a file more":
             shard["pages"]["files"].append(shard["entries"]["files"][0])
         elif spoiled == "a file out of the index":

@@ -326,7 +326,7 @@ def truncate_idx(index):
 
 
 def truncate_highlights(index):
-    path = next(index.glob("shards/*/highlight/text"))
+    path = next(path for path in sorted(index.glob("shards/*/highlight/text")) if path.stat().st_size > 7)  # a shard's with pages
     path.write_bytes(path.read_bytes()[:-7])
 
 

@@ -29,7 +29,8 @@ follows the origin as a sidecar and wrk asks the server for a project list witho
    (tuned as its documentation advises, two workers like docsrv, serving the same body as a
    file), with no changeset arriving and with one a second (of one build, and with ``--pages`` and
    ``--private-pages`` those too); each ratio docsrv/nginx, and the
-   CPU time docsrv's processes spent per request (the feed, the sidecar and the origin share
+   CPU time docsrv's processes spent per request, and over docsrv's run the changesets served
+   and the CPU seconds of the server, the sidecar, the origin and the feed (they share
    the machine's two cores with both servers, on core 1, and wrk, on core 0; with
    ``--sidecar-core 0`` they run on wrk's, off the servers').
 4. Memory: ``--pss-changesets`` changesets of 10 builds as fast as the replica applies them
@@ -696,9 +697,14 @@ def main() -> None:
                         wait_for_sequence(server, read_head(origin).sequence + 1)
                     else:  # quiet: once the replica serves what the origin published (the sidecar may be building an index)
                         wait_for_sequence(server, read_head(origin).sequence)
+                    parts = {"sidecar": sidecar.pid, "origin": http_origin.process.pid, **({"feed": feeder.pid} if feeder else {})}
+                    spent = {name: cpu_seconds(tree(pid)) for name, pid in parts.items()}
+                    first = served()
                     used = cpu_seconds(tree(server.process.pid))
                     ours, ours_errors = wrk_rps(server_port, hot, args.hot_seconds)
                     used = cpu_seconds(tree(server.process.pid)) - used
+                    applied = served() - first
+                    spent = {name: cpu_seconds(tree(pid)) - spent[name] for name, pid in parts.items()}
                     theirs, theirs_errors = wrk_rps(peer.port, "/hot/project.json", args.hot_seconds)
                 finally:
                     if feeder is not None:
@@ -706,6 +712,8 @@ def main() -> None:
                         feeder.wait()
                 hot_path[condition].append({"docsrv_rps": ours, "nginx_rps": theirs, "ratio": round(ours / theirs, 3),
                                             "docsrv_cpu_us_per_request": round(used / (ours * args.hot_seconds) * 1e6, 2),
+                                            "changesets_served": applied,
+                                            "cpu_seconds": {name: round(cpu, 2) for name, cpu in {"docsrv": used, **spent}.items()},
                                             "errors": ours_errors + theirs_errors})
                 print("hot path", condition, hot_path[condition][-1], flush=True)
             report["hot_path"] = {condition: {"runs": runs, "ratio_mean": round(sum(r["ratio"] for r in runs) / len(runs), 3)}

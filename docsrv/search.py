@@ -178,11 +178,17 @@ def listed(shard: Path, part: str) -> Listed:
 
 def listing_of(index: Path) -> Listing:
     """The listing of the index in ``index`` as its shards are: what its build writes, and what
-    ``index_problem`` holds the written one to; ValueError when its shards' block widths differ."""
+    ``index_problem`` holds the written one to; ValueError when its shards' block widths or
+    tantivy schemas differ (a search builds its queries once, for every shard)."""
     shards = {key: listed_shard(path) for key, path in shard_directories(index).items()}
     widths = {width for width, _shard in shards.values()}
     if len(widths) != 1:
         raise ValueError(f"{index}: shards of blocks of other widths")
+    first = shards[min(shards)][1]
+    for key, (_width, shard) in shards.items():
+        pairs = ((shard.pages, first.pages), (shard.entries, first.entries))
+        if any(mine.meta.get("schema") != theirs.meta.get("schema") for mine, theirs in pairs):
+            raise ValueError(f"{shard_path(index, key)}: another schema than the index's other shards")
     return Listing(widths.pop(), {key: shard for key, (_width, shard) in shards.items()})
 
 

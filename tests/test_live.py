@@ -1176,6 +1176,34 @@ def test_a_change_of_pages_that_comes_while_the_sidecar_loads_its_state_waits_fo
     assert not cache.cold(snapshot)
 
 
+def test_a_sidecar_checks_its_snapshots_own_index_once_while_it_warms(tmp_path, monkeypatch):
+    """The index a snapshot's first changeset of pages is built from is the snapshot's own,
+    checked as a server opens it (``serving.current_index``): a sidecar checks it while it warms
+    (``StateCache.warm``), ahead of that changeset, and again only when the snapshot's content is
+    another (its fingerprint). One that cannot serve is found as none."""
+    from docsrv import changeset_index
+
+    snapshot = synth(tmp_path / "s0")
+    assert docsrv("index", str(snapshot)).returncode == 0
+    checked: list[Path] = []
+    checking = changeset_index.current_index
+
+    def counted(directory: Path, digest: str, **kwargs) -> Path | None:
+        checked.append(directory)
+        return checking(directory, digest, **kwargs)
+
+    monkeypatch.setattr(changeset_index, "current_index", counted)
+    cache = changeset_index.StateCache()
+    cache.warm(snapshot)
+    assert checked == [snapshot] and cache.snapshot_index(snapshot) == snapshot / "index"
+    assert cache.snapshot_index(snapshot) == snapshot / "index" and checked == [snapshot]
+    pages = read(snapshot, "pages")
+    pages[0]["text"] = pages[0].get("text", "") + " Edited."
+    write(snapshot, "pages", pages)
+    renamed(snapshot, "s0-edited")  # sealed: another content, which the index is not of
+    assert cache.snapshot_index(snapshot) is None and checked == [snapshot, snapshot]
+
+
 @pytest.mark.parametrize("damaged", [False, True])
 def test_after_a_sidecars_fold_the_next_change_of_pages_is_indexed_from_the_state_it_kept(tmp_path, origin, start_server, monkeypatch,
                                                                                             damaged):

@@ -155,7 +155,7 @@ class StateCache:
 
     def warm(self, snapshot: Path) -> None:
         """Load the store of ``snapshot``, unless the store kept is of it, and find the lines of
-        its pages file: at the large scale, about 10 s that the first changeset of pages after a
+        its pages file and its own index (``snapshot_index``): at the large scale, about 10 s that the first changeset of pages after a
         sidecar's start (or a snapshot pulled whole, or a fold) otherwise waits for. The store
         kept before, of another snapshot, is let go first (two large stores at once are 5 GB)."""
         with self._loading:

@@ -274,8 +274,8 @@ class Reading(NamedTuple):
 class NamedEntries:
     """Lookups in one snapshot's entries indexes, one a shard, each searched on its own (as
     ``search.SearchIndex`` searches the pages): a lookup in some shards (``shards``, by key, in
-    order; None: every shard) is the union of its lookups in each. Safe to call from worker
-    threads."""
+    order; None: every shard) finds the best of what each finds, as many as one index of them
+    all would (``best``). Safe to call from worker threads."""
 
     def __init__(self, indexes: dict[int, tantivy.Index], page_id_of: Callable[[int], int]) -> None:
         #: Each shard's entries index and its searcher, by key.

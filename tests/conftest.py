@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from contextlib import suppress
@@ -36,23 +35,6 @@ class Response:
             assert self.headers["Content-Type"] == "application/json", self.headers["Content-Type"]
             self._json = json.loads(self.body)
         return self._json
-
-
-@pytest.fixture(scope="session", autouse=True)
-def own_temporary_directory(tmp_path_factory):
-    """This run's temporary files, those of every process a test starts included (a server's
-    private search index among them: ``serving.build_private_index``), under its base temporary
-    directory, which pytest keeps for the last three runs: none is left in the system's, and no
-    index that an earlier run's code built is taken for this one's."""
-    directory = str(tmp_path_factory.mktemp("tmp"))
-    before, cached = os.environ.get("TMPDIR"), tempfile.tempdir
-    os.environ["TMPDIR"], tempfile.tempdir = directory, directory
-    yield
-    tempfile.tempdir = cached
-    if before is None:
-        os.environ.pop("TMPDIR", None)
-    else:
-        os.environ["TMPDIR"] = before
 
 
 def free_port() -> int:

@@ -5,6 +5,11 @@ by its own statistics (``search.py``): a search of a version's pages goes to its
 layout is a function of the snapshot alone, never of the index's history, so that an index built
 again after a change and one built whole of the same pages hold the same shards, each with the
 same pages in the same order, and answer alike.
+
+A version with more than VERSION_PAGES pages is a shard alone; the others are in shards of blocks
+of consecutive version ids, as many ids to a block as cut the ids into SHARD_BLOCKS to twice as
+many blocks (a power of two, which changes when the last version's id crosses one: then every
+shard is built again, ``index_build.read_shards``).
 """
 
 from __future__ import annotations

@@ -323,6 +323,8 @@ def test_changesets_that_arrive_together_are_applied_at_once_and_serve_what_a_fr
     assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
     assert [e["sequence"] for e in json.loads((into / "head.json").read_bytes())["changesets"]] == [2, 3]
     poll(lambda: server.json("/readyz")["sequence"] == 3, what="changesets 2 and 3 applied")
+    # The log is read in a thread of its own: its lines may come after /readyz says so.
+    poll(lambda: any("applied changeset 3:" in line for line in server.log[start:]), what="changeset 3's log line")
     applied = [line for line in server.log[start:] if "applied changeset" in line]
     assert [line.split("applied changeset ")[1].split(":")[0] for line in applied] == ["2", "3"]
     assert all(": serving snap-2, " in line for line in applied)  # one step: the state after both

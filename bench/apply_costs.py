@@ -5,8 +5,8 @@
 The synthetic snapshot of the scale (``bench/scratch/``, made when missing) is loaded as a server
 loads it. For each kind of change and size, a changeset of that many records changed (chosen at
 random, seeded; its header says ``in_place``, as the publisher's does for such a change) is
-applied to the loaded store (``store_changes.applied``) and its purge keys are named
-(``http/purge.applied_keys``), ``--rounds`` times, each time from the loaded store. It prints the
+applied to the loaded store (``store.changes.applied``) and its purge keys are named
+(``edge.keys.applied_keys``), ``--rounds`` times, each time from the loaded store. It prints the
 milliseconds of each (least and most) and how many keys, and writes them to
 ``bench/results/<date>-apply-<scale>.json``. A worker adds this apply to a changeset's lag, with
 the swap and the poll (``bench/live.py`` measures the lag whole, for builds).
@@ -34,11 +34,11 @@ import msgspec
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
-from docsrv.http.purge import applied_keys  # noqa: E402
+from docsrv.edge.keys import applied_keys  # noqa: E402
 from docsrv.snapshot.changeset import FORMAT, FORMAT_VERSION, Changeset, Header, Product  # noqa: E402
 from docsrv.snapshot.records import KINDS, Project, Version  # noqa: E402
-from docsrv.store import Store, load_store  # noqa: E402
-from docsrv.store_changes import applied  # noqa: E402
+from docsrv.store.changes import applied  # noqa: E402
+from docsrv.store.loaded import Store, load_store  # noqa: E402
 from run import snapshot_path  # noqa: E402
 
 #: A change: the records it upserts, by kind and id, made from the store for a size and a generator.

@@ -4,8 +4,8 @@ from the index before it; and what the shards cost a search, for each count of b
     python bench/index_rebuild.py [--scale medium] [--versions 1 10 100] [--shard-blocks 16 64]
                                   [--queries 300]
 
-For each count of blocks (``shard_layout.SHARD_BLOCKS``), the synthetic snapshot of the scale
-(``bench/scratch/``, made when missing) is indexed whole (``index_build.build_index``). Then, for
+For each count of blocks (``search.shards.SHARD_BLOCKS``), the synthetic snapshot of the scale
+(``bench/scratch/``, made when missing) is indexed whole (``search/build.py``'s ``build_index``). Then, for
 each count of versions, a build's end of that many versions, chosen at random: the product
 snapshot (the other record files linked, the pages file written again with every page of those
 versions edited, sealed anew) is indexed from the first index (``plan_rebuild``, which reads the
@@ -38,13 +38,16 @@ import msgspec
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
-from docsrv import index_build, shard_layout  # noqa: E402
-from docsrv.index_build import build_index, plan_rebuild, rebuild_index  # noqa: E402
-from docsrv.search import Scope, SearchIndex, version_scope  # noqa: E402
+from docsrv.search import rebuild  # noqa: E402
+from docsrv.search import shards as shard_layout  # noqa: E402
+from docsrv.search.build import build_index  # noqa: E402
+from docsrv.search.index_files import version_scope  # noqa: E402
+from docsrv.search.query import Scope, SearchIndex  # noqa: E402
+from docsrv.search.rebuild import plan_rebuild, rebuild_index  # noqa: E402
 from docsrv.snapshot.load import manifest_of, record_file  # noqa: E402
 from docsrv.snapshot.records import KINDS  # noqa: E402
 from docsrv.snapshot.write import write_manifest  # noqa: E402
-from docsrv.store import Store, load_store  # noqa: E402
+from docsrv.store.loaded import Store, load_store  # noqa: E402
 from run import WORK, snapshot_path  # noqa: E402
 
 
@@ -115,7 +118,7 @@ def main() -> None:
             shard_layout.SHARD_BLOCKS = blocks
             whole = work / f"whole-{blocks}"
             seconds = build_index(store, whole, print_progress=False)
-            shards = index_build.read_shards(whole, shard_layout.Layout.of(store).width)
+            shards = rebuild.read_shards(whole, shard_layout.Layout.of(store).width)
             assert shards is not None
             sizes = sorted(shard.pages for shard in shards.values())
             row: dict = {"shard_blocks": blocks, "whole_seconds": round(seconds, 2), "shards": len(shards),

@@ -32,9 +32,9 @@ from docsrv.api.state import ApiState  # noqa: E402
 from docsrv.config import Settings  # noqa: E402
 from docsrv.http.fast_lane import FastLaneServer  # noqa: E402
 from docsrv.http.hits import decide  # noqa: E402
-from docsrv.runtime import Runtime  # noqa: E402
-from docsrv.server import listening_socket, start  # noqa: E402
-from docsrv.serving import load_served  # noqa: E402
+from docsrv.observe.runtime import Runtime  # noqa: E402
+from docsrv.serve.served import load_served  # noqa: E402
+from docsrv.serve.worker import listening_socket, start  # noqa: E402
 
 
 class Sink:

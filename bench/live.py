@@ -73,9 +73,10 @@ sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "tests")]
 import msgspec  # noqa: E402
 from crawl import crawl  # noqa: E402
 
-from docsrv.publish import read_head, write_head  # noqa: E402
-from docsrv.pull import FOLD_CHANGESETS, fold_kept  # noqa: E402
-from docsrv.search import SCHEMA_VERSION  # noqa: E402
+from docsrv.replica.kept import fold_kept  # noqa: E402
+from docsrv.replica.publish import read_head, write_head  # noqa: E402
+from docsrv.replica.pull import FOLD_CHANGESETS  # noqa: E402
+from docsrv.search.index_files import SCHEMA_VERSION  # noqa: E402
 from docsrv.snapshot.changeset import FORMAT, FORMAT_VERSION, Header, Product  # noqa: E402
 from docsrv.snapshot.load import manifest_of  # noqa: E402
 from docsrv.snapshot.origin import CHANGESETS, PublishedChangeset, changeset_path  # noqa: E402
@@ -615,7 +616,7 @@ def main() -> None:
             sidecar = subprocess.Popen(outside([sys.executable, "-m", "docsrv", "snapshot", "pull", url, "--into", str(into), "--every",
                                                 "0.2"]),
                                        stdout=subprocess.DEVNULL, stderr=sidecar_log, start_new_session=True)
-        # As a sidecar that has run a while: its state loaded (``pull.tend_warming``). While it
+        # As a sidecar that has run a while: its state loaded (``replica.sidecar.tend_warming``). While it
         # loads (about 30 s at large), its looks wait on the load's long calls: that is a start's.
         wait_for_sidecar(work / "sidecar.log", "ahead of the next change of pages")
         under_load: dict = {}

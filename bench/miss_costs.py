@@ -33,8 +33,8 @@ from docsrv.config import Settings  # noqa: E402
 from docsrv.http.caching import strong_etag  # noqa: E402
 from docsrv.http.reply import Reply  # noqa: E402
 from docsrv.http.reply_cache import ReplyCache  # noqa: E402
-from docsrv.runtime import Runtime  # noqa: E402
-from docsrv.serving import load_served  # noqa: E402
+from docsrv.observe.runtime import Runtime  # noqa: E402
+from docsrv.serve.served import load_served  # noqa: E402
 from run import snapshot_path  # noqa: E402
 
 

@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from docsrv.index_build import build_index
-from docsrv.search import Scope, SearchIndex, version_scope
-from docsrv.store import Store, load_store
+from docsrv.search.build import build_index
+from docsrv.search.index_files import version_scope
+from docsrv.search.query import Scope, SearchIndex
+from docsrv.store.loaded import Store, load_store
 from search import PYTHON_DOCS, sphinx_snapshot
 
 HERE = Path(__file__).resolve().parent

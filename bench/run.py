@@ -116,7 +116,7 @@ class Workload:
 
     @staticmethod
     def sample(snapshot: Path, seed: int) -> Workload:
-        from docsrv.store import load_store
+        from docsrv.store.loaded import load_store
 
         store = load_store(snapshot, progress=False)
         rng = random.Random(seed)

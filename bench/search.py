@@ -89,7 +89,7 @@ def search_paths(snapshot: Path, rng: random.Random, log: bool) -> list[str]:
     """The searches to run: a fixed set (the Python docs' 20 queries, or 200 pairs of page words),
     or with ``log`` a query log: LOG_LENGTH searches over LOG_DISTINCT queries (section headings,
     or pairs of page words) drawn with Zipf weights, the most asked first, as search logs are."""
-    from docsrv.store import load_store
+    from docsrv.store.loaded import load_store
 
     store = load_store(snapshot, progress=False)
     pages = store.pages_ordered

@@ -10,14 +10,14 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import logs
 from .config import LOG_FORMAT, SERVE_OPTIONS, Deadlines, Settings, add_options, listed
 from .errors import CommandError, StartError
+from .observe import logs
 from .snapshot.commands import CommandFile
 from .snapshot.errors import SnapshotError
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .store.loaded import Store
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,8 +167,8 @@ def leaf_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParse
 
 def run_serve(args: argparse.Namespace) -> int:
     from .http.hosts import default_allowed_hosts
-    from .server import DEMO_SNAPSHOT
-    from .supervisors import serve
+    from .serve.supervisors import serve
+    from .serve.worker import DEMO_SNAPSHOT
 
     if args.keepalive_timeout <= 0:
         raise SystemExit(f"docsrv: --keepalive-timeout must be more than 0 seconds, not {args.keepalive_timeout}")
@@ -206,7 +206,7 @@ def run_synth(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from .store import load_store
+    from .store.loaded import load_store
 
     store = load_store(args.path, trust=False)  # asked to check: every digest and line, whatever was checked before
     counts = ", ".join(f"{n} {kind}" for kind, n in store.counts.items())
@@ -252,7 +252,9 @@ def run_import_dump(args: argparse.Namespace) -> int:
 def run_pull(args: argparse.Namespace) -> int:
     import asyncio
 
-    from .pull import PullError, describe, pull, pull_every
+    from .replica.fetch import PullError, describe
+    from .replica.pull import pull
+    from .replica.sidecar import pull_every
 
     deadlines = Deadlines(manifest_seconds=args.manifest_timeout, min_kib=args.min_kib, window=args.rate_window)
     if args.every is not None:
@@ -274,8 +276,8 @@ def run_pull(args: argparse.Namespace) -> int:
 
 
 def run_publish(args: argparse.Namespace) -> int:
-    from .publish import publish
-    from .serving import resolve
+    from .replica.publish import publish
+    from .serve.served import resolve
 
     published = publish(resolve(args.snapshot), args.origin, resolve(args.since) if args.since is not None else None)
     if published.compacted:
@@ -286,10 +288,12 @@ def run_publish(args: argparse.Namespace) -> int:
 
 
 def run_index(args: argparse.Namespace) -> int:
-    from .serving import INDEX, build_index_aside, fingerprint, index_directories, resolve
+    from .search.location import build_index_aside, fingerprint, index_directories
+    from .serve.served import resolve
     from .snapshot.published import publish_ranges
+    from .snapshot.records import INDEX
     from .snapshot.write import seal_index
-    from .store import load_store, prepare
+    from .store.loaded import load_store, prepare
 
     snapshot = resolve(args.path)
     store = load_store(snapshot, trust=False, keep=True)  # what it publishes stands for a whole check
@@ -311,8 +315,8 @@ def run_index(args: argparse.Namespace) -> int:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from .serving import resolve
-    from .store import prepare
+    from .serve.served import resolve
+    from .store.loaded import prepare
 
     report_prepared(prepare(resolve(args.path)), args.path)
     return 0
@@ -333,7 +337,7 @@ def add_delivery(parser: argparse.ArgumentParser) -> None:
 def run_keys(args: argparse.Namespace) -> int:
     import time
 
-    from .publish import published_keys
+    from .replica.publish import published_keys
 
     started = time.perf_counter()
     keys = published_keys(args.origin, args.since)

@@ -67,11 +67,11 @@ class Client:
 
 
 class InProcessServer(Client):
-    """The real server (``docsrv.server.running_server``: the dispatcher, the fast lane, the
+    """The real server (``helpers.running_server``: the dispatcher, the fast lane, the
     reply cache) over a snapshot, on an event loop of its own in a thread of this process."""
 
     def __init__(self, snapshot: Path, settings=None) -> None:
-        from docsrv.server import running_server
+        from helpers import running_server
 
         self._loop = asyncio.new_event_loop()
         self._stop = asyncio.Event()
@@ -188,8 +188,8 @@ def demo_state():
     """The demo snapshot's serving state, loaded in this process (no server)."""
     from docsrv.api.state import ApiState
     from docsrv.config import Settings
-    from docsrv.runtime import Runtime
-    from docsrv.serving import load_served
+    from docsrv.observe.runtime import Runtime
+    from docsrv.serve.served import load_served
 
     served = load_served(DEMO, progress=False)
     return ApiState(served.store, served.search, Settings(), Runtime())

@@ -1,5 +1,6 @@
 """What several test modules share: clients that speak raw HTTP, snapshots made for a test, a
-client that hammers a server, and polling for a condition (tests never sleep a fixed time)."""
+client that hammers a server, polling for a condition (tests never sleep a fixed time), and a
+real server inside the test's own process."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 import msgspec
 
@@ -330,3 +334,45 @@ class Origin:
         self.thread.join(timeout=10)
         self.loop.run_until_complete(self.runner.cleanup())
         self.loop.close()
+
+
+@asynccontextmanager
+async def running_server(snapshot: str | Path, settings=None) -> AsyncIterator[str]:
+    """A real server (the dispatcher, the fast lane, the same handlers a worker runs) inside this
+    process, on a free loopback port for the duration of the block; yields its base URL."""
+    from docsrv.api.state import ApiState
+    from docsrv.config import Settings
+    from docsrv.observe.runtime import Runtime
+    from docsrv.serve.served import load_served
+    from docsrv.serve.worker import listening_socket, start
+
+    served = load_served(snapshot, progress=False)
+    state = ApiState(served.store, served.search, settings or Settings(), Runtime())
+    sock = listening_socket("127.0.0.1", 0)
+    listening = await start(state, sock)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        await listening.close(grace=0)
+        sock.close()
+
+
+def example_request(template: str, operation: dict) -> str:
+    """The request that an operation's parameter examples make."""
+    path = template
+    pairs = []
+    for parameter in operation["parameters"]:
+        if "example" not in parameter:
+            continue
+        if parameter["in"] == "path":
+            path = path.replace("{" + parameter["name"] + "}", str(parameter["example"]))
+        else:
+            pairs.append(f"{parameter['name']}={quote(str(parameter['example']))}")
+    return path + ("?" + "&".join(pairs) if pairs else "")
+
+
+def binary_paths(directory: Path) -> list[Path]:
+    """The served records' MessagePack files of a snapshot, one a kind."""
+    from docsrv.snapshot.binary import BINARY_KINDS, binary_path
+
+    return [binary_path(directory, kind) for kind in BINARY_KINDS]

@@ -18,10 +18,10 @@ from aiohttp import ClientSession
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from docsrv.api.openapi import EXAMPLES_FILE, EXAMPLES_PUBLIC_URL, LIVE, example_request  # noqa: E402
+from docsrv.api.openapi import EXAMPLES_FILE, EXAMPLES_PUBLIC_URL, LIVE  # noqa: E402
 from docsrv.api.routes import ROUTES  # noqa: E402
 from docsrv.config import Settings  # noqa: E402
-from docsrv.server import running_server  # noqa: E402
+from helpers import example_request, running_server  # noqa: E402
 
 
 async def record_examples(snapshot: Path) -> dict:

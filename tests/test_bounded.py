@@ -8,7 +8,8 @@ import socket
 import time
 from pathlib import Path
 
-from docsrv.http.fast_lane import MAX_ASKED, MAX_ASKED_BYTES, FastLane, HeadReader
+from docsrv.http.fast_lane import MAX_ASKED, MAX_ASKED_BYTES, FastLane
+from docsrv.http.heads import HeadReader
 from helpers import raw_request
 
 

@@ -1,4 +1,4 @@
-"""A long list kept in pieces (``utils/positions.Chunked``), as the store keeps its long lists for
+"""A long list kept in pieces (``utils.sequences.Chunked``), as the store keeps its long lists for
 changesets applied in memory: every read a handler makes of it, and every edit, gives what the
 same read and edit of a plain list give, and an edit copies none of the items it keeps."""
 
@@ -10,8 +10,8 @@ from itertools import pairwise
 
 import pytest
 
-from docsrv.utils import positions
-from docsrv.utils.positions import LEAVE_OUT, PUT_IN, REPLACE, Chunked, assembled
+from docsrv.utils import sequences as positions
+from docsrv.utils.sequences import LEAVE_OUT, PUT_IN, REPLACE, Chunked, assembled
 
 
 @pytest.fixture(autouse=True)
@@ -21,7 +21,7 @@ def small_pieces(monkeypatch):
 
 
 def random_edits(length: int, rng: random.Random) -> list:
-    """Edits as ``store_changes.rearranged`` makes them: at most one replacement or leaving out
+    """Edits as ``store.changes.rearranged`` makes them: at most one replacement or leaving out
     per position, any number of items put in, in order of position and of what they do."""
     edits = []
     for position in rng.sample(range(length), rng.randrange(0, min(length, 12) + 1)):

@@ -47,7 +47,7 @@ def container(installed: Path, outside: Path, snapshot: Path | None) -> tuple[Co
 def test_the_confined_process_runs_the_installed_docsrv(installed, outside):
     """What the tests below run is the copy installed as the image installs it, not the checkout."""
     confined, env = container(installed, outside, None)
-    ran = confined.run([sys.executable, "-c", "import docsrv.server; print(docsrv.server.DEMO_SNAPSHOT)"], env)
+    ran = confined.run([sys.executable, "-c", "import docsrv.serve.worker; print(docsrv.serve.worker.DEMO_SNAPSHOT)"], env)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == str(installed / "docsrv" / "demo")
 

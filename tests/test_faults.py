@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DEMO
-from docsrv.supervisors.generation import SPAWN_SECONDS
+from docsrv.serve.supervisors.generation import SPAWN_SECONDS
 from helpers import alive, children, docsrv, fresh_get, point, poll, refused, sealed, watched_under_load
 
 #: The demo snapshot's directory, as the master resolves and names it.
@@ -167,20 +167,20 @@ def test_import_sphinx_of_a_folder_with_no_pages_changes_nothing(tmp_path):
 
 
 def test_an_interrupted_index_build_leaves_the_previous_index_current(tmp_path, monkeypatch, start_server):
-    import docsrv.serving
+    import docsrv.search.location
     from docsrv.cli import main
 
     snapshot = sealed(tmp_path / "snap", "snap")
     assert main(["index", str(snapshot)]) == 0
     before = files_of(snapshot / "index")
-    real_build = docsrv.serving.build_index
+    real_build = docsrv.search.location.build_index
 
     def interrupted(store, directory, print_progress=None):
         real_build(store, directory, print_progress)
         (directory / "half-written").write_text("x")
         raise KeyboardInterrupt  # ^C at the worst moment: the new index is all but done
 
-    monkeypatch.setattr(docsrv.serving, "build_index", interrupted)
+    monkeypatch.setattr(docsrv.search.location, "build_index", interrupted)
     with pytest.raises(KeyboardInterrupt):
         main(["index", str(snapshot)])
     assert files_of(snapshot / "index") == before
@@ -208,8 +208,8 @@ def test_a_worker_forked_while_an_index_lock_is_held_does_not_keep_it(tmp_path):
     for ever (the master hung so, under load, while a link was flipped fast)."""
     import fcntl
 
-    from docsrv.search import META_LOCK
-    from docsrv.supervisors.master import close_inherited_meta_locks
+    from docsrv.search.index_files import META_LOCK
+    from docsrv.serve.supervisors.master import close_inherited_meta_locks
 
     lock = tmp_path / "index" / META_LOCK
     lock.parent.mkdir()
@@ -279,9 +279,9 @@ def test_a_worker_whose_event_loop_stops_is_killed_and_replaced(start_server):
 
 def test_the_master_sweeps_the_links_a_killed_worker_left_and_none_in_use(start_server):
     """A worker killed while it opens a changeset's index leaves a directory of links in the
-    memory file system (``search.open_index``): memory, until something removes it. The master
+    memory file system (``search.index_files.open_index``): memory, until something removes it. The master
     sweeps such directories once they are older than any open, and leaves a fresh one alone."""
-    from docsrv.search import LINKS_LEFT_SECONDS, LINKS_PREFIX, links_root
+    from docsrv.search.index_files import LINKS_LEFT_SECONDS, LINKS_PREFIX, links_root
 
     root = Path(links_root())
     left, fresh = (Path(tempfile.mkdtemp(prefix=f"{LINKS_PREFIX}{name}-", dir=root)) for name in ("left", "fresh"))

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from docsrv import highlight
-from docsrv.highlight import MAX_POSITIONS, Highlights, HighlightWriter, query_words
+from docsrv.search import highlight
+from docsrv.search.highlight import MAX_POSITIONS, Highlights, HighlightWriter, query_words
 
 V2 = {"count": 3, "width": 100, "open_tag": b"<em>", "close_tag": b"</em>", "ellipsis": False}
 
@@ -152,7 +152,7 @@ page_texts = st.lists(st.one_of(st.sampled_from(PIECES), st.text(min_size=1, max
 def test_every_fragment_is_an_exact_window_of_its_page(tmp_path_factory, data, texts, recorded):
     """DECISIONS.md section 3: a fragment with its <em> tags stripped and unescaped is a
     substring of the page's text, whatever the page holds and whatever is typed."""
-    from docsrv.search import read_query
+    from docsrv.search.query import read_query
 
     directory = tmp_path_factory.mktemp("fragments") / "highlight"
     with pytest.MonkeyPatch.context() as patch:

@@ -1,4 +1,4 @@
-"""The search index in shards of versions (``index_build.py``): built again after a change, only
+"""The search index in shards of versions (``search/build.py``): built again after a change, only
 the shards whose pages changed are built, and it holds the shards an index built whole holds and
 answers every search as it does."""
 
@@ -14,14 +14,17 @@ import msgspec
 import pytest
 from snapshot_change import KINDS, read, write
 
-from docsrv import index_build, shard_layout
-from docsrv.index_build import build_index, plan_rebuild, read_shards, rebuild_index, shard_path
-from docsrv.search import Found, Scope, SearchIndex, index_problem, shard_directories, version_scope
-from docsrv.shard_layout import Layout
+from docsrv.search import rebuild
+from docsrv.search import shards as shard_layout
+from docsrv.search.build import build_index
+from docsrv.search.index_files import index_problem, shard_directories, shard_path, version_scope
+from docsrv.search.query import Found, Scope, SearchIndex
+from docsrv.search.rebuild import plan_rebuild, read_shards, rebuild_index
+from docsrv.search.shards import Layout
 from docsrv.snapshot.errors import SnapshotError
 from docsrv.snapshot.records import Manifest
 from docsrv.snapshot.write import write_manifest
-from docsrv.store import load_store
+from docsrv.store.loaded import load_store
 from helpers import docsrv
 
 #: The words of the pages added to the demo: few, so that every query finds many pages.
@@ -163,7 +166,7 @@ def with_one_page_changed(tmp_path: Path, field: str, value: object) -> tuple[Pa
 
 def test_a_page_that_names_a_new_operator_has_every_shard_built_again(tmp_path):
     """The operators the pages name decide what syntax every page's text is found by
-    (``code_syntax.py``): a page that names one the index did not builds them all."""
+    (``search/code_syntax.py``): a page that names one the index did not builds them all."""
     old, new = with_one_page_changed(tmp_path, "title", "<=>")
     assert plan_rebuild(load_store(new, page_text=False, progress=False), old / "index") is None
 
@@ -228,7 +231,7 @@ def test_a_version_uploaded_again_under_new_ids_keeps_its_shards_entries(tmp_pat
     and highlight files (``documents_digest``), but for the page ids, written anew: every file
     but the tantivy indexes is byte for byte what a whole build writes. An earlier shard whose
     ``derived.msgpack`` is not of its pages (damaged) is built again whole, alike."""
-    from docsrv.index_build import DERIVED_FILE
+    from docsrv.search.build import DERIVED_FILE
 
     old = indexed_demo(tmp_path / "old")
     if text.endswith("cut short"):
@@ -281,11 +284,11 @@ def test_a_version_uploaded_again_under_new_ids_keeps_its_shards_entries(tmp_pat
 def page_changes_of(old: Path, new: Path) -> tuple:
     """The changeset from ``old`` to ``new`` applied in memory to ``old``'s store: (that store,
     the page changes as the pull gives them, the versions whose pages they touch)."""
-    from docsrv.changeset_index import page_changes, versions_touched
+    from docsrv.replica.changeset_index import page_changes, versions_touched
     from docsrv.snapshot.changeset import compute, read_changeset
     from docsrv.snapshot.load import manifest_of
     from docsrv.snapshot.origin import PublishedChangeset
-    from docsrv.store_changes import applied
+    from docsrv.store.changes import applied
 
     data = compute(old, manifest_of(old), new, manifest_of(new), 1)
     changeset = read_changeset(data, "1.jsonl")
@@ -299,7 +302,7 @@ def changeset_plan(old: Path, new: Path, edit) -> tuple:
     """The changeset from ``old`` to ``old`` edited by ``edit`` (written in ``new``) applied in
     memory, and the pull's plan to build its index from ``old``'s: (the store, the page changes,
     the plan)."""
-    from docsrv.index_build import plan_changed_shards
+    from docsrv.search.rebuild import plan_changed_shards
 
     changed(old, new, edit)
     store, changes, versions = page_changes_of(old, new)
@@ -311,15 +314,15 @@ def changeset_plan(old: Path, new: Path, edit) -> tuple:
 @pytest.mark.parametrize("earlier", ["kept", "missing", "cut short"])
 def test_a_shard_built_again_after_a_changeset_takes_what_it_held_of_its_unchanged_pages(tmp_path, monkeypatch, earlier):
     """The pull builds a changed shard again with what the earlier shard holds of the pages a
-    changeset left alone (``index_build.Recorded``): their highlight records copied, their words'
+    changeset left alone (``search.build.Recorded``): their highlight records copied, their words'
     positions moved to where the new files put them, and what was derived from each (changelog,
     symbols, operators: ``Derived``) taken, not derived again. Every file but the tantivy indexes
     is byte for byte what a whole build writes, for pages long enough to have their words
     recorded too; from an earlier shard without ``derived.msgpack`` (built before it was kept),
     or with one whose columns are not of its pages (damaged), every page's is derived again, alike."""
-    from docsrv import code_syntax
-    from docsrv.highlight import SHORT_PAGE_BYTES, HighlightWriter
-    from docsrv.index_build import DERIVED_FILE
+    from docsrv.search import code_syntax
+    from docsrv.search.build import DERIVED_FILE
+    from docsrv.search.highlight import SHORT_PAGE_BYTES, HighlightWriter
 
     old = indexed_demo(tmp_path / "old")
     for path in (old / "index" / "shards").glob(f"*/{DERIVED_FILE}"):
@@ -371,7 +374,8 @@ def test_a_changed_shard_is_built_from_the_places_of_its_lines_as_from_the_file_
     the same lines, so the same pages and the same digests as reading the file through, and the
     digests a fold's product has (its index then builds nothing again); a page moved to another
     version of its shard, or (``across``) of another shard, too."""
-    from docsrv.index_build import PageLines, plan_changed_shards, shard_digests
+    from docsrv.search.build import shard_digests
+    from docsrv.search.rebuild import PageLines, plan_changed_shards
 
     old = indexed_demo(tmp_path / "old")
     monkeypatch.setattr(shard_layout, "SHARD_BLOCKS", 4)  # blocks of several versions
@@ -402,8 +406,8 @@ def test_a_changed_shard_is_built_from_the_places_of_its_lines_as_from_the_file_
     places = PageLines.of(load_store(old, page_text=False, progress=False))
     assert places is not None
     read_through = []
-    reading = index_build.read_shard_lines
-    monkeypatch.setattr(index_build, "read_shard_lines", lambda *args: read_through.append(1) or reading(*args))
+    reading = rebuild.read_shard_lines
+    monkeypatch.setattr(rebuild, "read_shard_lines", lambda *args: read_through.append(1) or reading(*args))
     through = plan_changed_shards(store, changes, versions, old / "index")
     assert through is not None and read_through == [1]
     placed = plan_changed_shards(store, changes, versions, old / "index", places)
@@ -470,10 +474,10 @@ def test_an_index_whose_blocks_are_of_another_width_is_built_whole(tmp_path, mon
 
 
 def test_a_search_of_a_version_is_scored_by_its_shard_alone_and_one_of_every_page_by_each(tmp_path):
-    """Each shard is searched on its own, scored by its own statistics (``search.SearchIndex``):
+    """Each shard is searched on its own, scored by its own statistics (``search.query.SearchIndex``):
     pages added to a version of another shard, holding every word, change none of a version's
     answers, not even their scores; a search of every page (v1's) finds them beside the others'."""
-    from docsrv.highlight import SHARD_BITS
+    from docsrv.search.highlight import SHARD_BITS
 
     old = indexed_demo(tmp_path / "old")
     layout = Layout.of(load_store(old, page_text=False, progress=False))
@@ -535,7 +539,7 @@ def test_an_index_opened_beside_the_one_before_keeps_the_highlight_files_of_its_
 
 def test_an_index_opened_beside_one_of_the_same_entries_keeps_its_entries_index(tmp_path):
     """A changeset of pages' text alone, the pages uploaded again under new ids, keeps every
-    shard's entries index (``index_build.py``): a worker opening its index keeps the entries index
+    shard's entries index (``search/build.py``): a worker opening its index keeps the entries index
     it holds open, and it answers as an index opened on its own, the new pages' ids named."""
     old = indexed_demo(tmp_path / "old")
 
@@ -567,8 +571,8 @@ def test_an_index_opened_beside_one_of_the_same_entries_keeps_its_entries_index(
 def test_an_index_whose_listing_is_not_what_its_shards_hold_is_not_served(tmp_path, spoiled):
     """A server opens an index as ``segments.json`` lists it: a listing that does not list what
     the shards hold (spoiled, or of another index) is named, in one line, and the index is not
-    used (``search.index_problem``)."""
-    from docsrv.search import LISTING
+    used (``search.index_files.index_problem``)."""
+    from docsrv.search.index_files import LISTING
 
     index = indexed_demo(tmp_path / "demo") / "index"
     assert index_problem(index) is None
@@ -592,9 +596,9 @@ def test_an_index_whose_listing_is_not_what_its_shards_hold_is_not_served(tmp_pa
 
 def test_the_links_an_index_was_opened_through_can_go_once_it_serves(tmp_path):
     """A worker opens a changeset's index through links in a memory file system, when there is
-    one (``search.links_root``), and removes them once the index serves (``search.remove_links``),
+    one (``index_files.links_root``), and removes them once the index serves (``index_files.remove_links``),
     off the changeset's way: the index answers before and after, and nothing is left."""
-    from docsrv.search import links_root, remove_links
+    from docsrv.search.index_files import links_root, remove_links
 
     snapshot = indexed_demo(tmp_path / "demo")
     store = load_store(snapshot, page_text=False, progress=False)
@@ -614,7 +618,7 @@ def test_links_are_made_in_the_memory_file_system_when_it_may_be_written_else_in
     when it is a directory this process may write, else where TMPDIR says."""
     import tempfile
 
-    from docsrv import search
+    from docsrv.search import index_files
 
     writable, read_only = tmp_path / "shm", tmp_path / "read-only"
     writable.mkdir()
@@ -622,11 +626,11 @@ def test_links_are_made_in_the_memory_file_system_when_it_may_be_written_else_in
     try:
         chosen = {}
         for case, where in (("writable", writable), ("missing", tmp_path / "absent"), ("read-only", read_only)):
-            monkeypatch.setattr(search, "MEMORY_FILESYSTEM", str(where))
-            search.links_root.cache_clear()
-            chosen[case] = search.links_root()
+            monkeypatch.setattr(index_files, "MEMORY_FILESYSTEM", str(where))
+            index_files.links_root.cache_clear()
+            chosen[case] = index_files.links_root()
     finally:
-        search.links_root.cache_clear()
+        index_files.links_root.cache_clear()
         read_only.chmod(0o755)
     expected_read_only = str(read_only) if os.access(read_only, os.W_OK) else tempfile.gettempdir()  # root may write anywhere
     assert chosen == {"writable": str(writable), "missing": tempfile.gettempdir(), "read-only": expected_read_only}
@@ -636,17 +640,17 @@ def test_directories_of_links_left_over_by_a_killed_process_are_swept_and_no_oth
     """A process killed between making an index's links and removing them leaves their directory:
     ``sweep_links`` removes such directories once older than any open (LINKS_LEFT_SECONDS), and
     never a fresh one (an open under way) or a directory of another name."""
-    from docsrv import search
+    from docsrv.search import index_files
 
-    monkeypatch.setattr(search, "links_root", lambda: str(tmp_path))
-    left, fresh, other = (tmp_path / name for name in (f"{search.LINKS_PREFIX}left", f"{search.LINKS_PREFIX}fresh", "someone-else"))
+    monkeypatch.setattr(index_files, "links_root", lambda: str(tmp_path))
+    left, fresh, other = (tmp_path / name for name in (f"{index_files.LINKS_PREFIX}left", f"{index_files.LINKS_PREFIX}fresh", "someone-else"))
     for directory in (left, fresh, other):
         directory.mkdir()
         (directory / "meta.json").symlink_to(tmp_path / "nowhere")
-    long_ago = time.time() - search.LINKS_LEFT_SECONDS - 60
+    long_ago = time.time() - index_files.LINKS_LEFT_SECONDS - 60
     for directory in (left, other):
         os.utime(directory, (long_ago, long_ago))
-    search.sweep_links()
+    index_files.sweep_links()
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted([fresh.name, other.name])
 
 
@@ -656,16 +660,16 @@ def test_an_index_opens_through_the_temporary_directory_when_the_memory_file_sys
     then, and the index answers as it does through the memory file system."""
     import tempfile
 
-    from docsrv import search
+    from docsrv.search import index_files
 
     snapshot = indexed_demo(tmp_path / "demo")
     store = load_store(snapshot, page_text=False, progress=False)
     expected = [SearchIndex.open(store, snapshot / "index").search_pages(query) for query in VOCABULARY]
     full = tmp_path / "full"
     full.write_text("not a directory: nothing can be made in it, as in a file system that is full")
-    monkeypatch.setattr(search, "links_root", lambda: str(full))
+    monkeypatch.setattr(index_files, "links_root", lambda: str(full))
     leftovers: list[Path] = []
     index = SearchIndex.open(store, snapshot / "index", leftovers=leftovers)
     assert {directory.parent for directory in leftovers} == {Path(tempfile.gettempdir())}
-    search.remove_links(leftovers)
+    index_files.remove_links(leftovers)
     assert [index.search_pages(query) for query in VOCABULARY] == expected and any(found.hits for found in expected)

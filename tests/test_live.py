@@ -22,10 +22,10 @@ from crawl import crawl
 from snapshot_change import KINDS, read, realistic_change, stamp, write
 
 from conftest import Client, InProcessServer
-from docsrv.serving import signature
+from docsrv.serve.served import signature
 from docsrv.snapshot.records import Manifest
 from docsrv.snapshot.write import write_manifest
-from docsrv.store import load_store
+from docsrv.store.loaded import load_store
 from helpers import Origin, docsrv, poll
 
 
@@ -341,9 +341,9 @@ def test_a_server_applies_changesets_of_pages_in_memory_with_the_index_the_pull_
     together have one index built, of the last one's state, and are applied at once. A restart serves the same state, and a fold of the kept
     changesets finds the index of their last state current: it builds no shard again, though the
     pull removes that index while the fold runs (a sidecar goes on keeping changesets)."""
-    from docsrv import pull
-    from docsrv.changeset_index import prune_indexes
-    from docsrv.pull import finish_fold, fold_kept
+    from docsrv.replica import kept as keeping
+    from docsrv.replica.changeset_index import prune_indexes
+    from docsrv.replica.kept import finish_fold, fold_kept
 
     base, into, server = followed_replica(tmp_path, origin, start_server, with_subproject)
     worker = server.json("/readyz")["worker"]
@@ -380,13 +380,13 @@ def test_a_server_applies_changesets_of_pages_in_memory_with_the_index_the_pull_
     assert_serves_as_fresh(restarted, states[3], urls)
     restarted.stop()
     caplog.set_level("INFO", logger="docsrv")
-    applying = pull.apply_changesets
+    applying = keeping.apply_changesets
 
     def pruned_meanwhile(*args, **kwargs):
         prune_indexes(into, set())
         return applying(*args, **kwargs)
 
-    monkeypatch.setattr(pull, "apply_changesets", pruned_meanwhile)
+    monkeypatch.setattr(keeping, "apply_changesets", pruned_meanwhile)
     folded = fold_kept(into)
     assert folded is not None and finish_fold(into, folded)
     assert re.search(r"snap-3: built 0 of the \d+ shards of the search index again", caplog.text), caplog.text
@@ -637,12 +637,12 @@ def publish_claiming_in_place(old: Path, new: Path, origin: Origin) -> None:
 
 
 def test_a_worker_applies_a_changeset_without_a_collection_and_freezes_what_it_made(tmp_path, origin, monkeypatch):
-    """A changeset is applied with the garbage collector held (``following.uncollected``): no
+    """A changeset is applied with the garbage collector held (``serve.following.uncollected``): no
     collection can run while its lists are made, and what it made is frozen after, out of every
     later collection's reach, as a loaded store is; the collector is on again after."""
     import gc
 
-    from docsrv import following
+    from docsrv.serve import following
 
     _first, into = replica_keeping_a_changeset(tmp_path, origin, 3)
     store = load_store(into / "current", page_text=False)
@@ -930,8 +930,8 @@ def test_the_lists_of_builds_changed_in_memory_are_those_sorted_from_scratch(cha
     each round only changes states (builds replaced where they stand: a ``Replaced`` view, which
     the next round may move builds out of)."""
     from docsrv.snapshot.records import Build
-    from docsrv.store_changes import BUILDS, RANK, regrouped, reordered, split
-    from docsrv.utils.positions import Overlay, PatchedOrder, SortedOrder
+    from docsrv.store.changes import BUILDS, RANK, regrouped, reordered, split
+    from docsrv.utils.sequences import Overlay, PatchedOrder, SortedOrder
 
     rng = random.Random(changes + len(set(states_only)))
     start = datetime(2024, 1, 1)
@@ -994,9 +994,11 @@ def test_a_sidecar_folds_the_kept_changesets_in_the_background_and_keeps_what_ca
     product and ``head.json`` keeps what came after it. The state is the same throughout."""
     import asyncio
 
-    from docsrv import pull as pulling
+    from docsrv.replica import kept as keeping
+    from docsrv.replica import pull as pulling
+    from docsrv.replica import sidecar
 
-    monkeypatch.setattr(pulling, "FOLD_CHANGESETS", 2)
+    monkeypatch.setattr(keeping, "FOLD_CHANGESETS", 2)
     previous = synth(tmp_path / "s0")
     assert docsrv("snapshot", "publish", str(previous), str(origin.root)).returncode == 0
     into = tmp_path / "replica"
@@ -1014,11 +1016,11 @@ def test_a_sidecar_folds_the_kept_changesets_in_the_background_and_keeps_what_ca
         previous = publish_and_keep(round_)
 
     async def fold_while_a_changeset_arrives() -> None:
-        folding = await pulling.tend_fold(into, None)
+        folding = await sidecar.tend_fold(into, None)
         assert folding is not None
         await asyncio.to_thread(publish_and_keep, 3)  # kept while the fold runs
         await folding
-        assert await pulling.tend_fold(into, folding) is None
+        assert await sidecar.tend_fold(into, folding) is None
 
     asyncio.run(fold_while_a_changeset_arrives())
     assert (into / "current").resolve().name == "snap-2"
@@ -1030,13 +1032,14 @@ def test_a_sidecar_folds_the_kept_changesets_in_the_background_and_keeps_what_ca
 
 def sidecar_replica(tmp_path: Path, origin: Origin, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     """A snapshot published whole and pulled into a replica whose pulls keep the state they index
-    in a cache of the test's own (``pull.INDEXED_STATE``): (the snapshot, the replica)."""
+    in a cache of the test's own (``kept.INDEXED_STATE``): (the snapshot, the replica)."""
     import asyncio
 
-    from docsrv import changeset_index
-    from docsrv import pull as pulling
+    from docsrv.replica import changeset_index
+    from docsrv.replica import kept as keeping
+    from docsrv.replica import pull as pulling
 
-    monkeypatch.setattr(pulling, "INDEXED_STATE", changeset_index.StateCache())
+    monkeypatch.setattr(keeping, "INDEXED_STATE", changeset_index.StateCache())
     base = synth(tmp_path / "s0")
     assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
     into = tmp_path / "replica"
@@ -1050,13 +1053,14 @@ def test_changesets_before_a_change_of_pages_are_kept_while_its_index_is_built(t
     once that build is done; then both are kept, the second with its index."""
     import asyncio
 
-    from docsrv import changeset_index
-    from docsrv import pull as pulling
+    from docsrv.replica import changeset_index
+    from docsrv.replica import kept as keeping
+    from docsrv.replica import pull as pulling
 
     rng = random.Random(37)
     base, into = sidecar_replica(tmp_path, origin, monkeypatch)
     states = [base]
-    current = pulling.current_name(into)
+    current = keeping.current_name(into)
     assert current is not None
     states += [tmp_path / "s1", tmp_path / "s2"]
     builds_change(states[0], states[1], "snap-1", rng)
@@ -1065,7 +1069,7 @@ def test_changesets_before_a_change_of_pages_are_kept_while_its_index_is_built(t
         assert docsrv("snapshot", "publish", str(states[number]), str(origin.root), "--since", str(states[number - 1])).returncode == 0
 
     def kept() -> list[int]:
-        chain = pulling.kept_chain(into, current)
+        chain = keeping.kept_chain(into, current)
         return [entry.sequence for entry in chain.changesets] if chain is not None else []
 
     listed_while_building = []
@@ -1078,13 +1082,13 @@ def test_changesets_before_a_change_of_pages_are_kept_while_its_index_is_built(t
     monkeypatch.setattr(changeset_index, "rebuild_index", watched)
     asyncio.run(pulling.pull(origin.url, into, progress=False))
     assert listed_while_building == [[2]]
-    assert kept() == [2, 3] and changeset_index.changeset_index(into, pulling.kept_chain(into, current).changesets[1]) is not None
+    assert kept() == [2, 3] and changeset_index.changeset_index(into, keeping.kept_chain(into, current).changesets[1]) is not None
 
 
 @pytest.mark.parametrize("failing", [False, True])
 def test_a_sidecar_loads_the_snapshot_it_holds_before_a_change_of_pages_asks_for_it(tmp_path, origin, monkeypatch, caplog, failing):
     """A sidecar loads the store of the snapshot ``current`` names, and finds the lines of its pages
-    file, in the background (``pull.tend_warming``): the first changeset of pages is then indexed
+    file, in the background (``sidecar.tend_warming``): the first changeset of pages is then indexed
     from them, not from the snapshot loaded when it comes (about 10 s at the large scale). A load
     that fails (``failing``) is said in one line and not tried again; the change of pages then
     loads the snapshot itself."""
@@ -1093,12 +1097,13 @@ def test_a_sidecar_loads_the_snapshot_it_holds_before_a_change_of_pages_asks_for
     import errno
     import logging
 
-    from docsrv import changeset_index
-    from docsrv import pull as pulling
+    from docsrv.replica import changeset_index, sidecar
+    from docsrv.replica import kept as keeping
+    from docsrv.replica import pull as pulling
 
-    monkeypatch.setattr(pulling, "INDEXED_STATE", changeset_index.StateCache())
+    monkeypatch.setattr(keeping, "INDEXED_STATE", changeset_index.StateCache())
     base, into, _second = replica_and_change(tmp_path, origin)
-    current = pulling.current_name(into)
+    current = keeping.current_name(into)
     assert current is not None
     loading = changeset_index.load_store
     if failing:
@@ -1108,15 +1113,15 @@ def test_a_sidecar_loads_the_snapshot_it_holds_before_a_change_of_pages_asks_for
         monkeypatch.setattr(changeset_index, "load_store", unreadable)
 
     async def warm() -> None:
-        warming = pulling.tend_warming(into, None)
+        warming = sidecar.tend_warming(into, None)
         assert warming is not None
         with contextlib.suppress(OSError):
             await warming
-        assert pulling.tend_warming(into, warming) is None  # done, or not tried again
+        assert sidecar.tend_warming(into, warming) is None  # done, or not tried again
 
     with caplog.at_level(logging.ERROR, logger="docsrv"):
         asyncio.run(warm())
-    kept = pulling.INDEXED_STATE.store
+    kept = keeping.INDEXED_STATE.store
     if failing:
         assert kept is None
         assert [r.getMessage() for r in caplog.records] == [
@@ -1124,7 +1129,7 @@ def test_a_sidecar_loads_the_snapshot_it_holds_before_a_change_of_pages_asks_for
         monkeypatch.setattr(changeset_index, "load_store", loading)
     else:
         assert kept is not None and (kept.path, kept.name) == (into / current, current)
-        assert pulling.INDEXED_STATE.places is not None and not caplog.records
+        assert keeping.INDEXED_STATE.places is not None and not caplog.records
 
         def loaded_again(*args, **kwargs):
             raise AssertionError("the snapshot was loaded again")
@@ -1132,7 +1137,7 @@ def test_a_sidecar_loads_the_snapshot_it_holds_before_a_change_of_pages_asks_for
         monkeypatch.setattr(changeset_index, "load_store", loaded_again)
     published_pages_change(tmp_path, origin, base)
     asyncio.run(pulling.pull(origin.url, into, progress=False, fold_at=None))
-    kept_chain = pulling.kept_chain(into, current)
+    kept_chain = keeping.kept_chain(into, current)
     assert kept_chain is not None and [entry.sequence for entry in kept_chain.changesets] == [2]
     assert changeset_index.changeset_index(into, kept_chain.changesets[0]) is not None
 
@@ -1142,7 +1147,7 @@ def test_a_change_of_pages_that_comes_while_the_sidecar_loads_its_state_waits_fo
     cache waits and gives the store loaded, rather than nothing (the pull would load a second)."""
     import threading
 
-    from docsrv import changeset_index
+    from docsrv.replica import changeset_index
     from docsrv.snapshot.load import manifest_of
 
     snapshot = synth(tmp_path / "s0")
@@ -1180,10 +1185,10 @@ def test_a_change_of_pages_that_comes_while_the_sidecar_loads_its_state_waits_fo
 
 def test_a_sidecar_checks_its_snapshots_own_index_once_while_it_warms(tmp_path, monkeypatch):
     """The index a snapshot's first changeset of pages is built from is the snapshot's own,
-    checked as a server opens it (``serving.current_index``): a sidecar checks it while it warms
+    checked as a server opens it (``search.location.current_index``): a sidecar checks it while it warms
     (``StateCache.warm``), ahead of that changeset, and again only when the snapshot's content is
     another (its fingerprint). One that cannot serve is found as none."""
-    from docsrv import changeset_index
+    from docsrv.replica import changeset_index
 
     snapshot = synth(tmp_path / "s0")
     assert docsrv("index", str(snapshot)).returncode == 0
@@ -1209,7 +1214,7 @@ def test_a_sidecar_checks_its_snapshots_own_index_once_while_it_warms(tmp_path, 
 @pytest.mark.parametrize("damaged", [False, True])
 def test_after_a_sidecars_fold_the_next_change_of_pages_is_indexed_from_the_state_it_kept(tmp_path, origin, start_server, monkeypatch,
                                                                                             damaged):
-    """A sidecar keeps the store of the state it indexed last (``changeset_index.StateCache``):
+    """A sidecar keeps the store of the state it indexed last (``replica.changeset_index.StateCache``):
     once a fold of the kept changesets is put in place, that store, caught up with the changesets
     folded after it (builds here), reads the fold's files, and the next changeset of pages is
     indexed from it, not from the fold loaded again. A server applying it serves what a fresh
@@ -1218,10 +1223,11 @@ def test_after_a_sidecars_fold_the_next_change_of_pages_is_indexed_from_the_stat
     change loads the fold's snapshot."""
     import asyncio
 
-    from docsrv import changeset_index
-    from docsrv import pull as pulling
+    from docsrv.replica import changeset_index, sidecar
+    from docsrv.replica import kept as keeping
+    from docsrv.replica import pull as pulling
 
-    monkeypatch.setattr(pulling, "FOLD_CHANGESETS", 3)
+    monkeypatch.setattr(keeping, "FOLD_CHANGESETS", 3)
     rng = random.Random(31)
     base, into = sidecar_replica(tmp_path, origin, monkeypatch)
     states = [base]
@@ -1234,19 +1240,19 @@ def test_after_a_sidecars_fold_the_next_change_of_pages_is_indexed_from_the_stat
     for number in range(1, 4):
         assert docsrv("snapshot", "publish", str(states[number]), str(origin.root), "--since", str(states[number - 1])).returncode == 0
         asyncio.run(pulling.pull(origin.url, into, progress=False, fold_at=None))
-    assert pulling.INDEXED_STATE.store is not None and pulling.INDEXED_STATE.store.manifest.sequence == 3  # of the last index
+    assert keeping.INDEXED_STATE.store is not None and keeping.INDEXED_STATE.store.manifest.sequence == 3  # of the last index
 
     async def fold() -> None:
-        folding = await pulling.tend_fold(into, None)
+        folding = await sidecar.tend_fold(into, None)
         assert folding is not None
         await folding
         if damaged:
             (into / "changesets" / "4.jsonl").write_bytes(b"not a changeset\n")
-        assert await pulling.tend_fold(into, folding) is None
+        assert await sidecar.tend_fold(into, folding) is None
 
     asyncio.run(fold())
     assert (into / "current").resolve().name == "snap-3"
-    kept = pulling.INDEXED_STATE.store
+    kept = keeping.INDEXED_STATE.store
     if damaged:
         assert kept is None
     else:
@@ -1397,12 +1403,12 @@ def test_changes_applied_in_memory_make_the_store_loaded_from_scratch(tmp_path, 
     each published as the publisher makes it (``in_place``) and applied to the store the round
     before made: every record, list, grouping, lookup and count equals those of the store loaded
     from the snapshot the changes make. With a ``chunk`` of a few records, the store keeps its
-    lists in chunks, as it keeps the long lists of a large snapshot (``utils/positions.Chunked``).
+    lists in chunks, as it keeps the long lists of a large snapshot (``utils.sequences.Chunked``).
     With ``pages``, pages change too (applied with the index the pull builds: ``indexed``)."""
     from docsrv.snapshot.changeset import compute, read_changeset
     from docsrv.snapshot.load import manifest_of
-    from docsrv.store_changes import applied
-    from docsrv.utils import positions
+    from docsrv.store.changes import applied
+    from docsrv.utils import sequences as positions
 
     if chunk is not None:
         monkeypatch.setattr(positions, "CHUNK", chunk)
@@ -1427,11 +1433,11 @@ def test_changes_applied_in_memory_make_the_store_loaded_from_scratch(tmp_path, 
 
 
 def test_the_state_a_sidecar_keeps_catches_up_with_the_changesets_kept_since_and_is_of_one_snapshot(tmp_path):
-    """A sidecar keeps the store of the state it last indexed (``changeset_index.StateCache``): asked
+    """A sidecar keeps the store of the state it last indexed (``replica.changeset_index.StateCache``): asked
     for a later state of the same snapshot, it applies the changesets kept since and gives the
     store loaded from scratch of that state; for another snapshot, or a state it is not on the
     way to, it gives nothing (the pull loads the snapshot)."""
-    from docsrv.changeset_index import StateCache
+    from docsrv.replica.changeset_index import StateCache
     from docsrv.snapshot.changeset import compute, read_changeset
     from docsrv.snapshot.load import manifest_of
     from docsrv.snapshot.origin import PublishedChangeset
@@ -1465,8 +1471,9 @@ def test_a_full_disk_while_the_pull_builds_a_changesets_index_keeps_nothing_of_i
     import asyncio
     import errno
 
-    from docsrv import changeset_index
-    from docsrv.pull import describe, pull
+    from docsrv.replica import changeset_index
+    from docsrv.replica.fetch import describe
+    from docsrv.replica.pull import pull
 
     base, into, _second = replica_and_change(tmp_path, origin)
     published_pages_change(tmp_path, origin, base)

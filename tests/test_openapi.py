@@ -3,9 +3,10 @@
 import pytest
 
 from conftest import DEMO, InProcessServer
-from docsrv.api.openapi import EXAMPLES_PUBLIC_URL, LIVE, example_request
+from docsrv.api.openapi import EXAMPLES_PUBLIC_URL, LIVE
 from docsrv.api.routes import ROUTES
 from docsrv.config import Settings
+from helpers import example_request
 
 
 @pytest.fixture(scope="module")

@@ -260,7 +260,7 @@ def test_a_snapshot_indexed_by_its_publisher_is_pulled_with_its_index_and_builds
     assert any(name.startswith("index/") for name, _headers in origin.requests)
     # Checked as a server loads it, so the server's first load trusts the check and decodes the
     # records from the MessagePack the pull left (snapshot/binary.py).
-    from docsrv.serving import load_served
+    from docsrv.serve.served import load_served
     from docsrv.snapshot.load import read_snapshot
 
     assert read_snapshot(replica, progress=False, page_text=False).binary
@@ -356,7 +356,7 @@ def broken_but_sealed(tmp_path, name, damage):
 def test_a_broken_but_sealed_index_is_named_and_built_anew_by_the_pull(tmp_path, origin, damage):
     """Hardening round four, finding 2: the pull opens the index as a server will and searches
     it; one that cannot serve is named in one line and built anew, so no server crash-loops on it."""
-    from docsrv.search import index_problem
+    from docsrv.search.index_files import index_problem
 
     origin.publish(broken_but_sealed(tmp_path, "snap-b", damage))
     into = tmp_path / "replica"
@@ -373,7 +373,7 @@ def test_a_broken_but_sealed_index_is_named_and_built_anew_by_the_pull(tmp_path,
 def test_a_served_index_that_cannot_serve_is_not_built_from(tmp_path, origin, damage):
     """The next snapshot's index is built from the served one's shards, linked: the served one
     damaged since it was checked is named in one line, and the next one is built whole."""
-    from docsrv.search import index_problem
+    from docsrv.search.index_files import index_problem
 
     into = tmp_path / "replica"
     origin.publish(sealed(tmp_path / "a", "snap-a"))

@@ -23,7 +23,7 @@ def test_purge_keys_name_every_project_version_and_build_shown(demo, public):
 
 
 def test_purge_keys_of_long_lists_stay_under_the_header_limit():
-    from docsrv.http.purge import MAX_BYTES, purge_keys
+    from docsrv.edge.keys import MAX_BYTES, purge_keys
 
     few = ["v2", "project-a", "version-a-1", "build-7"]
     assert purge_keys(few + few) == few
@@ -36,7 +36,7 @@ def test_purge_keys_of_long_lists_stay_under_the_header_limit():
 
 
 def test_a_list_too_long_to_name_its_items_carries_its_list_s_big_key():
-    from docsrv.http.purge import purge_keys
+    from docsrv.edge.keys import purge_keys
 
     builds = ["v1", "list-v1-build"] + [k for n in range(900) for k in (f"project-p{n % 3}", f"version-p{n % 3}-{n}", f"build-{n}")]
     assert purge_keys(builds, "list-v1-build") == ["v1", "list-v1-build", "project-p0", "project-p1", "project-p2", "big-list-v1-build"]

@@ -87,7 +87,7 @@ def test_an_index_named_by_a_relative_path_opens(tmp_path, monkeypatch):
     relative name of the index works too."""
     from pathlib import Path
 
-    from docsrv.search import index_problem
+    from docsrv.search.index_files import index_problem
 
     snapshot = sealed(tmp_path / "snap", "snap-relative")
     assert docsrv("index", str(snapshot)).returncode == 0

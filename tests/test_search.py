@@ -403,7 +403,7 @@ def anchor_search(headings: list[tuple[str, str]]):
     id, heading), each slot its page id."""
     import tantivy
 
-    from docsrv import named_entries
+    from docsrv.search import named_entries
     from docsrv.snapshot.records import Page, Section
 
     page = Page(id=7, project=1, version=1, path="p.html", title="Page", sections=tuple(Section(*pair) for pair in headings))
@@ -486,7 +486,7 @@ def test_index_command_and_fingerprint(built, tmp_path):
 
 def test_a_restart_with_a_current_index_serves_the_same_searches_without_page_text(built, server, tmp_path):
     from conftest import Server
-    from docsrv.serving import load_served
+    from docsrv.serve.served import load_served
 
     snapshot, _ = built
     queries = ["widget", "naïve", "template script", '"eviction policy"', "Internationalisation"]
@@ -507,7 +507,7 @@ def test_a_restart_with_a_current_index_serves_the_same_searches_without_page_te
 @pytest.fixture(scope="module")
 def index(built):
     snapshot, _imports = built
-    from docsrv.serving import load_served
+    from docsrv.serve.served import load_served
 
     return load_served(snapshot, progress=False)
 
@@ -525,7 +525,7 @@ def index(built):
 def test_names_are_found_as_people_type_them_after_every_exact_name(index, q, path):
     """Issue 27: separators and CamelCase forgiven when a query is matched against the names of
     objects and glossary terms; such a match ranks after any exact one."""
-    from docsrv.named_entries import LOOSE_RANK
+    from docsrv.search.named_entries import LOOSE_RANK
 
     store = index.store
     forgiving = {store.pages[page].path for page, name in index.search.named.pages_named(q, None).items() if name.rank >= LOOSE_RANK}
@@ -549,7 +549,7 @@ def test_a_changelog_is_found_when_it_is_the_answer(server, q):
 
 
 def test_the_changelog_is_recognised_by_title_and_structure():
-    from docsrv.changelogs import asks_for_changes, is_changelog
+    from docsrv.search.changelogs import asks_for_changes, is_changelog
 
     versions = ["Version 2.1.0", "Version 2.0.0", "Version 1.0.0"]
     assert is_changelog("Changelog", [])

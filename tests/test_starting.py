@@ -80,7 +80,7 @@ def test_no_request_is_dropped_or_refused_once_a_worker_answered_when_the_worker
     first worker starts: each gets an answer (503, then 200), none a closed connection: the
     master answers what it accepted before the worker served, rather than dropping it. And none
     asked after a worker's first answer gets the master's 503: the master stops accepting before
-    it tells the worker to start (``server.told_to_accept``)."""
+    it tells the worker to start (``serve.worker.told_to_accept``)."""
     process, port, loader = held_load(tmp_path)
     asked: list[tuple[float, float, int]] = []  # began, ended, status
     failures: list[str] = []
@@ -147,11 +147,11 @@ def test_sigterm_during_the_first_load_stops_at_once(tmp_path):
 
 async def test_a_ready_worker_accepts_only_once_the_master_says_so():
     """A worker says it is ready, then waits for the master's word before it accepts
-    (``server.told_to_accept``): the master stops accepting first. A master gone meanwhile (its
+    (``serve.worker.told_to_accept``): the master stops accepting first. A master gone meanwhile (its
     end closed) is no word to accept."""
     import asyncio
 
-    from docsrv.server import ACCEPT, READY, told_to_accept
+    from docsrv.serve.worker import ACCEPT, READY, told_to_accept
 
     for word, accepts in ((ACCEPT, True), (None, False)):
         master, worker = socket.socketpair()
@@ -171,8 +171,8 @@ def test_a_worker_gone_between_ready_and_the_masters_word_is_not_counted_ready()
     """A worker that said it is ready and died before the master's word (its end closed): the
     master's answer fails, and the worker is not counted ready (the pool replaces it), rather
     than the master's loop failing on the broken socket. One that stays gets the word."""
-    from docsrv.server import ACCEPT, READY
-    from docsrv.supervisors.workers import Workers
+    from docsrv.serve.supervisors.workers import Workers
+    from docsrv.serve.worker import ACCEPT, READY
 
     for stays in (False, True):
         master, worker = socket.socketpair()

@@ -15,8 +15,8 @@ from docsrv.api.state import ApiState
 from docsrv.config import Settings
 from docsrv.http.caching import not_modified, validators
 from docsrv.http.compression import choose
-from docsrv.runtime import Runtime
-from docsrv.serving import load_served
+from docsrv.observe.runtime import Runtime
+from docsrv.serve.served import load_served
 
 
 @pytest.mark.parametrize(("path", "template", "params"), [
@@ -129,7 +129,7 @@ async def test_the_dispatcher_in_process(aiohttp_raw_server, aiohttp_client, sta
 
 
 def test_word_forms_are_the_inflections_a_passage_counts():
-    from docsrv.search import word_forms
+    from docsrv.search.query import word_forms
 
     assert {"read", "reads", "reading"} <= set(word_forms("read")) and "read" in word_forms("reading")
     assert {"line", "lines", "lined", "lining"} <= set(word_forms("line"))
@@ -139,7 +139,7 @@ def test_word_forms_are_the_inflections_a_passage_counts():
 
 
 def test_operators_are_the_punctuation_a_build_names_read_longest_first():
-    from docsrv.code_syntax import is_operator, operator_names, tokens
+    from docsrv.search.code_syntax import is_operator, operator_names, tokens
     from docsrv.snapshot.records import Entry, Page, Section
 
     named = {"//", "//=", "->", "|>"}
@@ -160,8 +160,8 @@ def test_a_builds_operators_are_the_names_whose_keys_are_operators(seed):
     finds what the keys of every name would (``is_operator(entry_key(name))``)."""
     import random
 
-    from docsrv.code_syntax import is_operator, operator_names
-    from docsrv.named_entries import entry_key
+    from docsrv.search.code_syntax import is_operator, operator_names
+    from docsrv.search.named_entries import entry_key
     from docsrv.snapshot.records import Entry, Page, Section
 
     rng = random.Random(seed)
@@ -177,11 +177,11 @@ def test_a_builds_operators_are_the_names_whose_keys_are_operators(seed):
 @pytest.mark.parametrize("seed", range(20))
 def test_a_pages_operators_are_found_as_a_query_finds_them(seed):
     """The index finds the operators of a page's text with one regular expression
-    (``code_syntax.page_tokens``); a query reads its runs of punctuation place by place
+    (``search.code_syntax.page_tokens``); a query reads its runs of punctuation place by place
     (``tokens``). Both give the same tokens, in the same order, for any text and operators."""
     import random
 
-    from docsrv.code_syntax import page_tokens, tokens
+    from docsrv.search.code_syntax import page_tokens, tokens
 
     rng = random.Random(seed)
     alphabet = "/=-><|*%&.:;()[]{}!?^~+@_ ab\n"

@@ -61,8 +61,8 @@ async def test_builds_sharing_a_commit_are_all_found_in_order(tmp_path):
     from docsrv.api.request import ApiRequest
     from docsrv.api.state import ApiState
     from docsrv.config import Settings
-    from docsrv.runtime import Runtime
-    from docsrv.serving import load_served
+    from docsrv.observe.runtime import Runtime
+    from docsrv.serve.served import load_served
     from helpers import sealed
 
     commit = "c0ffee" * 6 + "c0ff"

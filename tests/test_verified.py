@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from docsrv.snapshot.errors import SnapshotError
 from docsrv.snapshot.verified import RANGES, RECORD
-from docsrv.store import load_store
+from docsrv.store.loaded import load_store
 from helpers import docsrv, edit_record, sealed
 
 
@@ -118,9 +118,9 @@ def served_records(store):
 def seal_messagepack_as_it_is(snapshot):
     """A record of a check that lists the MessagePack files as they now are (as if another
     docsrv's bug had written them)."""
-    from docsrv.snapshot.binary import binary_paths
     from docsrv.snapshot.load import read_snapshot
     from docsrv.snapshot.verified import record_check
+    from helpers import binary_paths
 
     raw = read_snapshot(snapshot, progress=False, page_text=False, trust=False)
     record_check(snapshot, raw.manifest_bytes, raw.identities, binary_paths(snapshot), raw.commands.ranges, raw.commands.total)
@@ -130,8 +130,8 @@ def test_records_known_right_are_kept_in_messagepack_and_decoded_from_there(snap
     """Issue 25: a load without page text (a server whose index is current) keeps the records it
     knows are right in MessagePack; the next load of the same files decodes them, and serves
     exactly what the JSON Lines say."""
-    from docsrv.snapshot.binary import binary_paths
     from docsrv.snapshot.load import read_snapshot
+    from helpers import binary_paths
 
     from_json = load_store(snapshot, progress=False, keep=True, page_text=False)
     assert all(path.exists() for path in binary_paths(snapshot))
@@ -282,12 +282,12 @@ def test_a_snapshot_where_no_messagepack_can_be_written_loads_from_json_lines(sn
 
 @given(keys=st.lists(st.sampled_from([1, 2, 3, "a", "b", True, (1, False), ("a", True)]), max_size=40))
 def test_groupings_and_sorted_orders_read_back_give_each_key_its_items_in_order(keys):
-    """What the store keeps as positions (utils/positions.py), written and read back in
+    """What the store keeps as positions (utils/sequences.py), written and read back in
     MessagePack, gives what grouping the items in order would: each key's items, in their order."""
     import msgspec
 
-    from docsrv.utils import positions as positions_module
-    from docsrv.utils.positions import Grouping, SortedOrder
+    from docsrv.utils import sequences as positions_module
+    from docsrv.utils.sequences import Grouping, SortedOrder
 
     items = [(key, position) for position, key in enumerate(keys)]
     expected: dict = {}
@@ -388,16 +388,16 @@ def test_a_file_rewritten_while_it_is_checked_gets_no_record(snapshot, monkeypat
     """Hardening round four, finding 1: a write that lands after the check read the file (here
     between the MessagePack write and the record, where it was found) leaves no record, so the
     next load checks the file whole and finds the change, instead of trusting it."""
-    import docsrv.store
+    import docsrv.store.loaded
 
-    write_binary = docsrv.store.write_binary
+    write_binary = docsrv.store.loaded.write_binary
 
     def racing_write(*args, **kwargs):
         written = write_binary(*args, **kwargs)
         rewrite_in_place(snapshot / "build_commands.jsonl", b'"exit_code":0', b'"exit_code":7')
         return written
 
-    monkeypatch.setattr(docsrv.store, "write_binary", racing_write)
+    monkeypatch.setattr(docsrv.store.loaded, "write_binary", racing_write)
     with pytest.raises(SnapshotError) as raised:
         load_store(snapshot, progress=False, keep=True, page_text=False)
     assert "build_commands.jsonl: changed while it was being checked: no record of the check is kept" in str(raised.value)
@@ -514,7 +514,7 @@ def test_messagepack_positions_out_of_bounds_are_named_and_the_json_lines_read(s
 
     from docsrv.snapshot.binary import ServedRecords, binary_path
     from docsrv.snapshot.records import Build
-    from docsrv.utils.positions import positions, positions_of
+    from docsrv.utils.sequences import positions, positions_of
 
     expected = served_records(load_store(snapshot, progress=False, keep=True, page_text=False))
     path = binary_path(snapshot, "builds")

@@ -12,7 +12,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from docsrv.store import load_store
+from docsrv.store.loaded import load_store
 
 SCHEMA = """
 create table projects (

@@ -1,8 +1,8 @@
 """The dispatcher that answers a request, by the routes of ``routes.py``.
 
 docsrv runs on aiohttp's low-level ``web.Server`` with this small router rather than on
-``web.Application``: the application's routing and request objects cost 12-17 µs a request,
-more than a cached reply takes to find (see shared notes on performance). A GET first looks
+``web.Application``: the application's routing and request objects cost more a request than
+a cached reply takes to find (``bench/lane_costs.py`` measures what each part costs). A GET first looks
 for a ready reply under its path and query; only a miss reaches a handler.
 """
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import html
 
-from ..http.purge import V1_ANCHOR_SEARCH, V1_FILE_SEARCH, V2_DOCSEARCH, page_keys, version_slug_keys
+from ..edge.keys import V1_ANCHOR_SEARCH, V1_FILE_SEARCH, V2_DOCSEARCH, page_keys, version_slug_keys
 from ..http.reply import Reply
-from ..search import Scope, version_scope
+from ..search.index_files import version_scope
+from ..search.query import Scope
 from ..snapshot.records import Project
 from .errors import ApiError
 from .params import last

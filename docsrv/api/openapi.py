@@ -11,7 +11,6 @@ is served. After a deliberate change of shape, rewrite the examples with
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import quote
 
 import orjson
 
@@ -328,20 +327,6 @@ DOCUMENT = operation("This document.", [], json_response("The OpenAPI document."
 
 #: Operations whose responses change from moment to moment, so they have no example.
 LIVE = {"/healthz", "/readyz", "/metrics", "/openapi.json"}
-
-
-def example_request(template: str, operation: dict) -> str:
-    """The request that an operation's parameter examples make."""
-    path = template
-    pairs = []
-    for parameter in operation["parameters"]:
-        if "example" not in parameter:
-            continue
-        if parameter["in"] == "path":
-            path = path.replace("{" + parameter["name"] + "}", str(parameter["example"]))
-        else:
-            pairs.append(f"{parameter['name']}={quote(str(parameter['example']))}")
-    return path + ("?" + "&".join(pairs) if pairs else "")
 
 
 def build_document(operations: dict[str, dict]) -> bytes:

@@ -6,9 +6,9 @@ import os
 from datetime import UTC, datetime
 
 from ..http.reply import Reply
-from ..metrics import render
-from ..process_metrics import Families, build_info, own_process, server_memory
-from ..store import Store
+from ..observe.metrics import render
+from ..observe.process_metrics import Families, build_info, own_process, server_memory
+from ..store.loaded import Store
 from .request import ApiRequest
 from .state import ApiState
 

@@ -1,6 +1,6 @@
 """What one loaded snapshot serves with: the store, its search index, the reply cache, and
 serializers (one per API). A worker serves one ApiState all its life: a reload starts new workers on
-the new snapshot (see supervisors/master.py), so every response comes wholly from one snapshot.
+the new snapshot (see ``serve/supervisors/master.py``), so every response comes wholly from one snapshot.
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ from typing import Any, TypeVar
 import orjson
 
 from ..config import Settings
+from ..edge.keys import purge_keys
 from ..http.caching import http_date, strong_etag
 from ..http.compression import OFFLOAD_BYTES, compress
 from ..http.cors import Cors
 from ..http.hosts import AllowedHosts
 from ..http.offload import offload
-from ..http.purge import purge_keys
 from ..http.reply import Reply
 from ..http.reply_cache import ReplyCache
-from ..runtime import Runtime
-from ..search import SearchIndex
-from ..store import Store
+from ..observe.runtime import Runtime
+from ..search.query import SearchIndex
+from ..store.loaded import Store
 from .admission import SearchQueue
 
 T = TypeVar("T")
@@ -93,7 +93,7 @@ class ApiState:
         self.preflight.route = "preflight"
 
     def following(self, store: Store, touched: Iterable[str], search: SearchIndex | None = None) -> ApiState:
-        """The state that serves ``store``, a changeset applied to this state's (``store_changes.py``),
+        """The state that serves ``store``, a changeset applied to this state's (``store/changes.py``),
         with ``search``, its index, when the changeset changed pages, sharing this one's cache,
         search queue and runtime: the cache then treats each reply with a
         key in ``touched`` as gone, and gives every other the new snapshot's ``X-Snapshot`` and
@@ -115,7 +115,7 @@ class ApiState:
 
     def ok(self, data: object, keys: Iterable[str], option: int = orjson.OPT_UTC_Z, list_key: str | None = None) -> Reply:
         """A 200 whose body is ``data`` as JSON, with validators and the purge keys ``keys`` (and
-        ``list_key``, for a page of a list: ``http/purge.py``)."""
+        ``list_key``, for a page of a list: ``edge/keys.py``)."""
         body = data if isinstance(data, bytes) else orjson.dumps(data, option=option)
         etag = strong_etag(body)
         named = purge_keys(keys, list_key)

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import orjson
 from multidict import MultiMapping
 
-from ..http.purge import (
+from ..edge.keys import (
     V1_BUILDS,
     V1_FILES,
     V1_PROJECTS,
@@ -29,7 +29,7 @@ from ..http.purge import (
 )
 from ..http.reply import Reply
 from ..snapshot.records import Build, Project, User, Version
-from ..store import Store
+from ..store.loaded import Store
 from .errors import ApiError
 from .fields import EmbeddedProjects, Field, V1Description, Value, attribute, moment, render
 from .lists import V1_LIST, listed

@@ -7,10 +7,10 @@ from typing import Any, TypeVar, get_args
 
 import orjson
 
-from ..http.purge import V2_BUILDS, V2_PROJECTS, V2_VERSIONS, build_keys, project_keys, version_keys
+from ..edge.keys import V2_BUILDS, V2_PROJECTS, V2_VERSIONS, build_keys, project_keys, version_keys
 from ..http.reply import Reply
 from ..snapshot.records import Build, BuildCommand, BuildState, BuildType, Project, Version, VersionType
-from ..store import Store
+from ..store.loaded import Store
 from .errors import ApiError
 from .fields import EmbeddedProjects, Field, attribute, moment, render
 from .lists import V2_LIST, listed

@@ -1,2 +1,3 @@
-"""What the caches in front need after a snapshot changes: the purge keys of the change
-(``diff.py``) and their delivery to a cache's purge API (``delivery.py``)."""
+"""What the caches in front need: the purge keys a reply carries and a change touches
+(``keys.py``), those of a change between two snapshots (``diff.py``), and their delivery to a
+cache's purge API (``delivery.py``)."""

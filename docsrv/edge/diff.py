@@ -1,5 +1,5 @@
 """``docsrv snapshot diff OLD NEW``: the purge keys of every reply that may differ between two
-snapshots (the key scheme: ``http/purge.py``).
+snapshots (the key scheme: ``edge/keys.py``).
 
 Complete: every reply whose body changes carries at least one key printed. As small as that
 allows: an object's own keys when its content changed, a list's key when its members or their
@@ -24,7 +24,12 @@ from typing import Any
 
 import msgspec
 
-from ..http.purge import (
+from ..snapshot.errors import ProblemList
+from ..snapshot.lines import decoded_blocks, open_records
+from ..snapshot.lines import line_blocks as whole_line_blocks
+from ..snapshot.load import read_manifest, record_file
+from ..snapshot.records import Build, Manifest, Project, User, Version
+from .keys import (
     BIG,
     V1_FILES,
     Grouped,
@@ -38,11 +43,6 @@ from ..http.purge import (
     version_list_keys,
     version_placed,
 )
-from ..snapshot.errors import ProblemList
-from ..snapshot.lines import decoded_blocks, open_records
-from ..snapshot.lines import line_blocks as whole_line_blocks
-from ..snapshot.load import read_manifest, record_file
-from ..snapshot.records import Build, Manifest, Project, User, Version
 
 #: The groups of ``--json``: why a key is printed.
 GROUPS = ("changed", "added", "removed", "lists")

@@ -1,9 +1,9 @@
 """Accepting connections: every pending connection at once, whatever the event loop.
 
 uvloop (libuv) accepts about one connection per turn of the event loop. A worker busy with a
-thousand open connections then takes seconds to accept the next thousand: measured with
-2,000 keep-alive clients on one core, some waited past 10 s while the rest were served
-(asyncio's own loop, which accepts a batch at a time, showed no such tail). So docsrv
+thousand open connections then takes seconds to accept the next thousand: with thousands of
+keep-alive clients on one core, some waited many seconds while the rest were served (asyncio's
+own loop, which accepts a batch at a time, showed no such tail). So docsrv
 accepts for itself: when the listening socket is readable, it takes every connection the
 kernel holds, and hands each to the loop as an accepted socket.
 

@@ -3,12 +3,13 @@
 Nearly all of a cached request's time in aiohttp is its HTTP layer (the request and response
 objects, the task that runs the handler, header serialisation, the writer); the lookup itself
 is a dictionary get. So each connection's protocol (``FastLaneRequestHandler``, aiohttp's own
-request handler underneath) first reads what arrives with httptools (llhttp, as uvicorn does)
-and answers a GET or HEAD whose reply is in the reply cache by writing that reply's head (its
-status line and headers, made once per reply and content coding, ``reply.py``), the ``Date`` of
-this second, and its body. A read that holds one whole request, as nearly every read of a client
-does, is answered in ``data_received`` itself; what such a read asked is kept by its bytes, so
-the same read again (a client asks for the same reply with the same head) is not parsed again.
+request handler underneath) first reads what arrives with httptools (llhttp, as uvicorn does:
+``heads.py``) and answers a GET or HEAD whose reply is in the reply cache by writing that
+reply's head (its status line and headers, made once per reply and content coding,
+``reply.py``), the ``Date`` of this second, and its body. A read that holds one whole request,
+as nearly every read of a client does, is answered in ``data_received`` itself; what such a
+read asked is kept by its bytes, so the same read again (a client asks for the same reply with
+the same head) is not parsed again.
 The reply itself is found as the dispatcher finds it (``hits.py``). Everything else is handed to
 aiohttp on the same connection, in order:
 
@@ -26,7 +27,7 @@ lane only writes what aiohttp would have written for the same request (the diffe
 hold it to that, byte for byte but for ``Date``). llhttp reads strictly (no lenient flags, as
 in aiohttp's request parser): control bytes, a lone CR or LF and folded lines are refused, so
 the lane hands them on without a look of its own. Metrics count lane replies in a dictionary
-folded in when they are read (``metrics.py``); the access log, when on, logs each one.
+folded in when they are read (``observe/metrics.py``); the access log, when on, logs each one.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from datetime import datetime
 from time import perf_counter, time
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-import httptools
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 
@@ -43,18 +43,15 @@ from .aiohttp_seam import handler_kwargs, keepalive_seconds, loop_of, resume_kee
 from .caching import validators
 from .compression import choose
 from .cors import Cors
+from .heads import HEAD_END, Head, HeadReader, one_plain_get, plausible_start, value
 from .hits import Ask, cache_key, decide
-from .limits import MAX_HEADERS, MAX_LINE_BYTES
 from .protocol import JsonErrorRequestHandler, JsonErrorServer
 from .reply import WIRE_END_304
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
+    from ..observe.runtime import Runtime
     from .reply_cache import ReplyCache
 
-#: The longest header block the lane reads (aiohttp's limit on one line): a longer one is
-#: aiohttp's to judge.
-MAX_HEAD = MAX_LINE_BYTES
 #: Bytes that wait for aiohttp to finish a request before the lane hands the connection over.
 MAX_HELD = 64 << 10
 #: Bytes of replies written in one go before the lane looks whether the client keeps up.
@@ -71,14 +68,6 @@ MISS_PROBE = 8
 #: at most this many, each at most ``MAX_ASKED_BYTES`` long (about 2.5 MB at worst, in all).
 MAX_ASKED = 1024
 MAX_ASKED_BYTES = 2048
-_END = b"\r\n\r\n"
-_PARSER_ERRORS = (httptools.HttpParserError, httptools.HttpParserUpgrade)
-#: Headers that mean a body or a protocol switch, or that aiohttp refuses outright: aiohttp's to handle.
-#: ``proxy-connection`` too: llhttp (and so aiohttp) reads it as ``connection``.
-_AIOHTTP_ONLY = frozenset(
-    (b"content-length", b"transfer-encoding", b"upgrade", b"expect", b"sec-websocket-key1", b"proxy-connection")
-)
-_OWS = b" \t"
 _SERVER_LINE = f"\r\nServer: {SERVER_SOFTWARE}\r\n".encode()
 #: After ``Date``: the Server header, and the Connection header aiohttp adds, by (HTTP/1.1, keep-alive).
 _ENDINGS = {
@@ -87,18 +76,6 @@ _ENDINGS = {
     (False, True): _SERVER_LINE + b"Connection: keep-alive\r\n\r\n",
     (False, False): _SERVER_LINE + b"\r\n",
 }
-
-class Head(NamedTuple):
-    """A request head as the lane reads it."""
-
-    method: bytes
-    target: bytes
-    http11: bool
-    #: Whether the connection stays open after the answer.
-    keep_alive: bool
-    #: By lower-case name; each value as llhttp gives it (leading white space dropped).
-    headers: dict[bytes, bytes]
-
 
 class Asked(NamedTuple):
     """A request the lane may answer from the cache, as the lane reads it once (see ``FastLane.asked``)."""
@@ -113,10 +90,6 @@ class Asked(NamedTuple):
     method: str
     target: str
     user_agent: str | None
-
-
-#: Made without the named tuple's ``__new__`` (a Python function): the head of every request.
-_new_head = tuple.__new__
 
 
 class LaneState(Protocol):
@@ -150,110 +123,6 @@ class Date:
             self.until = loop_now + (int(wall) + 1 - wall)
             self.value = rfc822_formatted_time().encode()
         return self.value
-
-
-def value(raw: bytes) -> str:
-    """A header value as aiohttp gives it: without the white space llhttp leaves at its end."""
-    return raw.rstrip(_OWS).decode()
-
-
-class HeadReader:
-    """A connection's httptools parser and its callbacks, kept from one request to the next
-    (made anew after an error or a request that closes the connection)."""
-
-    __slots__ = ("headers", "on_url", "parser", "targets")
-
-    def __init__(self) -> None:
-        #: The request target llhttp read (a C method as the callback: no Python call for it).
-        self.targets: list[bytes] = []
-        self.on_url = self.targets.append
-        self.headers: dict[bytes, bytes] = {}
-        self.parser = httptools.HttpRequestParser(self)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers[name.lower()] = value
-
-    def restart(self) -> None:
-        """Read on from the start of a request (after an error, a closing request, or a read
-        that went past the request it was meant to read)."""
-        self.parser = httptools.HttpRequestParser(self)
-
-    def read(self, block: bytes) -> Head | None:
-        """A header block that ends with a blank line, read; or None when the lane does not
-        fully understand it: then aiohttp, whose parser may refuse what llhttp here accepts or
-        read it otherwise, must see it and everything around it."""
-        if len(block) > MAX_HEAD or not block.isascii():
-            return None
-        headers = self.headers = {}
-        targets = self.targets
-        targets.clear()
-        parser = self.parser
-        try:
-            parser.feed_data(block)
-        except _PARSER_ERRORS:
-            self.restart()
-            return None
-        if len(targets) != 1 or targets[0][:1] != b"/":  # an absolute-form target, or "*": aiohttp's to read
-            return None
-        count = len(headers)
-        # A header named twice is one entry here: aiohttp reads the first, or refuses the request.
-        if count != block.count(b"\r\n") - 2 or count > MAX_HEADERS or not _AIOHTTP_ONLY.isdisjoint(headers):
-            return None
-        method = parser.get_method()
-        url = targets[0]
-        at = len(method) + len(url) + 2  # llhttp took the request line as method SP target SP version
-        version = block[at:at + 8]
-        if version == b"HTTP/1.1":
-            if b"host" not in headers:  # aiohttp's parser refuses it
-                return None
-            http11 = True
-        elif version == b"HTTP/1.0":
-            http11 = False
-        else:
-            return None
-        # Keep-alive from the Connection header, not from httptools' should_keep_alive(), which
-        # llhttp has already reset by the time a message is complete.
-        connection = headers.get(b"connection")
-        if connection is not None:
-            connection = connection.rstrip(_OWS).lower()
-            if connection != b"close" and connection != b"keep-alive":
-                return None  # a list of options: aiohttp's to read
-        keep_alive = connection != b"close" if http11 else connection == b"keep-alive"
-        if not keep_alive:  # llhttp refuses whatever follows a closing request
-            self.restart()
-        return _new_head(Head, (method, url, http11, keep_alive, headers))
-
-
-class _Partial:
-    """Callbacks that keep nothing: a request not yet whole is only checked."""
-
-    def on_url(self, url: bytes) -> None:
-        pass
-
-
-_NOTHING = _Partial()
-
-
-def plausible_start(partial: bytes) -> bool:
-    """Whether bytes that do not yet hold a whole header block can begin a request the lane
-    would read (else aiohttp's parser may refuse them at once, and with them what came before)."""
-    if len(partial) > MAX_HEAD or not partial.isascii():
-        return False
-    try:
-        httptools.HttpRequestParser(_NOTHING).feed_data(partial)
-    except _PARSER_ERRORS:
-        return False
-    return True
-
-
-def one_plain_get(data: bytes) -> bool:
-    """Whether ``data``, which ends with a blank line, holds the head of one GET or HEAD and no
-    body or upgrade: what aiohttp may be handed unread, knowing that it answers exactly one
-    request and then expects the start of the next."""
-    if not (data.startswith(b"GET ") or data.startswith(b"HEAD ")) or data.count(_END) != 1:
-        return False
-    lowered = data.lower()
-    return b"content-length" not in lowered and b"transfer-encoding" not in lowered and b"upgrade" not in lowered
 
 
 class FastLane:
@@ -431,7 +300,7 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         if self._in_aiohttp or self.writing_paused:
             self._hold(data)
             return
-        if data[-4:] != _END:  # a request not yet whole (and maybe whole ones before it)
+        if data[-4:] != HEAD_END:  # a request not yet whole (and maybe whole ones before it)
             self._run(data)
             return
         # Whole requests, most often one, what nearly every read of a client holds: answered here,
@@ -524,7 +393,7 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
         read = self._reader.read
         heads: list[tuple[int, Head]] = []
         pos = 0
-        end = data.find(_END) + 4
+        end = data.find(HEAD_END) + 4
         while end >= 4:
             head = read(data[pos:end])
             if head is None or (not head.keep_alive and end < len(data)):  # bytes after a close: an error to llhttp
@@ -532,7 +401,7 @@ class FastLaneRequestHandler(JsonErrorRequestHandler):
                 return
             heads.append((end, head))
             pos = end
-            end = data.find(_END, pos) + 4
+            end = data.find(HEAD_END, pos) + 4
         if pos < len(data) and not plausible_start(data[pos:]):
             self._demote(data)
             return

@@ -1,10 +1,11 @@
 """Work that would hold the event loop for more than a millisecond runs in a thread of its own.
 
-Rendering a long list page takes 5-25 ms and compressing a large body as long again; on the
-event loop, every other request of the worker would wait that long (measured: a cached detail's
-p99 went from 0.6 ms to 524 ms beside four clients of 1,000-item lists). Such work runs in the
+Rendering a long list page takes milliseconds and compressing a large body as long again; on
+the event loop, every other request of the worker would wait that long (a cached detail's p99
+beside a few clients of 1,000-item lists: ``bench/stress.py``). Such work runs in the
 one heavy-work thread instead: brotli and zlib let go of the GIL while they compress, and Python
-code hands the GIL back to the event loop every switch interval, which workers set to 0.5 ms.
+code hands the GIL back to the event loop every switch interval, which workers shorten
+(``utils/held_calls.py``).
 One thread: heavy requests queue behind each other, not in front of the cheap ones.
 """
 

@@ -1,13 +1,12 @@
 """The records as a server holds them, in MessagePack: what a load that trusts an earlier check
 decodes instead of JSON Lines.
 
-Decoding JSON Lines is the most of a trusted load (6.3 s of 17 at the large scale): text is
-scanned, numbers and dates read from digits, and a page's text skipped character by
-character when only its head is kept. The same records in msgspec's MessagePack decode
-faster (the medium snapshot: builds 1.77 -> 1.28 s, pages without their text 0.88 -> 0.26 s).
+Decoding JSON Lines is the most of a trusted load: text is scanned, numbers and dates read
+from digits, and a page's text skipped character by character when only its head is kept. The
+same records in msgspec's MessagePack decode faster, pages without their text most of all.
 What the store then computes from them is kept too: each kind's file holds its public records in
 the order they are served (no filter or sort at the next load) and the store's groupings and
-sorted orders of them as positions (``utils/positions.py``).
+sorted orders of them as positions (``utils/sequences.py``).
 
 After a load that knows its records are right (it checked them, or trusted a record of a check)
 and kept pages without their text (a server whose search index holds it), the store writes them
@@ -35,7 +34,7 @@ from typing import Generic, TypeVar
 import msgspec
 
 from ..utils.files import replace_file
-from ..utils.positions import POSITION_BYTES, Grouping, positions_of
+from ..utils.sequences import POSITION_BYTES, Grouping, positions_of
 from .records import Build, PageHead, Project, ProjectRelationship, User, Version
 
 log = logging.getLogger("docsrv")
@@ -55,8 +54,8 @@ BINARY_KINDS: dict[str, type] = {
 LAYOUT_VERSION = 3
 #: The layout before, still read: each kind's records in one array.
 EARLIER_LAYOUT = 2
-#: The records of a piece, decoded in one call. At the large scale, a kind's records in one call
-#: held the GIL for up to 2.9 s (the versions; 5.5 s for every kind); a piece at a time, 0.03 s.
+#: The records of a piece, decoded in one call, which holds the GIL: a kind's records in one call
+#: held it for seconds at the large scale, and a sidecar's pulls beside the load waited as long.
 DECODE_PIECE = 16384
 #: The MessagePack head of an array of up to 2**32 - 1 items, its length after it (big-endian).
 _ARRAY_32 = b"\xdd"
@@ -81,10 +80,6 @@ class ServedRecords(msgspec.Struct, Generic[T], array_like=True):
 
 def binary_path(directory: Path, kind: str) -> Path:
     return directory / f".docsrv-{kind}.msgpack"
-
-
-def binary_paths(directory: Path) -> list[Path]:
-    return [binary_path(directory, kind) for kind in BINARY_KINDS]
 
 
 def write_binary(directory: Path, records: dict[str, list], derived: dict[str, Derived]) -> list[Path]:

@@ -62,7 +62,7 @@ class Header(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defau
     product: Product
     #: How many change lines follow: a file cut short between lines is found out.
     changes: Annotated[int, msgspec.Meta(ge=0)]
-    #: The purge keys of every reply the changeset changes (``http/purge.py``), which the publisher
+    #: The purge keys of every reply the changeset changes (``edge/keys.py``), which the publisher
     #: computes: an edge cache is purged from them in time proportional to the change.
     purge_keys: list[str] = []
     #: Whether no project or version of the snapshot it follows moves to another address (slug,

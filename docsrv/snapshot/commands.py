@@ -36,8 +36,8 @@ class CommandRanges:
     """Where each build's commands are: rows of (build id, offset, end, how many commands) in one
     flat array of 64-bit integers, by build id, found by bisection.
 
-    A dict of 2M builds' tuples took 0.55 s to make on every load and about 300 MB that
-    reference counts kept touching (so forked workers did not share it); the array is read
+    A dict of millions of builds' tuples was made anew on every load, and reference counts kept
+    touching its memory (so forked workers did not share it); the array is read
     from the ranges file (``verified.py``) in one copy and its pages are never written again.
     """
 
@@ -134,7 +134,7 @@ class CommandFile:
 
 class ChangedCommands:
     """The build commands of a snapshot with those of some builds replaced in memory (a changeset
-    applied by a server: ``store_changes.py``). Each changed build's commands are kept in the order
+    applied by a server: ``store/changes.py``). Each changed build's commands are kept in the order
     their lines would have in the snapshot the changeset makes (``changeset.apply``), so they are
     shown in the same order."""
 

@@ -1,7 +1,7 @@
 """HTML of a documentation build, parsed within bounds.
 
-lexbor parses in time linear in a page's size but quadratic in its nesting: 20,000 nested
-elements take 0.7 s, 500,000 (a 5.5 MB page) did not finish in two minutes. No page Sphinx
+lexbor parses in time linear in a page's size but quadratic in its nesting: a page of a few
+megabytes nested deep enough does not finish in minutes. No page Sphinx
 writes nests more than a few dozen elements deep, so a page is measured before it is parsed
 (a scan of its tags, linear) and one past MAX_PAGE_BYTES or MAX_NESTING is not parsed at all:
 the import skips it and says why.

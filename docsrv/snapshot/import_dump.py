@@ -84,7 +84,7 @@ UNIQUE: dict[str, Callable[[Any], Any]] = {
 #: The deepest nesting a dump may hold: the list, a record, its fields, a field's value and
 #: what a JSON field of the original's models holds (a build's config, some levels deep).
 #: Deeper is no dump of the original's; refused at once, in bounded memory (building nested
-#: values with ijson costs memory quadratic in their depth: 20,000 levels took 1 GB).
+#: values with ijson costs memory quadratic in their depth).
 MAX_DEPTH = 32
 
 

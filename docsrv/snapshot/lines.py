@@ -42,8 +42,8 @@ def report_bad_lines(body: bytes, first_line: int, decoder: msgspec.json.Decoder
 
 def line_blocks(stream: IO[bytes] | gzip.GzipFile, name: str, problems: ProblemList) -> Iterator[tuple[bytes, int]]:
     """Blocks of whole lines, each at most MAX_LINE_BYTES long, with how many lines each holds
-    (counted once here: at the large scale, counting 4 GB of lines twice cost 0.6 s a load); a
-    longer line is a problem."""
+    (counted once here: a large snapshot's pages are gigabytes of lines); a longer line is a
+    problem."""
     carry = b""
     line = 1
     while True:

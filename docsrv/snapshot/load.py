@@ -18,12 +18,12 @@ import msgspec
 
 from ..utils.progress import wanted
 from .binary import BINARY_KINDS, Derived, read_binary
-from .commands import CommandFile, index_commands
+from .commands import CommandFile, CommandRanges, index_commands
 from .errors import ProblemList, SnapshotError
 from .lines import decoded_blocks, describe
 from .published import published_ranges
 from .records import FORMAT, FORMAT_VERSION, KINDS, OPTIONAL_KINDS, BuildCommand, Manifest, Page, PageHead, Record
-from .verified import BINARY_NAMES, Identity, identities, trusted
+from .verified import BINARY_NAMES, Identity, Verified, identities, trusted
 
 #: Endings a record file may have, by how it is compressed.
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
@@ -105,78 +105,111 @@ def read_snapshot(
         problems.add(str(directory), None, "not a snapshot directory")
         problems.raise_if_any()
     checked = identities(record_files(directory))
-    manifest = read_manifest(directory, problems)
-    manifest_bytes = b""
-    found_trust = None
-    if manifest is not None:
-        manifest_bytes = (directory / "manifest.json").read_bytes()
-        found_trust = trusted(directory, manifest_bytes, record_files(directory)) if trust else None
-        if found_trust is None and not digests_checked:
-            check_files(directory, manifest, problems)
+    sealed = read_sealed(directory, problems, trust=trust, digests_checked=digests_checked)
     if progress is None:
         progress = wanted()
-    records: dict[str, list] = {}
+    # A trusted record that lists the records in MessagePack: decoded from there when the page
+    # text is not wanted (the MessagePack pages have none).
+    binary = read_served(directory, sealed.verified) if not page_text else None
+    records, derived, earlier_layout = binary if binary is not None else ({}, None, False)
     counts: dict[str, int] = {}
     files: dict[str, str] = {}
     commands: CommandFile | None = None
-    # A trusted record that lists the records in MessagePack: decoded from there when the page
-    # text is not wanted (the MessagePack pages have none).
-    derived = None
-    earlier_layout = False
-    if found_trust is not None and not page_text and found_trust[0].files.keys() >= BINARY_NAMES:
-        binary = read_binary(directory)
-        if binary is not None:
-            records, derived, earlier_layout = binary
     for kind, cls in KINDS.items():
-        if cls is Page and not page_text:
-            cls = PageHead
-        found = record_file(directory, kind)
-        if not found and kind in OPTIONAL_KINDS:
+        candidates = record_file(directory, kind)
+        if not candidates and kind in OPTIONAL_KINDS:
             records[kind] = []
             continue
-        if not found:
-            problems.add(f"{kind}.jsonl", None, "missing: every snapshot has this file (it may be empty)")
+        found = only_file(candidates, kind, problems)
+        if found is None:
             continue
-        if len(found) > 1:
-            problems.add(found[0].name, None, f"ambiguous: also {', '.join(p.name for p in found[1:])}")
-            continue
-        files[kind] = found[0].name
+        files[kind] = found.name
         before = len(problems)
-        if cls is BuildCommand and found_trust is not None and found[0].name.endswith(".jsonl"):
-            verified, ranges = found_trust
-            commands = CommandFile(os.open(found[0], os.O_RDONLY), ranges, verified.commands_total)
-            counts[kind] = commands.total
-        elif (
-            cls is BuildCommand
-            and trust
-            and manifest is not None
-            and not problems
-            and found[0].name.endswith(".jsonl")
-            and (published := published_ranges(directory, manifest, digest_checked=digests_checked)) is not None
-        ):
-            # The publisher's scan of these very commands (``published.py``): every file's digest
-            # was checked just now, or as it arrived.
-            commands = CommandFile(os.open(found[0], os.O_RDONLY), *published)
-            counts[kind] = commands.total
-        elif cls is BuildCommand:
-            # With bad builds, every command would name a missing one: leave references unchecked.
-            builds = {b.id: i for i, b in enumerate(records.get("builds", ()))} if not problems else None
-            commands = index_commands(found[0], builds, problems, progress=progress)
+        if cls is BuildCommand:
+            commands = read_commands(directory, found, sealed, records, problems, trust=trust, digests_checked=digests_checked,
+                                     progress=progress)
             counts[kind] = commands.total if commands is not None else 0
         elif derived is not None and kind in BINARY_KINDS:
             continue  # the public records only: the manifest's counts are of all
         else:
-            records[kind] = read_records(found[0], cls, problems, progress=progress)
+            records[kind] = read_records(found, PageHead if cls is Page and not page_text else cls, problems, progress=progress)
             counts[kind] = len(records[kind])
         if len(problems) > before:
             del counts[kind]  # a file with bad lines has no count worth comparing
-    if manifest is not None:
-        check_counts(manifest, counts, files, problems)
+    if sealed.manifest is not None:
+        check_counts(sealed.manifest, counts, files, problems)
     problems.raise_if_any()
-    assert manifest is not None and commands is not None
+    assert sealed.manifest is not None and commands is not None
     seconds = time.perf_counter() - started
-    return RawSnapshot(directory, manifest, records, commands, files, seconds, manifest_bytes, found_trust is not None,
+    return RawSnapshot(directory, sealed.manifest, records, commands, files, seconds, sealed.manifest_bytes, sealed.verified is not None,
                        derived=derived, earlier_layout=earlier_layout, identities=checked)
+
+
+@dataclass(frozen=True, slots=True)
+class Sealed:
+    """A snapshot's manifest (None when it does not read: the problem is listed), its bytes, and
+    the record of an earlier check of exactly these files when one is trusted (``verified.py``)."""
+
+    manifest: Manifest | None
+    manifest_bytes: bytes = b""
+    verified: tuple[Verified, CommandRanges] | None = None
+
+
+def read_sealed(directory: Path, problems: ProblemList, *, trust: bool, digests_checked: bool) -> Sealed:
+    """The manifest, and what of the files it seals is trusted: a record of an earlier check of
+    the same files (with ``trust``), or the digests checked now unless the caller just did."""
+    manifest = read_manifest(directory, problems)
+    if manifest is None:
+        return Sealed(None)
+    manifest_bytes = (directory / "manifest.json").read_bytes()
+    verified = trusted(directory, manifest_bytes, record_files(directory)) if trust else None
+    if verified is None and not digests_checked:
+        check_files(directory, manifest, problems)
+    return Sealed(manifest, manifest_bytes, verified)
+
+
+def read_served(
+    directory: Path, verified: tuple[Verified, CommandRanges] | None
+) -> tuple[dict[str, list], dict[str, Derived], bool] | None:
+    """The served records and what was derived from them, from their MessagePack form
+    (``binary.py``), when a trusted check lists those files; None otherwise."""
+    if verified is None or not verified[0].files.keys() >= BINARY_NAMES:
+        return None
+    return read_binary(directory)
+
+
+def only_file(found: list[Path], kind: str, problems: ProblemList) -> Path | None:
+    """The one file of ``kind``'s records among those ``found``; None, with the problem listed,
+    when there is none or more than one."""
+    if not found:
+        problems.add(f"{kind}.jsonl", None, "missing: every snapshot has this file (it may be empty)")
+    elif len(found) > 1:
+        problems.add(found[0].name, None, f"ambiguous: also {', '.join(p.name for p in found[1:])}")
+    return found[0] if len(found) == 1 else None
+
+
+def read_commands(
+    directory: Path, path: Path, sealed: Sealed, records: dict[str, list], problems: ProblemList, *, trust: bool,
+    digests_checked: bool, progress: bool,
+) -> CommandFile | None:
+    """The build commands in ``path``, by the cheapest way that holds: the byte ranges of a
+    trusted earlier check, those the publisher sealed (``published.py``: every file's digest was
+    checked just now, or as it arrived), or a scan of every line. Only an uncompressed file is
+    read in place."""
+    if path.name.endswith(".jsonl") and sealed.verified is not None:
+        verified, ranges = sealed.verified
+        return CommandFile(os.open(path, os.O_RDONLY), ranges, verified.commands_total)
+    if (
+        trust
+        and sealed.manifest is not None
+        and not problems
+        and path.name.endswith(".jsonl")
+        and (published := published_ranges(directory, sealed.manifest, digest_checked=digests_checked)) is not None
+    ):
+        return CommandFile(os.open(path, os.O_RDONLY), *published)
+    # With bad builds, every command would name a missing one: leave references unchecked.
+    builds = {b.id: i for i, b in enumerate(records.get("builds", ()))} if not problems else None
+    return index_commands(path, builds, problems, progress=progress)
 
 
 def manifest_of(directory: Path) -> Manifest:

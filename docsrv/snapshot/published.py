@@ -2,7 +2,7 @@
 done once, by the publisher, instead of by every replica on its first load.
 
 A first load decodes every build command to check it and to note where each build's lines are:
-2.6 s of a 5.5 s load at the medium scale, the most of what a pull does after its download.
+about half of the load, the most of what a pull does after its download.
 ``docsrv index`` (which loads and checks the whole snapshot first) writes what that scan found
 into the index directory, as ``command-ranges``, and the manifest seals it with the index's other
 files: a pull fetches it, checks its digest as it arrives, and loads the snapshot without the scan.

@@ -167,7 +167,7 @@ def document_of(path: str, dirhtml: bool = False) -> str:
 
 class PageHead(Record, frozen=True, gc=False, forbid_unknown_fields=False):
     """A page as a server keeps it once its search index is built: all but the text, sections and
-    entries, which the index holds (``highlight.py``, ``named_entries.py``). Decoding skips them
+    entries, which the index holds (``search/highlight.py``, ``search/named_entries.py``). Decoding skips them
     without making objects of them, and checks nothing it skips: a current index was built from
     these very bytes, fully checked."""
 

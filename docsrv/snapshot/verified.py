@@ -1,9 +1,9 @@
 """A record that a snapshot's files were checked whole, so that a later load of the same files
 need not check them again.
 
-The first load of a snapshot hashes every file against its manifest (about 10 s at the large
-scale), decodes every build command to check it and note where each build's lines are (12 s),
-and checks the records against each other (4 s). When all of it passes, the load writes
+The first load of a snapshot hashes every file against its manifest, decodes every build
+command to check it and note where each build's lines are, and checks the records against each
+other: at the large scale, most of a load. When all of it passes, the load writes
 ``.docsrv-verified`` beside the files: the identity of each file (device, inode, size,
 modification and change times), the manifest's digest, docsrv's version, and, in
 ``.docsrv-command-ranges``, the byte range of each build's commands. A later load whose files

@@ -30,7 +30,7 @@ def clone_or_copy(source: Path, target: Path) -> None:
     """``target``, a new file holding what ``source`` holds: a clone of its blocks where the file
     system can, else a copy (in the kernel). Not a hard link: a link moves the change time of the
     file it links to, and a server watching the snapshot it serves would take that for a change
-    (``serving.signature``), as would the record of that snapshot's check (``verified.py``)."""
+    (``serve.served.signature``), as would the record of that snapshot's check (``verified.py``)."""
     with open(source, "rb") as data, open(target, "wb") as out:
         try:
             fcntl.ioctl(out.fileno(), FICLONE, data.fileno())

@@ -1,0 +1,461 @@
+"""The search index, built in shards of versions, and built again shard by shard after a change.
+
+A build of a version uploads its pages again (under new ids, the old ones deleted), so the pages
+a change touches are those of a few versions. The index is kept in shards: a changed page costs
+building its shard again and linking the others. Each shard is a whole small index, in
+``<index>/shards/<key>/``:
+
+    pages/       a tantivy index of the shard's pages (``search.index_files.build_schema``)
+    entries/     a tantivy index of their named entries (``search/named_entries.py``)
+    highlight/   their highlight files (``search/highlight.py``)
+    derived.msgpack  what the build derived from each page (``Derived``)
+    shard.json   what the shard was made from (``Shard``)
+
+Each shard is searched on its own, scored by its own statistics (``search.query.SearchIndex``): a
+page's score depends on the pages its shard holds, and as a float on their order too (the sum of
+its words' scores is taken in an order that depends on the documents before it in its segment),
+as does the order of pages of equal scores. An index built again therefore holds exactly the
+shards an index built whole of the same pages holds, each with the same pages in the same order:
+which shard holds a version's pages is a function of the version and its own pages alone
+(``search.shards.Layout``), never of the index's history. Each shard lists its pages by version,
+then id. An index changed by deleting documents would not answer alike either (tantivy counts
+deleted documents until a merge): a shard is built again whole, never patched. What a change of
+one version's pages costs is building its shard.
+
+What a shard is made of (``shard_digests``): the lines of its public pages in the snapshot's
+pages file, in the shard's order, and the scope (the slugs of its project and version) of each
+version it holds. What every shard is made of too: the operators the pages of the whole index
+name (``search.code_syntax.operator_names``), which decide the syntax each page's text is found by;
+when those change, every shard is built again (``plan_rebuild`` says so).
+
+A shard built again keeps the earlier shard's ``entries/`` (hard links) when what it is made of
+did not change (``entries_digest``: each page's scope, title, sections and named entries, in
+order): a change of pages' text alone costs the pages' index and highlight files alone, under the
+same ids or under new ones in the same order (a build of the service uploads its version's pages
+again so), which the entries index does not hold (a slot says the page: ``search/named_entries.py``).
+A shard built again after a changeset takes what the earlier shard holds of the pages the
+changeset did not change (``Recorded``): their highlight records, copied as a whole build would
+write them, and what was derived from each (``Derived``). When every page of the shard is what it
+was but for its id (``documents_digest``: a build of a commit that changed no page uploads its
+version's pages again, under new ids), the shard keeps its pages index and highlight files too,
+and writes their ids alone (``search.highlight.relabel``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import msgspec
+import tantivy
+
+from ..snapshot.errors import ProblemList
+from ..snapshot.lines import decoded_blocks
+from ..snapshot.load import record_file
+from ..snapshot.records import Page, PageHead, Version
+from ..store.loaded import Store
+from ..utils.files import link_or_copy
+from ..utils.progress import progress_bar, wanted
+from . import code_syntax, named_entries
+from .changelogs import is_changelog
+from .highlight import Highlights, HighlightWriter, relabel, slot_of
+from .index_files import (
+    ENTRIES,
+    HIGHLIGHT,
+    LISTING,
+    PAGES,
+    SCHEMA_VERSION,
+    SHARD_FILE,
+    Listing,
+    build_schema,
+    listing_of,
+    quiet,
+    shard_path,
+    version_scope,
+)
+from .shards import Layout
+
+#: tantivy's memory for one shard's writer: the largest shard fits in one segment.
+WRITER_HEAP = 128 << 20
+
+#: What a shard's build derived from each of its pages (``Derived``), beside its indexes.
+DERIVED_FILE = "derived.msgpack"
+
+#: Each page line of a shard to build it from: its version, id, the file it is in, its number
+#: there (0 for a changeset's), and the line; by shard key.
+ShardLines = dict[int, list[tuple[int, int, str, int, bytes]]]
+
+
+class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What one shard was built from: a digest of its pages and their scopes (``shard_digest``),
+    how many pages it holds, the operators they name (the index's are those of every shard), and
+    a digest of what its entries index was made of (``entries_digest``)."""
+
+    digest: str
+    pages: int
+    operators: list[str]
+    #: The ``search.index_files.SCHEMA_VERSION`` it was built with: a shard of another is not built from.
+    schema: int
+    #: The index's block width (``Layout``): when it changes, every shard is built again.
+    width: int
+    entries: str
+    #: What its pages index and highlight files were made of (``documents_digest``).
+    documents: str = ""
+
+
+class Derived(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What a shard's build derived from each of its pages, in the shard's order: whether it is a
+    changelog (``search.changelogs.is_changelog``), its code syntax (``search.code_syntax.page_tokens``, the
+    ``symbols`` field, as the index's operators find it) and, of those that name any, the
+    operators it names (``search.code_syntax.operator_names``), with each page's id and characters of
+    text as a guard. A shard built again takes those of the pages a changeset did not change
+    (``Recorded``) instead of deriving them again."""
+
+    ids: list[int]
+    chars: list[int]
+    changelog: list[bool]
+    symbols: list[str]
+    operators: dict[int, list[str]]
+
+
+#: Each page's operators (by id, of those that name any), by shard.
+NamedOperators = dict[int, frozenset[str]]
+
+
+class Placed(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=False):
+    """A page's line read for its id and version alone (the rest is skipped, not decoded)."""
+
+    id: int
+    version: int
+
+
+SHARD_DECODER = msgspec.json.Decoder(Shard)
+_derived = msgspec.msgpack.Decoder(Derived)
+_derived_encoder = msgspec.msgpack.Encoder()
+_named = msgspec.msgpack.Encoder()
+PLACED_DECODER = msgspec.json.Decoder(Placed)
+PAGE_DECODER = msgspec.json.Decoder(Page)
+
+
+def served_blocks(store: Store) -> Iterator[tuple[str, int, list[Placed], list[bytes]]]:
+    """(file name, number of the first line, records, lines) of each block of ``store``'s
+    snapshot's pages file, read again (a file changed since the store was loaded is a
+    SnapshotError naming it). Each line is looked at once, in a loop of the caller's: at the large
+    scale a generator of lines cost as much as reading them."""
+    assert store.path is not None
+    problems = ProblemList(str(store.path))
+    for path in record_file(store.path, "pages"):
+        for block, first, records in decoded_blocks(path, Placed, problems):
+            yield path.name, first, records, block.split(b"\n")
+    problems.raise_if_any()
+
+
+def _hasher() -> hashlib.blake2b:
+    hasher = hashlib.blake2b(digest_size=16)
+    hasher.update(f"schema {SCHEMA_VERSION}\n".encode())
+    return hasher
+
+
+def line_digest(line: bytes) -> bytes:
+    return hashlib.blake2b(line, digest_size=16).digest()
+
+
+def shard_digest(store: Store, rows: Iterable[tuple[int, bytes]]) -> str:
+    """The digest of what a shard is made of, from (version, ``line_digest``) of each of its
+    pages' lines in its order: those, and the scope of each version."""
+    hasher, last = _hasher(), None
+    for version, digest in rows:
+        if version != last:
+            hasher.update(f"{version} {scope_of(store, store.versions[version])}\n".encode())
+            last = version
+        hasher.update(digest)
+    return hasher.hexdigest()
+
+
+def shard_digests(store: Store, layout: Layout) -> dict[int, str]:
+    """``shard_digest`` of each shard of ``store``'s index (``layout``) that holds a public page
+    of its snapshot's pages file, and of shard 0 always (an index of no pages is one empty
+    shard)."""
+    rows: dict[int, list[tuple[int, int, bytes]]] = {0: []}
+    pages = store.pages
+    shards: dict[int, int] = {}
+    for _name, _first, records, lines in served_blocks(store):
+        for record, line in zip(records, lines, strict=False):
+            if record.id in pages:
+                version = record.version
+                shard = shards.get(version)
+                if shard is None:
+                    shard = shards[version] = layout.shard_of(version)
+                rows.setdefault(shard, []).append((version, record.id, line_digest(line)))
+    digests = {}
+    for shard, held in sorted(rows.items()):
+        held.sort()
+        digests[shard] = shard_digest(store, ((version, digest) for version, _identity, digest in held))
+    return digests
+
+
+def scope_of(store: Store, page: PageHead | Version) -> str:
+    """The scope a page of ``page`` (a page, or its version) is found under."""
+    version = page if isinstance(page, Version) else store.versions[page.version]
+    return version_scope(store.projects[version.project].slug, version.slug)
+
+
+def version_scopes(store: Store, pages: list[Page]) -> dict[int, str]:
+    """The scope of each version ``pages`` are of (``scope_of``), found once for all its pages."""
+    return {version: scope_of(store, store.versions[version]) for version in {page.version for page in pages}}
+
+
+def entries_digest(pages: list[Page], scopes: dict[int, str]) -> str:
+    """A digest of what the entries index of a shard of ``pages`` (in its order, their versions'
+    ``scopes``) is made of: each page's scope, title, sections and named entries
+    (``search.named_entries.documents``), its slot being its place. Not its id, which the entries index
+    does not hold: a build of the service uploads every page of its version again under a new
+    id, most of them with the same names."""
+    hasher = _hasher()
+    encode = _named.encode
+    for page in pages:
+        hasher.update(encode((scopes[page.version], page.title, page.sections, page.entries)))
+    return hasher.hexdigest()
+
+
+def documents_digest(pages: list[Page], scopes: dict[int, str], operators: frozenset[str]) -> str:
+    """A digest of what the pages index and the highlight files of a shard of ``pages`` (in its
+    order, their versions' ``scopes``, the index's ``operators``) are made of: each page's scope,
+    title, sections, text and document name, its slot being its place. Not its id, which the
+    highlight files' page ids alone hold (``search.highlight.relabel``)."""
+    hasher = _hasher()
+    encode = _named.encode
+    hasher.update(encode(sorted(operators)))
+    for page in pages:
+        hasher.update(encode((scopes[page.version], page.title, page.sections, page.text, page.document_name)))
+    return hasher.hexdigest()
+
+
+def build_index(store: Store, directory: Path, print_progress: bool | None = None) -> float:
+    """Index every public page of ``store`` (loaded with the pages' text) into ``directory``, new
+    or empty, in shards (``Layout``); return the seconds taken.
+    (``search.location.build_index_aside`` builds beside the index in use and swaps.)"""
+    started = time.perf_counter()
+    pages = [page for page in store.pages_ordered if isinstance(page, Page)]
+    if len(pages) != len(store.pages_ordered):
+        raise TypeError("the index is built from a store loaded with the pages' text")
+    pages.sort(key=_place)
+    layout = Layout.of(store)
+    digests = shard_digests(store, layout)
+    by_shard: dict[int, list[Page]] = {shard: [] for shard in digests}
+    for page in pages:
+        by_shard[layout.shard_of(page.version)].append(page)
+    named = {shard: operators_by_page(held) for shard, held in by_shard.items()}
+    operators = frozenset().union(*(names for by_page in named.values() for names in by_page.values()))
+    with progress_bar(len(pages), "index pages", wanted() if print_progress is None else print_progress, unit="page") as bar:
+        build_shards(store, directory, [(shard, held, digests[shard], named[shard]) for shard, held in by_shard.items()], operators,
+                     layout.width, None if bar is None else bar.update)
+    write_listing(directory)
+    return time.perf_counter() - started
+
+
+def _place(page: PageHead) -> tuple[int, int]:
+    """Where a page is in the index: by version, then id."""
+    return page.version, page.id
+
+
+def operators_by_page(pages: Iterable[Page], recorded: Recorded | None = None) -> NamedOperators:
+    """The operators each of ``pages`` names, by id, of those that name any; those of the pages
+    ``recorded`` holds unchanged taken from it."""
+    named = {}
+    for page in pages:
+        known = recorded.derived(page) if recorded is not None else None
+        found = code_syntax.operator_names((page,)) if known is None else known[2]
+        if found:
+            named[page.id] = found
+    return named
+
+
+def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], str, NamedOperators]], operators: frozenset[str],
+                 width: int, built: Callable[[int], object] | None = None, earlier: Path | None = None,
+                 recorded: Mapping[int, Recorded] | None = None) -> None:
+    """Build ``shards`` (key, pages, digest, the operators those pages name, by page) of an index of
+    blocks ``width`` ids wide in ``index``, one after another: the commit of one
+    (tantivy's, without the GIL) runs in a thread while the next one's pages are added, so both
+    cores work (one at a time, each shard's writer had the build take a fifth longer than one
+    index's of two threads). ``built`` is told how many pages each shard held. A shard of
+    ``earlier`` (an index) whose entries index was made of the same keeps it (``entries_digest``);
+    one ``recorded`` holds (by key) takes what it holds of its unchanged pages."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="docsrv-commit") as committing:
+        previous: Future[None] | None = None
+        for shard, pages, digest, named in shards:
+            scopes = version_scopes(store, pages)
+            made = Shard(digest=digest, pages=len(pages), operators=sorted(frozenset().union(*named.values())), schema=SCHEMA_VERSION,
+                         width=width, entries=entries_digest(pages, scopes), documents=documents_digest(pages, scopes, operators))
+            kept, same = kept_parts(shard_path(earlier, shard), made) if earlier is not None else (None, None)
+            commit = build_shard(index, shard, pages, scopes, operators, named, made, kept, (recorded or {}).get(shard), same)
+            if previous is not None:
+                previous.result()  # one commit at a time: a shard's writer holds WRITER_HEAP until it is done
+            previous = committing.submit(commit)
+            if built is not None:
+                built(len(pages))
+        if previous is not None:
+            previous.result()
+
+
+def kept_parts(shard: Path, made: Shard) -> tuple[Path | None, tuple[Path, Derived] | None]:
+    """What a shard built as ``made`` says keeps of the earlier shard in ``shard``: its entries
+    index, if made of the same (``entries_digest``); and the shard itself with what its build
+    derived from its pages, if its pages index and highlight files were made of the same pages,
+    but for their ids (``documents_digest``)."""
+    try:
+        was = SHARD_DECODER.decode((shard / SHARD_FILE).read_bytes())
+    except (OSError, ValueError):
+        return None, None
+    entries = shard / ENTRIES if was.entries == made.entries else None
+    if not was.documents or was.documents != made.documents:
+        return entries, None
+    try:
+        derived = _derived.decode((shard / DERIVED_FILE).read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return entries, None
+    return entries, (shard, derived) if len(derived.ids) == made.pages and matches(derived, derived.ids) else None
+
+
+class Recorded:
+    """What a shard as an earlier index holds it recorded of the pages whose text did not change
+    since (those not ``changed``): their highlight records, copied (``HighlightWriter.add``), and
+    what its build derived from each (``Derived``; a shard built before it was kept has none)."""
+
+    def __init__(self, files: Highlights, derived: Derived | None, changed: Container[int]) -> None:
+        self.files = files
+        self.places = dict(zip(files.page_ids, range(len(files.page_ids)), strict=True))
+        self.derived_pages = derived if derived is not None and matches(derived, files.page_ids.tolist()) else None
+        self.changed = changed
+
+    @classmethod
+    def open(cls, shard: Path, changed: Container[int]) -> Recorded | None:
+        """Those of the shard in ``shard``; None when it has no highlight files that open (a shard
+        new to the index)."""
+        try:
+            files = Highlights(shard / HIGHLIGHT)
+        except (OSError, ValueError):
+            return None
+        try:
+            derived = _derived.decode((shard / DERIVED_FILE).read_bytes())
+        except (OSError, msgspec.DecodeError):
+            derived = None
+        return cls(files, derived, changed)
+
+    def of(self, page: int) -> tuple[Highlights, int] | None:
+        """Where the page of id ``page`` is recorded, if it is and did not change."""
+        place = self.places.get(page) if page not in self.changed else None
+        return None if place is None else (self.files, place)
+
+    def derived(self, page: Page) -> tuple[bool, str, frozenset[str]] | None:
+        """What was derived from ``page`` (changelog, symbols, operators), if it did not change."""
+        found = self.derived_pages
+        place = self.places.get(page.id) if found is not None and page.id not in self.changed else None
+        if place is None or found is None or found.chars[place] != len(page.text):
+            return None
+        return found.changelog[place], found.symbols[place], frozenset(found.operators.get(page.id, ()))
+
+
+def matches(derived: Derived, ids: list[int]) -> bool:
+    """Whether ``derived`` is of the pages of ``ids`` (a shard's, in its order), a value for each."""
+    return derived.ids == ids and len(derived.chars) == len(derived.changelog) == len(derived.symbols) == len(ids)
+
+
+def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, str], operators: frozenset[str], named: NamedOperators,
+                made: Shard, kept_entries: Path | None = None, recorded: Recorded | None = None,
+                same: tuple[Path, Derived] | None = None) -> Callable[[], None]:
+    """Add one shard's ``pages`` (in its order, their versions' ``scopes``, the operators each
+    names: ``named``) to an index of its own in ``index``, ``operators`` being those of the whole
+    index; return what commits it and writes what it was ``made`` from. With ``kept_entries``, an
+    entries index made of the same, its files are linked instead; with ``recorded``, what it holds
+    of its unchanged pages is taken from it; with ``same`` (an earlier shard whose pages index and
+    highlight files were made of the same pages, and what it derived from them), those are linked,
+    under the pages' ids now."""
+    directory = shard_path(index, shard)
+    directory.mkdir(parents=True)
+    entries = None
+    if kept_entries is not None:
+        link_files(kept_entries, directory / ENTRIES)
+    else:
+        (directory / ENTRIES).mkdir()
+        entries_index = named_entries.register_tokenizers(quiet(tantivy.Index(named_entries.build_schema(), path=str(directory / ENTRIES))))
+        entries = entries_index.writer(heap_size=64 << 20, num_threads=1)
+    documents = None
+    if same is not None:
+        earlier, before = same
+        link_files(earlier / PAGES, directory / PAGES)
+        ids = [page.id for page in pages]
+        relabel(earlier / HIGHLIGHT, directory / HIGHLIGHT, ids)
+        renamed = dict(zip(before.ids, ids, strict=True))
+        derived = Derived(ids, before.chars, before.changelog, before.symbols,
+                          {renamed[identity]: names for identity, names in before.operators.items()})
+        if entries is not None:
+            for place, page in enumerate(pages):
+                for document in named_entries.documents(page, scopes[page.version], slot_of(shard, place), derived.changelog[place]):
+                    entries.add_json(document)
+    else:
+        (directory / PAGES).mkdir()
+        documents = quiet(tantivy.Index(build_schema(), path=str(directory / PAGES))).writer(heap_size=WRITER_HEAP, num_threads=1)
+        derived = Derived([], [], [], [], {identity: sorted(names) for identity, names in named.items()})
+        with HighlightWriter(directory / HIGHLIGHT) as highlights:
+            for page in pages:
+                scope = scopes[page.version]
+                slot = slot_of(shard, highlights.add(page.id, page.text, recorded.of(page.id) if recorded is not None else None))
+                known = recorded.derived(page) if recorded is not None else None
+                if known is None:
+                    changelog = is_changelog(page.title, [section.title for section in page.sections])
+                    symbols = " ".join(code_syntax.page_tokens(page.text, operators))
+                else:
+                    changelog, symbols, _named = known
+                derived.ids.append(page.id)
+                derived.chars.append(len(page.text))
+                derived.changelog.append(changelog)
+                derived.symbols.append(symbols)
+                documents.add_document(
+                    tantivy.Document(
+                        scope=scope,
+                        slot=slot,
+                        changelog=int(changelog),
+                        title=page.title,
+                        headings=" ".join(section.title for section in page.sections),
+                        body=page.text,
+                        path=page.document_name,
+                        symbols=symbols,
+                    )
+                )
+                if entries is not None:
+                    for document in named_entries.documents(page, scope, slot, changelog):
+                        entries.add_json(document)
+    (directory / DERIVED_FILE).write_bytes(_derived_encoder.encode(derived))
+
+    def commit() -> None:
+        for writer in (documents, entries):
+            if writer is not None:
+                writer.commit()
+                writer.wait_merging_threads()
+        (directory / SHARD_FILE).write_bytes(msgspec.json.encode(made))
+
+    return commit
+
+
+def write_listing(index: Path, listing: Listing | None = None) -> None:
+    """What a server opens of the index in ``index`` (``search.index_files.Listing``), once its shards are
+    built: ``listing``, or the listing of its shards as they are."""
+    (index / LISTING).write_bytes(msgspec.json.encode(listing if listing is not None else listing_of(index)))
+
+
+def link_files(source: Path, target: Path) -> None:
+    """Hard links in ``target`` to every file of the index (a shard, or a part of one) in
+    ``source`` (tantivy's own hidden files aside: locks and its list of files, which a reader
+    does not need)."""
+    for root, _directories, files in os.walk(source):
+        here = target / Path(root).relative_to(source)
+        here.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            if not name.startswith("."):
+                link_or_copy(Path(root) / name, here / name)
+

@@ -1,0 +1,72 @@
+"""How a server takes a snapshot: the directory resolved once, the store loaded, the search
+index made current and opened (``search/location.py``), and what the files were when they were
+read.
+
+Everything a worker reads is opened here, in the master, before the fork: the records are in
+memory, the build commands' file is open, the index and highlight files are mapped. A
+``current`` symlink flipped, an index directory removed or a file copied over after this point
+cannot mix another snapshot into what the workers serve. A file changed in place is what is
+left; the ``signature`` of the files read lets the master notice it (``supervisors/reloads.py``),
+and the build commands' file checks itself on every read (``snapshot/commands.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..search.location import build_private_index, current_index, fingerprint
+from ..search.query import SearchIndex
+from ..snapshot.errors import Problem, SnapshotError
+from ..snapshot.load import record_files
+from ..store.loaded import Store, load_store
+
+#: What a snapshot's files were when they were read: (name, inode, size, mtime, ctime) of each.
+#: ctime changes with any write, even one that puts the old modification time back.
+Signature = tuple[tuple[str, int, int, int, int], ...]
+
+
+@dataclass(frozen=True)
+class Served:
+    store: Store
+    search: SearchIndex
+    #: The directory the snapshot was read from, every symlink resolved.
+    directory: Path
+    signature: Signature
+
+
+def resolve(snapshot: str | Path) -> Path:
+    """The real directory of a snapshot path, read once: a ``current`` link swapped later changes nothing."""
+    return Path(os.path.realpath(snapshot))
+
+
+def signature(directory: Path) -> Signature:
+    """The identity of the manifest and of every record file in ``directory``, now."""
+    found = []
+    for path in [directory / "manifest.json", *record_files(directory)]:
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        found.append((path.name, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns))
+    return tuple(found)
+
+
+def load_served(snapshot: str | Path, *, progress: bool | None = None) -> Served:
+    """A snapshot as a server keeps it, with its index open. When a current index holds the pages'
+    text, the store is loaded without it (most of a large snapshot's memory is that text);
+    otherwise the whole snapshot is loaded and the index built from it first."""
+    directory = resolve(snapshot)
+    before = signature(directory)
+    digest = fingerprint(directory)
+    found = current_index(directory, digest, check=True)
+    if found is not None:
+        store = load_store(directory, progress=progress, page_text=False)
+    else:
+        store = load_store(directory, progress=progress)
+        found = build_private_index(store, digest)
+    if signature(directory) != before:
+        raise SnapshotError(str(directory), [Problem(directory.name, None, "files changed while they were being read")])
+    return Served(store, SearchIndex.open(store, found), directory, before)
+

@@ -17,7 +17,7 @@ import msgspec
 from tqdm import tqdm
 
 from ..config import Deadlines
-from ..snapshot.errors import SnapshotError
+from ..snapshot.errors import DECODE_ERRORS, SnapshotError
 from ..snapshot.origin import HEAD, Head, decode_head
 from ..snapshot.records import FileDigest, Manifest
 
@@ -72,7 +72,7 @@ def head_of(raw: bytes, base: str) -> Head:
 def decode_manifest(raw: bytes, base: str) -> Manifest:
     try:
         manifest = msgspec.json.decode(raw, type=Manifest)
-    except msgspec.DecodeError as error:
+    except DECODE_ERRORS as error:
         raise PullError(f"{base}/manifest.json: not a snapshot manifest: {error}") from None
     if not manifest.files:
         raise PullError(f"{base}/manifest.json: lists no files (publish a snapshot written by docsrv: its manifest seals every file)")
@@ -95,13 +95,12 @@ async def fetch_file(
     sealed_by: str = "manifest.json",
 ) -> None:
     """Download ``url`` to ``path``, resuming what is there, and check its size and digest (which
-    ``sealed_by`` records)."""
+    ``sealed_by`` records). What is there is never trusted: a whole file whose digest differs is
+    fetched anew, and so is a resumed one whose digest then differs (its first bytes were not
+    these: a file refused before, left by a pull of another changeset of the same sequence)."""
     digest = hashlib.sha256()
     have = path.stat().st_size if path.exists() else 0
-    if have > entry.size:
-        path.unlink()
-        have = 0
-    if have:
+    if 0 < have <= entry.size:
         async with aiofiles.open(path, "rb") as existing:
             while chunk := await existing.read(CHUNK):
                 digest.update(chunk)
@@ -109,6 +108,10 @@ async def fetch_file(
             if bar is not None:
                 bar.update(have)
             return
+    if have >= entry.size:  # not these bytes (a file refused before, or another's): from the start
+        path.unlink(missing_ok=True)
+        digest, have = hashlib.sha256(), 0
+    resumed = have > 0
     headers = {"Range": f"bytes={have}-"} if 0 < have < entry.size else {}
     least = deadlines.min_kib << 10
     try:
@@ -146,6 +149,9 @@ async def fetch_file(
         raise PullError(f"{url}: {have} bytes, but {sealed_by} records {entry.size} (truncated); a new pull resumes it")
     if digest.hexdigest() != entry.sha256:
         path.unlink()
+        if resumed:  # the bytes kept from before were not these: once more, from the start
+            await fetch_file(session, url, path, entry, bar, deadlines, sealed_by)
+            return
         raise PullError(f"{url}: its SHA-256 differs from the one {sealed_by} records (corrupt); the file was removed")
 
 

@@ -27,14 +27,35 @@ from ..snapshot.records import Manifest
 from ..snapshot.write import put_in_place
 from ..store.changes import changes_index, in_memory
 from ..utils.files import replace_file
-from .changeset_index import StateCache, changeset_index, held_index, index_changesets, prune_indexes
+from .changeset_index import BUILT_SHARDS, INDEXES, StateCache, changeset_index, held_index, index_changesets, prune_indexes
 from .fetch import PullError
 from .indexing import check_and_index, reuse_index
 
 CURRENT = "current"
+#: What a replica keeps beside its snapshots, by name: a snapshot of one of these names (its
+#: directory there) would stand on it.
+RESERVED = {
+    CURRENT: "the link a pull points at the snapshot it serves",
+    HEAD: "the list of the changesets a replica keeps",
+    CHANGESETS: "the directory of the changesets a replica keeps",
+    INDEXES: "the directory of the kept changesets' search indexes",
+    BUILT_SHARDS: "the directory of the shards built for them",
+}
+#: The ending of what is written aside before it is renamed into place.
+PARTIAL = ".partial"
 #: The most changesets kept after the snapshot served: past it, they are folded into the snapshot
 #: they make, and the server reloads onto it (its workers share its pages again).
 FOLD_CHANGESETS = 200
+
+
+def reserved(name: str) -> str | None:
+    """Why no snapshot may be named ``name``, in words, or None: a replica keeps ``RESERVED`` and
+    what it writes aside beside its snapshots, each of which it keeps in a directory of its name."""
+    if name in RESERVED:
+        return f"the snapshot is named {name!r}, the name of {RESERVED[name]}; publish it under another name"
+    if name.endswith(PARTIAL):
+        return f"the snapshot is named {name!r}, ending as what a replica writes aside does; publish it under another name"
+    return None
 
 
 def held_state(into: Path, current: str | None) -> tuple[str, int] | None:
@@ -87,6 +108,9 @@ def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, 
         raise PullError(f"{into / current}: the snapshot current names has no manifest that reads")
     chain = kept.changesets if kept is not None else []
     changesets = [read_checked(path, entry) for entry, path in fetched]
+    for (entry, path), changeset in zip(fetched, changesets, strict=True):
+        if (problem := reserved(changeset.header.product.name)) is not None:
+            raise PullError(f"{path.name} (changeset {entry.sequence}): {problem}")
     ahead = next((at for at, changeset in enumerate(changesets) if changes_index(changeset)), 0)
     if ahead and (fold_at is None or len(chain) + ahead <= fold_at) and all(in_memory(c, held.public_url) for c in changesets[:ahead]):
         chain = keep_changesets(into, current, held.sequence, chain, fetched[:ahead])

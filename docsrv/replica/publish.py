@@ -37,6 +37,7 @@ from ..snapshot.write import built_aside
 from ..store.changes import applied, in_memory
 from ..store.loaded import Store, prepare
 from ..utils.files import replace_file
+from .kept import reserved
 
 #: The changesets since a base may hold this share of its bytes; past it, a snapshot is
 #: published whole (a replica that follows from the base fetches at most that much more).
@@ -63,6 +64,8 @@ def publish(snapshot: Path, origin: Path, since: Path | None = None, *, compact_
     as the changeset from that snapshot, which the origin must publish now."""
     started = time.perf_counter()
     manifest = prepare(snapshot, progress=False).manifest  # checked whole (or a record of its check stands)
+    if (problem := reserved(manifest.name)) is not None:
+        raise CommandError(f"{snapshot}: {problem}")
     head = read_head(origin)
     sequence = head.sequence + 1 if head is not None else 1
     if head is not None and manifest.name == head.name:

@@ -39,7 +39,7 @@ from ..utils.files import replace_file
 from ..utils.progress import progress_bar, wanted
 from .fetch import PullError, PullState, decode_manifest, fetch_all, fetch_file, get_small, head_of
 from .indexing import check_and_index
-from .kept import CURRENT, FOLD_CHANGESETS, current_name, held_state, point_current, take_changesets, write_chain
+from .kept import CURRENT, FOLD_CHANGESETS, current_name, held_state, point_current, reserved, take_changesets, write_chain
 
 STATE_FILE = ".pull-state.json"
 #: Files fetched at once.
@@ -138,9 +138,8 @@ async def fetch_snapshot(
 ) -> tuple[int, int]:
     """Fetch every file of the snapshot at ``base`` into ``into/<name>``, checked and indexed as a
     server would load it (``current`` is not moved): (files, bytes)."""
-    if manifest.name == CURRENT:
-        raise PullError(f"{base}/manifest.json: the snapshot is named {CURRENT!r}, the name of the link a pull points at the "
-                        "snapshot it serves; publish it under another name")
+    if (problem := reserved(manifest.name)) is not None:
+        raise PullError(f"{base}/manifest.json: {problem}")
     partial = into / f".pull-{manifest.name}-{hashlib.sha256(raw).hexdigest()[:12]}"
     partial.mkdir(exist_ok=True)
     # The records, and the search index when the publisher built and sealed one (``docsrv index``).

@@ -15,9 +15,7 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import msgspec
-
-from ..snapshot.errors import ProblemList
+from ..snapshot.errors import DECODE_ERRORS, ProblemList
 from ..snapshot.lines import describe
 from ..snapshot.load import record_file
 from ..snapshot.records import Page
@@ -144,7 +142,7 @@ def planned(store: Store, previous: Path, before: dict[int, Shard], kept: dict[i
         for _version, _identity, where, number, line in held:
             try:
                 changed[shard].append(PAGE_DECODER.decode(line))
-            except msgspec.DecodeError as error:
+            except DECODE_ERRORS as error:
                 problems.add(where, number or None, describe(error))
     problems.raise_if_any()
     recorded = {shard: found for shard in changed if changed_pages is not None and shard in before

@@ -29,13 +29,13 @@ from typing import Annotated, Literal
 import msgspec
 
 from ..utils.files import clone_or_copy
-from .errors import Problem, ProblemList, SnapshotError
-from .lines import decoded_blocks, line_blocks, open_records
+from .errors import DECODE_ERRORS, Problem, ProblemList, SnapshotError
+from .lines import decoded_blocks, describe, line_blocks, open_records
 from .load import manifest_of, record_file
 from .origin import HEAD, PublishedChangeset
 from .records import FORMAT as SNAPSHOT_FORMAT
 from .records import FORMAT_VERSION as SNAPSHOT_FORMAT_VERSION
-from .records import KINDS, OPTIONAL_KINDS, AwareDatetime, Manifest, PublicUrl, SnapshotName
+from .records import KINDS, MAX_ID, OPTIONAL_KINDS, AwareDatetime, Id, Manifest, PublicUrl, SnapshotName
 from .write import write_manifest
 
 FORMAT = "docsrv-changeset"
@@ -83,10 +83,10 @@ class Upsert(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field=
 
 class Delete(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, tag_field="op", tag="delete"):
     kind: Kind
-    id: Annotated[int, msgspec.Meta(ge=1)]
+    id: Id
     #: The build of a deleted build command (0 elsewhere): a server applying the changeset in
     #: memory knows whose commands changed without reading the file (``live.py``).
-    build: Annotated[int, msgspec.Meta(ge=0)] = 0
+    build: Annotated[int, msgspec.Meta(ge=0, le=MAX_ID)] = 0
 
 
 Change = Upsert | Delete
@@ -168,8 +168,8 @@ def read_changeset(data: bytes, name: str) -> Changeset:
         raise invalid(name, None, "empty: a changeset begins with its header line")
     try:
         header = _header.decode(lines[0])
-    except msgspec.DecodeError as error:
-        raise invalid(name, 1, f"not a changeset header: {error}") from None
+    except DECODE_ERRORS as error:
+        raise invalid(name, 1, f"not a changeset header: {describe(error)}") from None
     if header.format != FORMAT or header.format_version != FORMAT_VERSION:
         raise invalid(name, 1, f"format {header.format!r} version {header.format_version}: this docsrv reads {FORMAT!r} "
                                f"version {FORMAT_VERSION}")
@@ -186,8 +186,8 @@ def read_changeset(data: bytes, name: str) -> Changeset:
                 identity = record.id
             else:
                 identity = change.id
-        except msgspec.DecodeError as error:
-            raise invalid(name, number, str(error)) from None
+        except DECODE_ERRORS as error:
+            raise invalid(name, number, describe(error)) from None
         if identity in upserts[change.kind] or identity in deletes[change.kind]:
             raise invalid(name, number, f"{change.kind} {identity} is changed twice")
         if isinstance(change, Upsert):

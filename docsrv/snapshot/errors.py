@@ -5,8 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePath
 
+import msgspec
+
 #: How many problems a load collects before it stops looking for more.
 MAX_PROBLEMS = 100
+#: What decoding bytes that are not what they should be raises: msgspec raises UnicodeDecodeError,
+#: not a DecodeError, for a string that is not UTF-8.
+DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
 
 
 @dataclass(frozen=True, slots=True)

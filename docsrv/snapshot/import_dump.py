@@ -25,7 +25,7 @@ from ijson.common import ObjectBuilder
 
 from ..errors import CommandError
 from ..utils.progress import progress_bar, wanted
-from .errors import Problem, SnapshotError
+from .errors import DECODE_ERRORS, Problem, SnapshotError
 from .records import (
     FORMAT,
     FORMAT_VERSION,
@@ -139,7 +139,7 @@ def json_lines(data: BinaryIO, path: Path) -> Iterator[Any]:
         if line.strip():
             try:
                 record = decoder.decode(line)
-            except msgspec.DecodeError as error:
+            except DECODE_ERRORS as error:
                 raise CommandError(f"{path}:{number}: invalid JSON: {one_line(error)}") from None
             except RecursionError:
                 raise too_deep(path, number) from None

@@ -12,7 +12,7 @@ import msgspec
 import zstandard
 
 from ..utils.progress import ReadProgress, progress_bar
-from .errors import ProblemList
+from .errors import DECODE_ERRORS, ProblemList
 
 #: The longest line (one record) a snapshot file may hold, and the size of a decoded block.
 MAX_LINE_BYTES = 4 << 20
@@ -36,7 +36,7 @@ def report_bad_lines(body: bytes, first_line: int, decoder: msgspec.json.Decoder
             continue
         try:
             decoder.decode(line)
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             problems.add(name, number, describe(exc))
 
 
@@ -80,7 +80,9 @@ def open_records(path: Path, progress: bool) -> Iterator[IO[bytes] | gzip.GzipFi
             yield source
 
 
-def describe(exc: msgspec.DecodeError) -> str:
+def describe(exc: msgspec.DecodeError | UnicodeDecodeError) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8: {exc.reason} at byte {exc.start} of a string"
     if isinstance(exc, msgspec.ValidationError):
         if str(exc).startswith("Object contains unknown field"):
             return f"{exc} (written by a newer docsrv? upgrade docsrv to read it)"
@@ -104,7 +106,7 @@ def decoded_blocks(path: Path, cls: type, problems: ProblemList, *, progress: bo
                 body = block[:-1] if block.endswith(b"\n") else block
                 try:
                     records = many.decode(json_array(body))
-                except msgspec.DecodeError:
+                except DECODE_ERRORS:
                     records = None
                 if records is not None and len(records) == lines:
                     yield block, first_line, records

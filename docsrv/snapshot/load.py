@@ -19,7 +19,7 @@ import msgspec
 from ..utils.progress import wanted
 from .binary import BINARY_KINDS, Derived, read_binary
 from .commands import CommandFile, CommandRanges, index_commands
-from .errors import ProblemList, SnapshotError
+from .errors import DECODE_ERRORS, ProblemList, SnapshotError
 from .lines import decoded_blocks, describe
 from .published import published_ranges
 from .records import FORMAT, FORMAT_VERSION, KINDS, OPTIONAL_KINDS, BuildCommand, Manifest, Page, PageHead, Record
@@ -227,7 +227,7 @@ def read_manifest(directory: Path, problems: ProblemList) -> Manifest | None:
         return None
     try:
         manifest = msgspec.json.decode(data, type=Manifest)
-    except msgspec.DecodeError as exc:
+    except DECODE_ERRORS as exc:
         problems.add("manifest.json", line_of_error(data, exc), describe(exc))
         return None
     if manifest.format != FORMAT:
@@ -264,7 +264,7 @@ def read_records(path: Path, cls: type[Record], problems: ProblemList, *, progre
     return [] if len(problems) > before else records
 
 
-def line_of_error(data: bytes, exc: msgspec.DecodeError) -> int | None:
+def line_of_error(data: bytes, exc: msgspec.DecodeError | UnicodeDecodeError) -> int | None:
     match = _BYTE_POSITION.search(str(exc))
     if match is None:
         return None

@@ -16,6 +16,7 @@ from typing import Annotated
 
 import msgspec
 
+from .errors import DECODE_ERRORS
 from .records import AwareDatetime, SnapshotName
 
 FORMAT = "docsrv-origin"
@@ -109,7 +110,7 @@ def decode_head(data: bytes) -> Head:
     """The head in ``data``; ValueError saying in one line why it cannot be followed."""
     try:
         head = msgspec.json.decode(data, type=Head)
-    except msgspec.DecodeError as error:
+    except DECODE_ERRORS as error:
         raise ValueError(f"not an origin's head: {error}") from None
     problem = head.problem()
     if problem is not None:

@@ -27,6 +27,7 @@ import msgspec
 
 from ..utils.files import replace_file
 from .commands import CommandRanges
+from .errors import DECODE_ERRORS
 from .records import FORMAT_VERSION, INDEX, Manifest
 
 log = logging.getLogger("docsrv")
@@ -99,7 +100,7 @@ def published_ranges(snapshot: Path, manifest: Manifest, *, digest_checked: bool
     else:
         try:
             published = msgspec.msgpack.decode(data, type=PublishedRanges)
-        except msgspec.DecodeError as error:
+        except DECODE_ERRORS as error:
             why = f"not ranges docsrv wrote ({error})"
         else:
             ranges = CommandRanges.from_bytes(published.table)

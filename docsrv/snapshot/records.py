@@ -19,7 +19,10 @@ FORMAT_VERSION = 1
 
 #: A timezone-aware datetime; a naive one is refused when the snapshot is decoded.
 AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
-Id = Annotated[int, msgspec.Meta(ge=1)]
+#: The largest id: the service's keys are PostgreSQL's bigint, and docsrv keeps ids in arrays of
+#: signed 64-bit integers.
+MAX_ID = 2**63 - 1
+Id = Annotated[int, msgspec.Meta(ge=1, le=MAX_ID)]
 Slug = Annotated[str, msgspec.Meta(min_length=1, max_length=255, pattern=r"^[^/\s?#]+$")]
 
 Privacy = Literal["public", "private"]

@@ -27,7 +27,7 @@ import msgspec
 from ..utils.files import replace_file
 from .binary import BINARY_KINDS, binary_path
 from .commands import CommandRanges
-from .errors import Problem, SnapshotError
+from .errors import DECODE_ERRORS, Problem, SnapshotError
 from .records import FORMAT_VERSION
 
 log = logging.getLogger("docsrv")
@@ -66,7 +66,7 @@ def trusted(directory: Path, manifest: bytes, files: list[Path]) -> tuple[Verifi
         return None
     try:
         record = msgspec.json.decode(data, type=Verified)
-    except msgspec.DecodeError as error:
+    except DECODE_ERRORS as error:
         log.warning("%s: not a record docsrv reads (%s); checking the snapshot whole", RECORD, error)
         return None
     if (record.docsrv, record.format_version) != (version("docsrv"), FORMAT_VERSION):

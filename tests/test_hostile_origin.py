@@ -6,12 +6,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
 
+import msgspec
 import pytest
-from snapshot_change import realistic_change
+from snapshot_change import read, realistic_change, write
 
-from helpers import Origin, docsrv
+from docsrv.snapshot.records import Manifest
+from docsrv.snapshot.write import write_manifest
+from helpers import Origin, docsrv, poll
 
 #: What a replica keeps beside its snapshots, and a name ending as what it writes aside does.
 RESERVED = ["changesets", "head.json", "indexes", "index-shards", "current", "snap.partial"]
@@ -188,3 +192,121 @@ def held_name(into: Path) -> str:
     """The state a replica holds: the last changeset kept after ``current``, or its snapshot."""
     kept = json.loads((into / "head.json").read_text())["changesets"] if (into / "head.json").exists() else []
     return kept[-1]["product"] if kept else (into / "current").resolve().name
+
+
+def builds_flipped(old: Path, new: Path, name: str) -> None:
+    """``new``: ``old`` with one build's state flipped, a changeset a server applies in memory."""
+    shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
+    builds = read(new, "builds")
+    builds[0]["state"] = "building" if builds[0].get("state") != "building" else "finished"
+    write(new, "builds", builds)
+    manifest = msgspec.json.decode((new / "manifest.json").read_bytes(), type=Manifest)
+    write_manifest(new, msgspec.structs.replace(manifest, name=name))
+
+
+def version_edited(old: Path, new: Path, name: str) -> None:
+    """``new``: ``old`` with a public version's name edited, a changeset a server applies in memory."""
+    shutil.copytree(old, new, ignore=shutil.ignore_patterns("index", "index.*", ".*", "*.msgpack"))
+    versions = read(new, "versions")
+    edited = next(v for v in versions if v.get("privacy_level", "public") == "public")
+    edited["verbose_name"] += " (edited)"
+    write(new, "versions", versions)
+    manifest = msgspec.json.decode((new / "manifest.json").read_bytes(), type=Manifest)
+    write_manifest(new, msgspec.structs.replace(manifest, name=name))
+
+
+def project_missing(base: Path, data: bytes) -> bytes:
+    """The changeset's version line naming a project that does not exist."""
+    line = next(line for line in data.split(b"\n") if b'"kind":"versions"' in line)
+    return data.replace(line, re.sub(rb'"project":\d+', b'"project":987654321', line, count=1))
+
+
+def other_project(base: Path, data: bytes) -> bytes:
+    """The changeset's build line naming a project other than its version's."""
+    projects = [p["id"] for p in read(base, "projects")]
+    line = next(line for line in data.split(b"\n") if b'"kind":"builds"' in line)
+    mine = int(re.search(rb'"project":(\d+)', line).group(1))
+    return data.replace(line, re.sub(rb'"project":\d+', b'"project":%d' % next(p for p in projects if p != mine), line, count=1))
+
+
+def missing_version(base: Path, data: bytes) -> bytes:
+    line = next(line for line in data.split(b"\n") if b'"kind":"builds"' in line)
+    return data.replace(line, re.sub(rb'"version":\d+', b'"version":987654321', line, count=1))
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (other_project, "but its version"),
+    (missing_version, "names version 987654321, which does not exist"),
+])
+def test_a_changeset_that_does_not_follow_the_state_is_refused_and_servers_serve_on(tmp_path, origin, start_server, change, message):
+    """Finding 1: a sealed changeset whose records do not hold together with the state it follows
+    (a build under another project than its version's, or of a version that does not exist) was
+    kept unchecked, and froze or crash-looped the servers. The pull checks it as a load checks a
+    snapshot and refuses it in one line; the server following the replica serves on, ready, and
+    takes the next good changeset."""
+    base = synth(tmp_path / "s0")
+    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    server = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1")
+    held = entries(into)
+    changed = tmp_path / "s1"
+    builds_flipped(base, changed, "snap-1")
+    assert docsrv("snapshot", "publish", str(changed), str(origin.root), "--since", str(base)).returncode == 0
+    resealed(origin, lambda data: change(base, data))
+    refused = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert refused_in_one_line(refused, "2.jsonl (changeset 2) does not follow the state it applies to: ") and message in refused.stderr, \
+        refused.stderr
+    assert entries(into) == held
+    ready = server.json("/readyz")
+    assert (ready["status"], ready["snapshot"], ready["sequence"]) == ("ready", "demo", 1)
+    # The origin mends: a good changeset 2 is taken, and served.
+    (origin.root / "changesets" / "2.jsonl").unlink()
+    head = json.loads((origin.root / "head.json").read_text())
+    head["changesets"] = []
+    (origin.root / "head.json").write_text(json.dumps(head))
+    assert docsrv("snapshot", "publish", str(changed), str(origin.root), "--since", str(base)).returncode == 0
+    pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert pulled.returncode == 0, pulled.stderr
+    poll(lambda: server.json("/readyz")["sequence"] == 2, what="changeset 2 applied")
+
+
+def test_a_worker_that_cannot_apply_a_kept_changeset_says_so_once_and_serves_on(tmp_path, origin, start_server):
+    """Finding 1, in the servers: a changeset kept unchecked (by a pull before the check) made
+    running workers stop following with no word, while /readyz said ready and current, and a
+    fresh server exit. A worker that cannot apply it (here a build of a project that does not
+    exist) logs it once, says so in /readyz and /metrics (its sequence stays behind), and serves
+    what it has; a server started on it serves the state before it."""
+    base = synth(tmp_path / "s0")
+    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    server = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1")
+    project = server.json("/api/v2/project/?limit=1")["results"][0]["id"]
+    changed = tmp_path / "s1"
+    builds_flipped(base, changed, "snap-1")
+    assert docsrv("snapshot", "publish", str(changed), str(origin.root), "--since", str(base)).returncode == 0
+    resealed(origin, missing_project)
+    (into / "changesets").mkdir()
+    shutil.copyfile(origin.root / "changesets" / "2.jsonl", into / "changesets" / "2.jsonl")
+    shutil.copyfile(origin.root / "head.json", into / "head.json")  # as a pull kept it, unchecked
+    poll(lambda: server.json("/readyz")["follow_problem"] is not None, what="the problem said")
+    ready = server.json("/readyz")
+    assert (ready["status"], ready["snapshot"], ready["sequence"]) == ("ready", "demo", 1)
+    assert ready["follow_problem"].startswith("changeset 2 cannot be applied to demo: KeyError"), ready["follow_problem"]
+    metrics = server.get("/metrics").body.decode()
+    assert "docsrv_follow_problem 1" in metrics and 'docsrv_snapshot_sequence{snapshot="demo"} 1' in metrics
+    assert server.get(f"/api/v2/project/{project}/").status == 200
+    said = sum("changeset not applied" in line for line in server.log)
+    (into / "head.json").write_bytes((into / "head.json").read_bytes() + b" ")  # the head seen anew: not said again
+    fresh = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1")
+    assert (fresh.json("/readyz")["snapshot"], fresh.json("/readyz")["sequence"]) == ("demo", 1)
+    assert fresh.get(f"/api/v2/project/{project}/").status == 200
+    poll(lambda: fresh.json("/readyz")["follow_problem"] is not None, what="the problem said by the fresh server")
+    assert said == 1 and sum("changeset not applied" in line for line in server.log) == 1, server.log
+
+
+def missing_project(data: bytes) -> bytes:
+    """The changeset's build line naming a project that does not exist."""
+    line = next(line for line in data.split(b"\n") if b'"kind":"builds"' in line)
+    return data.replace(line, re.sub(rb'"project":\d+', b'"project":987654321', line, count=1))

@@ -52,6 +52,9 @@ SCHEMAS: dict[str, dict] = {
             "draining_workers": {**INTEGER, "description": "Workers of an earlier snapshot still finishing their requests: "
                                  "until it is 0, a kept-alive connection may still be answered from that snapshot. Purge the "
                                  "caches in front once every replica names the new snapshot with 0 here (docsrv fleet wait)."},
+            "follow_problem": {"type": ["string", "null"], "description": "Why the worker answering does not apply the "
+                               "changesets after the state it serves (--watch), in one line; null while it follows. It serves "
+                               "on what it has: its sequence stays behind."},
         }
     ),
 }

@@ -42,6 +42,7 @@ async def readyz(request: ApiRequest, state: ApiState) -> Reply:
             "reload_failures": status.reload_failures,
             "last_reload_error": status.last_reload_error,
             "draining_workers": status.draining,
+            "follow_problem": state.runtime.follow_problem,
         },
     )
 
@@ -68,6 +69,8 @@ async def metrics(request: ApiRequest, state: ApiState) -> Reply:
         "docsrv_draining_workers": ("gauge", "Workers of an earlier snapshot still finishing their requests.", [({}, status.draining)]),
         "docsrv_snapshot_problem": ("gauge", "1 while the snapshot's files have changed on disk under the server.",
                                     [({}, 1 if (status.problem or state.problem) else 0)]),
+        "docsrv_follow_problem": ("gauge", "1 while this worker cannot apply the changesets after the state it serves.",
+                                  [({}, 1 if runtime.follow_problem else 0)]),
         **build_info(),
         **own_process(),
         **(server_memory(os.getppid()) if runtime.run_dir is not None else {}),

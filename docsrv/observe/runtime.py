@@ -41,6 +41,8 @@ class Runtime:
         self.metrics = Metrics(run_dir)
         self.access_log = access_log
         self.started = time.time()
+        #: Why this worker does not apply the changesets after the state it serves, or None.
+        self.follow_problem: str | None = None
 
     def beat(self) -> None:
         """Say that this worker's event loop runs (a worker under a master)."""

@@ -24,6 +24,7 @@ from ..snapshot.origin import CHANGESETS, HEAD, Head, PublishedChangeset, change
 from ..snapshot.origin import FORMAT as ORIGIN_FORMAT
 from ..snapshot.origin import FORMAT_VERSION as ORIGIN_FORMAT_VERSION
 from ..snapshot.records import Manifest
+from ..snapshot.references import References
 from ..snapshot.write import put_in_place
 from ..store.changes import changes_index, in_memory
 from ..utils.files import replace_file
@@ -111,6 +112,12 @@ def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, 
     for (entry, path), changeset in zip(fetched, changesets, strict=True):
         if (problem := reserved(changeset.header.product.name)) is not None:
             raise PullError(f"{path.name} (changeset {entry.sequence}): {problem}")
+    refused = HELD_REFERENCES.first_refused(into, current, held.sequence, chain, fetched, changesets)
+    if refused is not None:  # those before it follow the state: kept (or folded) as ever
+        at, problem = refused
+        if at:
+            take_changesets(fetched[:at], into, build_index, fold_at)
+        raise PullError(problem)
     ahead = next((at for at, changeset in enumerate(changesets) if changes_index(changeset)), 0)
     if ahead and (fold_at is None or len(chain) + ahead <= fold_at) and all(in_memory(c, held.public_url) for c in changesets[:ahead]):
         chain = keep_changesets(into, current, held.sequence, chain, fetched[:ahead])
@@ -124,6 +131,58 @@ def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, 
     product = apply_changesets([*kept_changesets(into, chain), *changesets], into, current, build_index, latest_index(into, chain))
     point_current(into, product.name)
     write_chain(into, product.name, product.sequence, [])
+    HELD_REFERENCES.moved(into / product.name, product.sequence)
+
+
+class HeldReferences:
+    """The references (``snapshot/references.py``) of the state a replica holds, by which each
+    changeset is checked before it is kept, as a load checks a snapshot: a server applies a kept
+    changeset without a check. Built from the snapshot ``current`` names and the changesets kept
+    after it, then moved on with each changeset checked: a sidecar builds them once a snapshot."""
+
+    def __init__(self) -> None:
+        #: The snapshot's directory, every link resolved, and the sequence of the state held.
+        self.state: tuple[Path, int] | None = None
+        self.references: References | None = None
+
+    def first_refused(self, into: Path, current: str, sequence: int, chain: list[PublishedChangeset],
+                      fetched: list[tuple[PublishedChangeset, Path]], changesets: list[Changeset]) -> tuple[int, str] | None:
+        """(position, why in one line) of the first of ``changesets`` that does not follow the state
+        held (the snapshot ``current`` at ``sequence``, and ``chain`` kept after it) and those before
+        it; None when each does. The references move on to the last one."""
+        state = ((into / current).resolve(), chain[-1].sequence if chain else sequence)
+        try:
+            if self.references is None or self.state != state:
+                self.references, self.state = None, None
+                references = References.of(state[0])
+                for changeset in kept_changesets(into, chain):
+                    references.apply(changeset)
+                self.references, self.state = references, state
+            for at, ((entry, path), changeset) in enumerate(zip(fetched, changesets, strict=True)):
+                found = self.references.problems(changeset)
+                if found:
+                    self.references = self.state = None  # moved on past those before it, which are not kept yet
+                    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+                    return at, f"{path.name} (changeset {entry.sequence}) does not follow the state it applies to: {found[0]}{more}"
+                self.references.apply(changeset)
+                self.state = (state[0], entry.sequence)
+        except SnapshotError as error:  # a file of the snapshot held that no longer reads
+            self.references = self.state = None
+            raise PullError(error.summary()) from None
+        except BaseException:
+            self.references = self.state = None
+            raise
+        return None
+
+    def moved(self, snapshot: Path, sequence: int) -> None:
+        """The state held is now the snapshot ``snapshot`` at ``sequence`` (a fold's product, of
+        the state the references were moved on to)."""
+        if self.state is not None:
+            self.state = (snapshot.resolve(), sequence)
+
+
+#: The references of the state a sidecar's last pull held.
+HELD_REFERENCES = HeldReferences()
 
 
 def keep_changesets(into: Path, current: str, sequence: int, chain: list[PublishedChangeset],
@@ -196,6 +255,8 @@ def finish_fold(into: Path, folded: Folded) -> bool:
                              list(zip(applied_in_fold, kept_changesets(into, applied_in_fold), strict=True)), into / folded.last.product)
     except PullError:  # a kept changeset damaged since the fold read it: the next change of pages loads the fold's snapshot
         INDEXED_STATE.store = None
+    if HELD_REFERENCES.state == ((into / folded.source).resolve(), kept.changesets[-1].sequence):
+        HELD_REFERENCES.moved(into / folded.last.product, kept.changesets[-1].sequence)  # the same state, on the fold's snapshot
     point_current(into, folded.last.product)
     write_chain(into, folded.last.product, folded.last.sequence, [e for e in kept.changesets if e.sequence > folded.last.sequence])
     return True

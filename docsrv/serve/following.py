@@ -171,7 +171,12 @@ def step(directory: Path, store: Store, search: SearchIndex | None = None) -> St
     for part, indexed in ((slice(0, cut), True), (slice(cut, None), False)):
         if not entries[part]:
             continue
-        done = applied(made, composed(changesets[part]), entries[part][-1].published_at, indexed=indexed)
+        try:
+            done = applied(made, composed(changesets[part]), entries[part][-1].published_at, indexed=indexed)
+        except Exception as problem:  # records that do not hold together with the state: kept unchecked, by an older pull
+            sequences = f"{entries[part][0].sequence}" + (f"-{entries[part][-1].sequence}" if len(entries[part]) > 1 else "")
+            error = f"changeset {sequences} cannot be applied to {made.name}: {type(problem).__name__}: {one_line(problem)}"
+            break
         if done is None:  # one whose header claims what its records do not: waits for the pull's snapshot
             waits = entries[part][0].sequence
             break
@@ -182,8 +187,12 @@ def step(directory: Path, store: Store, search: SearchIndex | None = None) -> St
     try:
         opened = SearchIndex.open(made, index, search, leftovers) if index is not None else None
     except (OSError, ValueError) as problem:  # the pull removed it meanwhile (a fold), or it was damaged
-        return Step(store, None, [], [], None, f"{index}: {' '.join(str(problem).split())[:200]}")
+        return Step(store, None, [], [], None, f"{index}: {one_line(problem)}")
     return Step(made, opened, touched, done_entries, waits, error, leftovers)
+
+
+def one_line(problem: Exception) -> str:
+    return " ".join(str(problem).split())[:200]
 
 
 def caught_up(served: Served, directory: Path | None) -> Served:
@@ -229,7 +238,10 @@ class Follower:
             seen = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
             if seen != self._seen:
                 self._seen = seen
-                await self.catch_up()
+                try:
+                    await self.catch_up()
+                except Exception as problem:  # a follower never dies: the worker serves on what it has
+                    self.failed(f"{type(problem).__name__}: {one_line(problem)}")
 
     async def catch_up(self) -> None:
         """Apply the changesets that follow the state served, at once (``step``)."""
@@ -247,4 +259,14 @@ class Follower:
             log.info("changeset %d changes what is not applied in memory: serving %s until the pull's snapshot of it",
                      done.waits, state.store.name)
         if done.error is not None:
-            log.error("changeset not applied: %s; serving %s", done.error, state.store.name)
+            self.failed(done.error)
+        else:
+            self.holder.state.runtime.follow_problem = None
+
+    def failed(self, problem: str) -> None:
+        """Say once, in the log, /readyz and /metrics, why the changesets after the state served
+        are not applied; the worker serves on what it has."""
+        runtime = self.holder.state.runtime
+        if runtime.follow_problem != problem:
+            runtime.follow_problem = problem
+            log.error("changeset not applied: %s; serving %s", problem, self.holder.state.store.name)

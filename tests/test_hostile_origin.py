@@ -310,3 +310,81 @@ def missing_project(data: bytes) -> bytes:
     """The changeset's build line naming a project that does not exist."""
     line = next(line for line in data.split(b"\n") if b'"kind":"builds"' in line)
     return data.replace(line, re.sub(rb'"project":\d+', b'"project":987654321', line, count=1))
+
+
+def replica_at_sequence_3(tmp_path: Path, origin: Origin) -> tuple[Path, list[Path], dict[int, bytes]]:
+    """A base and two changesets published and pulled: (the replica, the snapshots, the origin's
+    head at each sequence)."""
+    states = [synth(tmp_path / "s0")]
+    assert docsrv("snapshot", "publish", str(states[0]), str(origin.root)).returncode == 0
+    heads = {1: (origin.root / "head.json").read_bytes()}
+    for number in (1, 2):
+        states.append(tmp_path / f"s{number}")
+        builds_flipped(states[-2], states[-1], f"snap-{number}")
+        assert docsrv("snapshot", "publish", str(states[-1]), str(origin.root), "--since", str(states[-2])).returncode == 0
+        heads[number + 1] = (origin.root / "head.json").read_bytes()
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    assert held_name(into) == "snap-2"
+    return into, states, heads
+
+
+def test_a_stale_head_of_the_same_history_is_refused_and_nothing_is_fetched(tmp_path, origin):
+    """Finding 3: a head rolled back to an earlier sequence (an edge cache's stale copy) was
+    served silently, after the whole base was downloaded again. It is refused in one line; the
+    replica keeps its state and fetches nothing."""
+    into, _states, heads = replica_at_sequence_3(tmp_path, origin)
+    held = entries(into)
+    for sequence in (2, 1):
+        (origin.root / "head.json").write_bytes(heads[sequence])
+        origin.requests.clear()
+        refused = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+        assert refused_in_one_line(refused, f"at sequence {sequence} ") and "behind the sequence 3 (snap-2)" in refused.stderr, \
+            refused.stderr
+        assert entries(into) == held and [name for name, _headers in origin.requests if name != "head.json"] == []
+    (origin.root / "head.json").write_bytes(heads[3])
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0 and held_name(into) == "snap-2"
+
+
+def test_a_rewritten_history_under_the_same_id_is_refused(tmp_path, origin):
+    """Finding 3: sequences re-used with other content under the same history: refused in one
+    line, the replica keeps what it serves."""
+    into, states, heads = replica_at_sequence_3(tmp_path, origin)
+    held = entries(into)
+    history = json.loads(heads[3])["history"]
+    other = Origin(tmp_path / "other")
+    try:
+        assert docsrv("snapshot", "publish", str(states[0]), str(other.root)).returncode == 0
+        rewritten = tmp_path / "rewritten"
+        version_edited(states[0], rewritten, "snap-1b")
+        assert docsrv("snapshot", "publish", str(rewritten), str(other.root), "--since", str(states[0])).returncode == 0
+        again = tmp_path / "again"
+        builds_flipped(rewritten, again, "snap-2b")
+        assert docsrv("snapshot", "publish", str(again), str(other.root), "--since", str(rewritten)).returncode == 0
+        third = tmp_path / "third"
+        builds_flipped(again, third, "snap-3b")
+        assert docsrv("snapshot", "publish", str(third), str(other.root), "--since", str(again)).returncode == 0
+        head = json.loads((other.root / "head.json").read_text())
+        (other.root / "head.json").write_text(json.dumps({**head, "history": history}))
+        refused = docsrv("snapshot", "pull", other.url, "--into", str(into))
+        assert refused_in_one_line(refused, "the origin's history was rewritten"), refused.stderr
+        assert entries(into) == held
+    finally:
+        other.close()
+
+
+def test_a_new_history_is_followed_with_a_warning_and_a_base_held_is_not_fetched_again(tmp_path, origin):
+    """Finding 3: an origin published anew (a new history id) with a lower sequence is followed,
+    with a warning that names both histories; its base, which the replica holds, is not fetched."""
+    into, states, heads = replica_at_sequence_3(tmp_path, origin)
+    old = json.loads(heads[3])["history"]
+    shutil.rmtree(origin.root)
+    assert docsrv("snapshot", "publish", str(states[0]), str(origin.root)).returncode == 0
+    new = json.loads((origin.root / "head.json").read_text())["history"]
+    assert new != old and len(new) == 32
+    origin.requests.clear()
+    pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert pulled.returncode == 0, pulled.stderr
+    assert f"the origin publishes history {new}, not {old} that this replica followed to snap-2 at sequence 3" in pulled.stderr
+    assert held_name(into) == "demo" and (into / "current").resolve().name == "demo"
+    assert [name for name, _headers in origin.requests if name.startswith("snapshots/") and not name.endswith("/manifest.json")] == []

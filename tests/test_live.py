@@ -585,13 +585,13 @@ def test_changes_of_projects_and_versions_are_applied_in_memory_those_that_take_
 @pytest.mark.parametrize("change", [versions_edited, projects_and_users_changed])
 def test_a_header_that_claims_in_place_for_a_version_or_project_made_private_is_not_believed(tmp_path, origin, start_server, change):
     """Privacy does not rest on the header: a changeset whose header says ``in_place`` while it
-    makes a served version or project that has pages private is kept by the pull (which trusts
-    its origin) without an index of what it makes, and the worker does not apply it in memory; it
-    says so and serves the state before. The next changeset of pages has its index built with
-    the shards of the pages the first took away too, and the worker applies both with it. Such a
-    changeset pulled after one of pages is not applied with that one's index: the worker serves
-    the state of pages and waits. Every reply, doc search included, is then a fresh server's on
-    the snapshot served."""
+    makes a served version or project that has pages private is found out by the pull, which
+    checks the claim against the state it holds, and folded at once into the snapshot it makes
+    (hardening round five, finding 4: it was kept, and every later changeset waited behind it
+    until the fold at 200 kept). The next changeset of pages is applied in memory as ever. A
+    worker given such a changeset all the same (kept by an earlier docsrv, which believed the
+    header) does not apply it in memory: it says so and serves the state before. Every reply,
+    doc search included, is a fresh server's on the snapshot served."""
     base, into, server = followed_replica(tmp_path, origin, start_server, with_subproject)
     rng = random.Random(13)
     states = [base, *(tmp_path / f"s{number}" for number in range(1, 5))]
@@ -601,21 +601,23 @@ def test_a_header_that_claims_in_place_for_a_version_or_project_made_private_is_
     change(states[3], states[4], "snap-4", rng, private=True)
     urls = crawl(*states)
     publish_claiming_in_place(states[0], states[1], origin)
-    start = len(server.log)
-    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
-    assert (into / "current").resolve().name == "demo"  # kept: the pull believed the header
-    line = server.wait_for("changes what is not applied in memory", start=start)
-    assert line.rstrip().endswith("changeset 2 changes what is not applied in memory: serving demo until the pull's snapshot of it")
-    assert (server.json("/readyz")["snapshot"], server.json("/readyz")["sequence"]) == ("demo", 1)
-    assert docsrv("snapshot", "publish", str(states[2]), str(origin.root), "--since", str(states[1])).returncode == 0
     pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
-    assert pulled.returncode == 0 and "changeset 3: built" in pulled.stderr, pulled.stderr
-    poll(lambda: server.json("/readyz")["sequence"] == 3, what="changesets 2 and 3 applied")
-    assert_serves_as_fresh(server, states[2], urls)
-    assert docsrv("snapshot", "publish", str(states[3]), str(origin.root), "--since", str(states[2])).returncode == 0
+    assert pulled.returncode == 0 and "2.jsonl (changeset 2): its header's claim is false (" in pulled.stderr, pulled.stderr
+    assert (into / "current").resolve().name == "snap-1"  # folded at once
+    poll(lambda: (server.json("/readyz")["snapshot"], server.json("/readyz")["sequence"]) == ("snap-1", 2), what="the fold served")
+    assert_serves_as_fresh(server, states[1], urls)
+    for number in (2, 3):
+        assert docsrv("snapshot", "publish", str(states[number]), str(origin.root), "--since", str(states[number - 1])).returncode == 0
+    pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert pulled.returncode == 0 and "changeset 4: built" in pulled.stderr, pulled.stderr
+    poll(lambda: server.json("/readyz")["sequence"] == 4, what="changesets 3 and 4 applied")
+    assert_serves_as_fresh(server, states[3], urls)
     publish_claiming_in_place(states[3], states[4], origin)
     start = len(server.log)
-    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0  # 4 and 5 at once
+    shutil.copyfile(origin.root / "changesets" / "5.jsonl", into / "changesets" / "5.jsonl")  # kept as an earlier docsrv kept it
+    kept = json.loads((into / "head.json").read_bytes())
+    kept["changesets"].append(json.loads((origin.root / "head.json").read_bytes())["changesets"][-1])
+    (into / "head.json").write_text(json.dumps(kept))
     line = server.wait_for("changes what is not applied in memory", start=start)
     assert line.rstrip().endswith("changeset 5 changes what is not applied in memory: serving snap-3 until the pull's snapshot of it")
     assert server.json("/readyz")["sequence"] == 4

@@ -41,6 +41,8 @@ class PullState(msgspec.Struct):
     etag: str | None = None
     last_modified: str | None = None
     name: str | None = None
+    #: The history of the origin followed (``snapshot/origin.History``), when it says one.
+    history: str = ""
 
 
 async def get_small(

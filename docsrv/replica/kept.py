@@ -8,10 +8,11 @@ folded: applied to the snapshot, built aside, checked and indexed as a server wo
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,6 +32,8 @@ from ..utils.files import replace_file
 from .changeset_index import BUILT_SHARDS, INDEXES, StateCache, changeset_index, held_index, index_changesets, prune_indexes
 from .fetch import PullError
 from .indexing import check_and_index, reuse_index
+
+log = logging.getLogger("docsrv")
 
 CURRENT = "current"
 #: What a replica keeps beside its snapshots, by name: a snapshot of one of these names (its
@@ -112,12 +115,17 @@ def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, 
     for (entry, path), changeset in zip(fetched, changesets, strict=True):
         if (problem := reserved(changeset.header.product.name)) is not None:
             raise PullError(f"{path.name} (changeset {entry.sequence}): {problem}")
-    refused = HELD_REFERENCES.first_refused(into, current, held.sequence, chain, fetched, changesets)
-    if refused is not None:  # those before it follow the state: kept (or folded) as ever
-        at, problem = refused
+    checked = HELD_REFERENCES.check(into, current, held.sequence, chain, fetched, changesets)
+    if checked.refused is not None:  # those before it follow the state: kept (or folded) as ever
+        at, problem = checked.refused
         if at:
             take_changesets(fetched[:at], into, build_index, fold_at)
         raise PullError(problem)
+    for at, claim in checked.false_claims.items():
+        log.warning("%s (changeset %d): its header's claim is false (%s): folded into the snapshot it makes, not kept",
+                    fetched[at][1].name, fetched[at][0].sequence, claim)
+    if checked.false_claims:  # no server applies it: the fold is its only way in
+        fold_at = 0
     ahead = next((at for at, changeset in enumerate(changesets) if changes_index(changeset)), 0)
     if ahead and (fold_at is None or len(chain) + ahead <= fold_at) and all(in_memory(c, held.public_url) for c in changesets[:ahead]):
         chain = keep_changesets(into, current, held.sequence, chain, fetched[:ahead])
@@ -134,6 +142,16 @@ def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, 
     HELD_REFERENCES.moved(into / product.name, product.sequence)
 
 
+@dataclass
+class Checked:
+    """Changesets checked against the state they follow: (position, why in one line) of the first
+    that does not follow it, if any, and, by position, why the header of those before it that
+    claim what is false (``snapshot.references.References.false_claim``) does."""
+
+    refused: tuple[int, str] | None = None
+    false_claims: dict[int, str] = field(default_factory=dict)
+
+
 class HeldReferences:
     """The references (``snapshot/references.py``) of the state a replica holds, by which each
     changeset is checked before it is kept, as a load checks a snapshot: a server applies a kept
@@ -145,11 +163,11 @@ class HeldReferences:
         self.state: tuple[Path, int] | None = None
         self.references: References | None = None
 
-    def first_refused(self, into: Path, current: str, sequence: int, chain: list[PublishedChangeset],
-                      fetched: list[tuple[PublishedChangeset, Path]], changesets: list[Changeset]) -> tuple[int, str] | None:
-        """(position, why in one line) of the first of ``changesets`` that does not follow the state
-        held (the snapshot ``current`` at ``sequence``, and ``chain`` kept after it) and those before
-        it; None when each does. The references move on to the last one."""
+    def check(self, into: Path, current: str, sequence: int, chain: list[PublishedChangeset],
+              fetched: list[tuple[PublishedChangeset, Path]], changesets: list[Changeset]) -> Checked:
+        """``changesets`` checked against the state held (the snapshot ``current`` at ``sequence``,
+        and ``chain`` kept after it) and those before each: the first that does not follow it, and
+        those whose header claims what is false. The references move on to the last one."""
         state = ((into / current).resolve(), chain[-1].sequence if chain else sequence)
         try:
             if self.references is None or self.state != state:
@@ -158,12 +176,17 @@ class HeldReferences:
                 for changeset in kept_changesets(into, chain):
                     references.apply(changeset)
                 self.references, self.state = references, state
+            checked = Checked()
             for at, ((entry, path), changeset) in enumerate(zip(fetched, changesets, strict=True)):
                 found = self.references.problems(changeset)
                 if found:
                     self.references = self.state = None  # moved on past those before it, which are not kept yet
                     more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-                    return at, f"{path.name} (changeset {entry.sequence}) does not follow the state it applies to: {found[0]}{more}"
+                    checked.refused = at, (f"{path.name} (changeset {entry.sequence}) does not follow the state it applies to: "
+                                           f"{found[0]}{more}")
+                    return checked
+                if (claim := self.references.false_claim(changeset)) is not None:
+                    checked.false_claims[at] = claim
                 self.references.apply(changeset)
                 self.state = (state[0], entry.sequence)
         except SnapshotError as error:  # a file of the snapshot held that no longer reads
@@ -172,7 +195,7 @@ class HeldReferences:
         except BaseException:
             self.references = self.state = None
             raise
-        return None
+        return checked
 
     def moved(self, snapshot: Path, sequence: int) -> None:
         """The state held is now the snapshot ``snapshot`` at ``sequence`` (a fold's product, of

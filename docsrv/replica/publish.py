@@ -31,7 +31,18 @@ from ..edge.keys import applied_keys
 from ..errors import CommandError
 from ..snapshot.changeset import Changeset, compute, read_changeset, read_listed, with_purge_keys
 from ..snapshot.load import manifest_of
-from ..snapshot.origin import CHANGESETS, FORMAT, FORMAT_VERSION, HEAD, SNAPSHOTS, Head, PublishedChangeset, changeset_path, decode_head
+from ..snapshot.origin import (
+    CHANGESETS,
+    FORMAT,
+    FORMAT_VERSION,
+    HEAD,
+    SNAPSHOTS,
+    Head,
+    PublishedChangeset,
+    changeset_path,
+    decode_head,
+    new_history,
+)
 from ..snapshot.records import INDEX, Manifest
 from ..snapshot.write import built_aside
 from ..store.changes import applied, in_memory
@@ -97,7 +108,8 @@ def publish(snapshot: Path, origin: Path, since: Path | None = None, *, compact_
     if why:
         # The changeset is published too, as the last of those leading to the new base.
         return publish_whole(snapshot, manifest, origin, head, sequence, started, compacted=why, leading=[*head.changesets, entry])
-    write_head(origin, msgspec.structs.replace(head, changesets=[*head.changesets, entry], published_at=now))
+    write_head(origin, msgspec.structs.replace(head, changesets=[*head.changesets, entry], published_at=now,
+                                               history=head.history or new_history()))
     return Published(manifest.name, sequence, "changeset", len(data), time.perf_counter() - started)
 
 
@@ -143,8 +155,9 @@ def publish_whole(snapshot: Path, manifest: Manifest, origin: Path, head: Head |
             shutil.copyfile(snapshot / name, partial / name)
         stamped = msgspec.structs.replace(manifest, sequence=sequence)
         replace_file(partial / "manifest.json", msgspec.json.format(msgspec.json.encode(stamped), indent=2) + b"\n")
+    history = head.history if head is not None and head.history else new_history()
     write_head(origin, Head(format=FORMAT, format_version=FORMAT_VERSION, base=manifest.name, base_sequence=sequence,
-                            changesets=[], published_at=datetime.now(UTC), leading=leading or []))
+                            changesets=[], published_at=datetime.now(UTC), leading=leading or [], history=history))
     if head is not None:
         prune(origin, keep_base=head)
     return Published(manifest.name, sequence, "snapshot", snapshot_bytes(target), time.perf_counter() - started, compacted)

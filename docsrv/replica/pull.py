@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import shutil
 import time
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from ..utils.progress import progress_bar, wanted
 from .fetch import PullError, PullState, decode_manifest, fetch_all, fetch_file, get_small, head_of
 from .indexing import check_and_index
 from .kept import CURRENT, FOLD_CHANGESETS, current_name, held_state, point_current, reserved, take_changesets, write_chain
+
+log = logging.getLogger("docsrv")
 
 STATE_FILE = ".pull-state.json"
 #: Files fetched at once.
@@ -140,6 +143,9 @@ async def fetch_snapshot(
     server would load it (``current`` is not moved): (files, bytes)."""
     if (problem := reserved(manifest.name)) is not None:
         raise PullError(f"{base}/manifest.json: {problem}")
+    held = into / manifest.name / "manifest.json"
+    if held.is_file() and held.read_bytes() == raw:  # this very snapshot, put in place whole after its checks
+        return 0, 0
     partial = into / f".pull-{manifest.name}-{hashlib.sha256(raw).hexdigest()[:12]}"
     partial.mkdir(exist_ok=True)
     # The records, and the search index when the publisher built and sealed one (``docsrv index``).
@@ -173,12 +179,14 @@ async def follow(
     whole), fetch the changesets it lacks and check each. Those a server applies in memory are
     kept after ``current``; otherwise, or past ``fold_at`` kept, they are folded into the
     snapshot they make, which ``current`` then names (``take_changesets``)."""
-    validators.name = head.name
+    validators.name, validators.history = head.name, head.history
     held = held_state(into, current)
-    if held is not None and held[0] == head.name:
+    if held is not None and held[0] == head.name and held[1] == head.sequence:
         write_state(into, validators)
         return Pulled(head.name, changed=False, seconds=time.perf_counter() - started)
     position = head.position(*held) if held is not None else None
+    if held is not None and position is None:
+        going_back(base, head, held, read_state(into).history)
     files = total = 0
     if position is None:  # too far behind, on another base, or new: from the base, whole
         where = f"{base}/{SNAPSHOTS}/{head.base}"
@@ -201,6 +209,26 @@ async def follow(
     prune(into, keep)
     return Pulled(head.name, changed=True, files=files, bytes=total, seconds=time.perf_counter() - started,
                   changesets=len(wanted_changesets))
+
+
+def going_back(base: str, head: Head, held: tuple[str, int], followed: str) -> None:
+    """Say when ``head``, which does not lead on from the state ``held`` (name, sequence), would
+    take the replica back in time: PullError, and the replica keeps what it serves, when it is
+    of the history followed (``followed``) and behind it, or rewrites it (another state at a
+    sequence the replica has passed); a warning naming both when it is of another history (the
+    origin was published anew), which is then followed."""
+    name, sequence = held
+    if head.history and followed and head.history != followed:
+        log.warning("%s/%s: the origin publishes history %s, not %s that this replica followed to %s at sequence %d: "
+                    "following it from %s at sequence %d", base, HEAD, head.history, followed, name, sequence, head.name, head.sequence)
+        return
+    if head.sequence < sequence:
+        raise PullError(f"{base}/{HEAD}: at sequence {head.sequence} ({head.name}), behind the sequence {sequence} ({name}) this "
+                        "replica serves (a stale head, an edge cache's old copy?); keeping what it serves")
+    if head.base_sequence <= sequence:
+        raise PullError(f"{base}/{HEAD}: names {head.base} at sequence {head.base_sequence}, whose changesets do not reach {name} "
+                        f"at sequence {sequence}, which this replica serves (the origin's history was rewritten); keeping what it "
+                        "serves")
 
 
 async def fetch_changesets(

@@ -12,6 +12,7 @@ every file the new one names is already whole.
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated
 
 import msgspec
@@ -25,6 +26,9 @@ HEAD = "head.json"
 SNAPSHOTS = "snapshots"
 CHANGESETS = "changesets"
 Sequence = Annotated[int, msgspec.Meta(ge=0)]
+#: Which history an origin publishes: an id made at its first publish (empty from an origin an
+#: earlier docsrv wrote, until its next publish).
+History = Annotated[str, msgspec.Meta(pattern=r"^([0-9a-f]{32})?$")]
 
 
 class PublishedChangeset(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -50,6 +54,8 @@ class Head(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_default
     #: At a compaction, the changesets from the base before up to this base (the last one makes
     #: it): a replica that follows the old base reaches the new one by changesets, not whole.
     leading: list[PublishedChangeset] = []
+    #: The history the origin publishes (``History``): its sequences are of that history alone.
+    history: History = ""
 
     @property
     def name(self) -> str:
@@ -100,6 +106,11 @@ class Head(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_default
             if changeset.product == name and changeset.sequence == sequence:
                 return place
         return None
+
+
+def new_history() -> str:
+    """An id for a history an origin begins."""
+    return uuid.uuid4().hex
 
 
 def changeset_path(sequence: int) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from .changeset import Changeset
+from .changeset import PLACED_KINDS, Changeset
 from .errors import DECODE_ERRORS, ProblemList
 from .lines import decoded_blocks
 from .load import record_file
@@ -34,6 +34,7 @@ class _Project(msgspec.Struct, frozen=True, gc=False):
     id: int
     slug: str
     users: tuple[int, ...] = ()
+    privacy_level: str = "public"
 
 
 class _Relationship(msgspec.Struct, frozen=True, gc=False):
@@ -46,6 +47,7 @@ class _Version(msgspec.Struct, frozen=True, gc=False):
     id: int
     project: int
     slug: str
+    privacy_level: str = "public"
 
 
 class _Owned(msgspec.Struct, frozen=True, gc=False):
@@ -86,6 +88,8 @@ class References:
         #: What names each user (projects), project (versions, relationships' ends) and version
         #: (builds and pages), by its id.
         self.named: dict[str, Counter[int]] = {"users": Counter(), "projects": Counter(), "versions": Counter()}
+        #: The pages each project and version holds, by its id.
+        self.pages: dict[str, Counter[int]] = {"projects": Counter(), "versions": Counter()}
 
     @classmethod
     def of(cls, snapshot: Path) -> References:
@@ -106,6 +110,9 @@ class References:
             self.keys[kind][_UNIQUE[kind][0](record)] = record.id
         for named_kind, identity in names(kind, record):
             self.named[named_kind][identity] += 1
+        if kind == "pages":
+            self.pages["projects"][record.project] += 1
+            self.pages["versions"][record.version] += 1
 
     def remove(self, kind: str, identity: int) -> None:
         record = self.records[kind].pop(identity, None)
@@ -115,6 +122,9 @@ class References:
             self.keys[kind].pop(_UNIQUE[kind][0](record), None)
         for named_kind, target in names(kind, record):
             self.named[named_kind][target] -= 1
+        if kind == "pages":
+            self.pages["projects"][record.project] -= 1
+            self.pages["versions"][record.version] -= 1
 
     def problems(self, changeset: Changeset) -> list[str]:
         """What is wrong with the state ``changeset`` makes of this one, in words (empty: none)."""
@@ -195,6 +205,34 @@ class References:
                           f"{version.project}" for item in self.records[kind].values()
                           if item.version == version.id and item.id not in upserts[kind] and item.id not in deletes[kind]][:3]
         return found
+
+    def false_claim(self, changeset: Changeset) -> str | None:
+        """What makes the claims of ``changeset``'s header false against this state, in words:
+        ``unmoved`` (no project or version moves to another address or is made public) and
+        ``in_place`` (that, and none it makes private or deletes holds a page); None when they
+        hold, or it claims neither."""
+        header = changeset.header
+        if not (header.in_place or header.unmoved):
+            return None
+        address = {"projects": lambda project: project.slug, "versions": lambda version: (version.project, version.slug)}
+        for kind in PLACED_KINDS:
+            for line in changeset.upserts[kind].values():
+                record = _DECODERS[kind].decode(line)
+                before = self.records[kind].get(record.id)
+                if before is None:
+                    continue
+                if address[kind](before) != address[kind](record):
+                    return f"{kind[:-1]} {record.id} moves to another address"
+                if before.privacy_level != "public" and record.privacy_level == "public":
+                    return f"{kind[:-1]} {record.id} is made public"
+                made_private = before.privacy_level == "public" and record.privacy_level != "public"
+                if header.in_place and made_private and self.pages[kind][record.id]:
+                    return f"{kind[:-1]} {record.id} is made private, and holds pages"
+            if header.in_place:
+                for identity in changeset.deletes[kind]:
+                    if self.pages[kind][identity] > 0:
+                        return f"{kind[:-1]} {identity} is deleted, and holds pages"
+        return None
 
     def apply(self, changeset: Changeset) -> None:
         """Take ``changeset``'s records in (one whose ``problems`` are none)."""

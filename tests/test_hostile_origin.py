@@ -36,6 +36,15 @@ def synth(directory: Path, name: str | None = None) -> Path:
     return directory
 
 
+def pulled_replica(tmp_path: Path, origin: Origin) -> tuple[Path, Path]:
+    """A demo snapshot published on ``origin`` and pulled into a replica: (the snapshot, the replica)."""
+    base = synth(tmp_path / "s0")
+    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
+    into = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    return base, into
+
+
 def entries(into: Path) -> dict[str, list[str]]:
     """What a replica holds: each entry of its directory, with what a snapshot's index holds (but
     the changesets a pull downloaded and has not taken, which it checks again before it does)."""
@@ -81,10 +90,7 @@ def test_a_base_named_as_what_a_replica_keeps_is_refused_and_the_replica_is_unha
     silently deleted the search index of the snapshot it served). The pull refuses it in one line;
     the replica holds what it held, and pulls again once the origin is mended; a new replica
     keeps nothing of it."""
-    base = synth(tmp_path / "s0")
-    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
-    into = tmp_path / "replica"
-    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    base, into = pulled_replica(tmp_path, origin)
     held = entries(into)
     changed = tmp_path / "s1"
     realistic_change(base, changed, "snap-1")
@@ -109,10 +115,7 @@ def test_a_base_named_as_what_a_replica_keeps_is_refused_and_the_replica_is_unha
 def test_a_changeset_whose_product_is_named_as_what_a_replica_keeps_is_refused(tmp_path, origin):
     """Finding 2, in a fold: a changeset whose product would be named ``indexes`` (its header
     rewritten and sealed again by a hostile origin) is refused in one line, and nothing is kept."""
-    base = synth(tmp_path / "s0")
-    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
-    into = tmp_path / "replica"
-    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    base, into = pulled_replica(tmp_path, origin)
     held = entries(into)
     changed = tmp_path / "s1"
     realistic_change(base, changed, "snap-1")
@@ -154,10 +157,7 @@ def first_string(data: bytes, new: bytes) -> bytes:
 def test_a_changeset_of_ids_past_64_bits_or_text_not_utf8_is_refused_in_one_line(tmp_path, origin, change, message):
     """Finding 7: invalid UTF-8 gave a traceback in a one-shot pull, and ids of 2^64 and above
     were taken. Each is refused in one line naming the changeset's file and line; nothing is kept."""
-    base = synth(tmp_path / "s0")
-    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
-    into = tmp_path / "replica"
-    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    base, into = pulled_replica(tmp_path, origin)
     held = entries(into)
     changed = tmp_path / "s1"
     realistic_change(base, changed, "snap-1")
@@ -173,10 +173,7 @@ def test_a_stale_partial_changeset_is_fetched_anew(tmp_path, origin, stale):
     """Finding 6: a refused changeset's file left in ``.pull-changesets`` blocked a later valid
     changeset of the same sequence and size for ever (the resume appended to the stale bytes).
     What a pull finds there is fetched anew when its digest fails, whole or resumed."""
-    base = synth(tmp_path / "s0")
-    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
-    into = tmp_path / "replica"
-    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    base, into = pulled_replica(tmp_path, origin)
     changed = tmp_path / "s1"
     realistic_change(base, changed, "snap-1")
     assert docsrv("snapshot", "publish", str(changed), str(origin.root), "--since", str(base)).returncode == 0
@@ -244,10 +241,7 @@ def test_a_changeset_that_does_not_follow_the_state_is_refused_and_servers_serve
     kept unchecked, and froze or crash-looped the servers. The pull checks it as a load checks a
     snapshot and refuses it in one line; the server following the replica serves on, ready, and
     takes the next good changeset."""
-    base = synth(tmp_path / "s0")
-    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
-    into = tmp_path / "replica"
-    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    base, into = pulled_replica(tmp_path, origin)
     server = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1")
     held = entries(into)
     changed = tmp_path / "s1"
@@ -277,10 +271,7 @@ def test_a_worker_that_cannot_apply_a_kept_changeset_says_so_once_and_serves_on(
     fresh server exit. A worker that cannot apply it (here a build of a project that does not
     exist) logs it once, says so in /readyz and /metrics (its sequence stays behind), and serves
     what it has; a server started on it serves the state before it."""
-    base = synth(tmp_path / "s0")
-    assert docsrv("snapshot", "publish", str(base), str(origin.root)).returncode == 0
-    into = tmp_path / "replica"
-    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0
+    base, into = pulled_replica(tmp_path, origin)
     server = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1")
     project = server.json("/api/v2/project/?limit=1")["results"][0]["id"]
     changed = tmp_path / "s1"
@@ -388,3 +379,46 @@ def test_a_new_history_is_followed_with_a_warning_and_a_base_held_is_not_fetched
     assert f"the origin publishes history {new}, not {old} that this replica followed to snap-2 at sequence 3" in pulled.stderr
     assert held_name(into) == "demo" and (into / "current").resolve().name == "demo"
     assert [name for name, _headers in origin.requests if name.startswith("snapshots/") and not name.endswith("/manifest.json")] == []
+
+
+def test_a_fold_that_fails_is_tried_again_after_a_pause_that_doubles(tmp_path, origin, monkeypatch, caplog):
+    """Finding 5: a fold that failed was tried again every 2.5 s, without backoff (53 CPU-seconds
+    in a minute). It is tried again after a pause that doubles with each failure, as the pulls
+    are, and the pauses end once one succeeds."""
+    import asyncio
+
+    from docsrv.replica import kept as keeping
+    from docsrv.replica import sidecar
+
+    base, into = pulled_replica(tmp_path, origin)
+    changed = tmp_path / "s1"
+    builds_flipped(base, changed, "snap-1")
+    assert docsrv("snapshot", "publish", str(changed), str(origin.root), "--since", str(base)).returncode == 0
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0 and held_name(into) == "snap-1"
+    monkeypatch.setattr(keeping, "FOLD_CHANGESETS", 1)
+    monkeypatch.setattr(sidecar, "FOLD_RETRY", sidecar.FoldRetry())
+    tried: list[int] = []
+    folding = keeping.fold_kept
+
+    def failing(where):
+        tried.append(1)
+        raise OSError(28, "No space left on device")
+
+    async def tend(times: int) -> None:
+        task = None
+        for _ in range(times):
+            task = await sidecar.tend_fold(into, task)
+            if task is not None:
+                await asyncio.wait([task])
+
+    caplog.set_level("INFO", logger="docsrv")
+    monkeypatch.setattr(sidecar, "fold_kept", failing)
+    asyncio.run(tend(20))
+    assert len(tried) == 1 and "trying again in 5 s" in caplog.text  # not tried again within the pause
+    sidecar.FOLD_RETRY.not_before = 0.0  # the pause over
+    asyncio.run(tend(20))
+    assert len(tried) == 2 and "trying again in 10 s" in caplog.text
+    sidecar.FOLD_RETRY.not_before = 0.0
+    monkeypatch.setattr(sidecar, "fold_kept", folding)
+    asyncio.run(tend(3))
+    assert (into / "current").resolve().name == "snap-1" and sidecar.FOLD_RETRY.failures == 0

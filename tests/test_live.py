@@ -620,7 +620,7 @@ def test_a_header_that_claims_in_place_for_a_version_or_project_made_private_is_
     (into / "head.json").write_text(json.dumps(kept))
     line = server.wait_for("changes what is not applied in memory", start=start)
     assert line.rstrip().endswith("changeset 5 changes what is not applied in memory: serving snap-3 until the pull's snapshot of it")
-    assert server.json("/readyz")["sequence"] == 4
+    assert (server.json("/readyz")["sequence"], server.json("/readyz")["waiting_for"]) == (4, 5)
     assert_serves_as_fresh(server, states[3], urls)
 
 

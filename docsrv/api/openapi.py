@@ -55,6 +55,9 @@ SCHEMAS: dict[str, dict] = {
             "follow_problem": {"type": ["string", "null"], "description": "Why the worker answering does not apply the "
                                "changesets after the state it serves (--watch), in one line; null while it follows. It serves "
                                "on what it has: its sequence stays behind."},
+            "waiting_for": {"type": ["integer", "null"], "description": "The changeset the worker answering waits for the "
+                            "pull's snapshot of (one it does not apply in memory): until the sidecar's fold takes it in, the "
+                            "replica is behind; null while it is not."},
         }
     ),
 }

@@ -43,6 +43,7 @@ async def readyz(request: ApiRequest, state: ApiState) -> Reply:
             "last_reload_error": status.last_reload_error,
             "draining_workers": status.draining,
             "follow_problem": state.runtime.follow_problem,
+            "waiting_for": state.runtime.waiting_for,
         },
     )
 

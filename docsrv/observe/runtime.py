@@ -43,6 +43,9 @@ class Runtime:
         self.started = time.time()
         #: Why this worker does not apply the changesets after the state it serves, or None.
         self.follow_problem: str | None = None
+        #: The changeset this worker waits for the pull's snapshot of (it does not apply in
+        #: memory, or the fold that takes it in is behind), or None.
+        self.waiting_for: int | None = None
 
     def beat(self) -> None:
         """Say that this worker's event loop runs (a worker under a master)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 from pathlib import Path
 
 from ..config import Deadlines
@@ -81,20 +82,47 @@ def tend_warming(into: Path, warming: asyncio.Task[None] | None) -> asyncio.Task
     return asyncio.create_task(asyncio.to_thread(kept.INDEXED_STATE.warm, into / current))
 
 
+class FoldRetry:
+    """When a sidecar may try a fold again: after a pause that doubles with each failure in a row
+    (``RETRY_SECONDS``), as its pulls do: a fold that fails (a full disk, a damaged file) is not
+    tried again at every look."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.not_before = 0.0
+
+    def failed(self, now: float) -> float:
+        self.failures += 1
+        pause = min(RETRY_SECONDS[0] * 2 ** (self.failures - 1), RETRY_SECONDS[1])
+        self.not_before = now + pause
+        return pause
+
+    def done(self) -> None:
+        self.failures, self.not_before = 0, 0.0
+
+
+#: The sidecar's fold retries.
+FOLD_RETRY = FoldRetry()
+
+
 async def tend_fold(into: Path, folding: asyncio.Task[Folded | None] | None) -> asyncio.Task[Folded | None] | None:
     """A sidecar's folding, in the background while it goes on keeping changesets: start one once
-    ``kept.FOLD_CHANGESETS`` are kept; once one is done, point ``current`` at its product."""
+    ``kept.FOLD_CHANGESETS`` are kept (and ``FOLD_RETRY`` allows); once one is done, point
+    ``current`` at its product."""
+    now = time.monotonic()
     if folding is not None and folding.done():
         try:
             folded = folding.result()
         except Exception as error:
-            log.error("folding the kept changesets failed (%s); trying again", describe(error))
+            pause = FOLD_RETRY.failed(now)
+            log.error("folding the kept changesets failed (%s); trying again in %.0f s", describe(error), pause)
         else:
+            FOLD_RETRY.done()
             if folded is not None and finish_fold(into, folded):
                 log.info("folded the changesets kept after %s in %.1f s: %s -> %s", folded.source, folded.seconds, into / CURRENT,
                          folded.last.product)
         folding = None
-    if folding is None:
+    if folding is None and now >= FOLD_RETRY.not_before:
         current = current_name(into)
         chain = kept_chain(into, current) if current is not None else None
         if chain is not None and len(chain.changesets) >= kept.FOLD_CHANGESETS:

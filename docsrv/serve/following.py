@@ -255,6 +255,7 @@ class Follower:
             for entry in done.entries:
                 log.info("worker %d applied changeset %d: serving %s%s", os.getpid(), entry.sequence, state.store.name,
                          f", {(now - entry.published_at).total_seconds():.3f} s after it was published" if entry.published_at else "")
+        self.holder.state.runtime.waiting_for = done.waits
         if done.waits is not None:
             log.info("changeset %d changes what is not applied in memory: serving %s until the pull's snapshot of it",
                      done.waits, state.store.name)

@@ -396,7 +396,7 @@ def test_a_fold_that_fails_is_tried_again_after_a_pause_that_doubles(tmp_path, o
     assert docsrv("snapshot", "publish", str(changed), str(origin.root), "--since", str(base)).returncode == 0
     assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0 and held_name(into) == "snap-1"
     monkeypatch.setattr(keeping, "FOLD_CHANGESETS", 1)
-    monkeypatch.setattr(sidecar, "FOLD_RETRY", sidecar.FoldRetry())
+    monkeypatch.setattr(sidecar, "FOLD_RETRY", sidecar.Backoff())
     tried: list[int] = []
     folding = keeping.fold_kept
 

@@ -25,8 +25,8 @@ from ..snapshot.origin import CHANGESETS, HEAD, Head, PublishedChangeset, change
 from ..snapshot.origin import FORMAT as ORIGIN_FORMAT
 from ..snapshot.origin import FORMAT_VERSION as ORIGIN_FORMAT_VERSION
 from ..snapshot.records import Manifest
-from ..snapshot.references import References
-from ..snapshot.write import put_in_place
+from ..snapshot.references import Change, References
+from ..snapshot.write import PARTIAL, put_in_place
 from ..store.changes import changes_index, in_memory
 from ..utils.files import replace_file
 from .changeset_index import BUILT_SHARDS, INDEXES, StateCache, changeset_index, held_index, index_changesets, prune_indexes
@@ -45,8 +45,6 @@ RESERVED = {
     INDEXES: "the directory of the kept changesets' search indexes",
     BUILT_SHARDS: "the directory of the shards built for them",
 }
-#: The ending of what is written aside before it is renamed into place.
-PARTIAL = ".partial"
 #: The most changesets kept after the snapshot served: past it, they are folded into the snapshot
 #: they make, and the server reloads onto it (its workers share its pages again).
 FOLD_CHANGESETS = 200
@@ -102,8 +100,8 @@ def write_chain(into: Path, name: str, sequence: int, changesets: list[Published
 def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, build_index: bool, fold_at: int | None) -> None:
     """Keep the changesets ``fetched`` after those kept, when a server applies every one in memory
     and no more than ``fold_at`` would be kept; else fold them all into the snapshot they make.
-    Those before the first that changes the search index are kept first when they apply in
-    memory: a server serves them while that one's index is built (a shard's build: seconds)."""
+    Each is checked first: by its product's name (``reserved``) and against the state it follows
+    (``HELD_REFERENCES``); the first that fails is refused, those before it are taken."""
     current = current_name(into)
     assert current is not None
     kept = kept_chain(into, current)
@@ -112,19 +110,30 @@ def take_changesets(fetched: list[tuple[PublishedChangeset, Path]], into: Path, 
         raise PullError(f"{into / current}: the snapshot current names has no manifest that reads")
     chain = kept.changesets if kept is not None else []
     changesets = [read_checked(path, entry) for entry, path in fetched]
-    for (entry, path), changeset in zip(fetched, changesets, strict=True):
-        if (problem := reserved(changeset.header.product.name)) is not None:
-            raise PullError(f"{path.name} (changeset {entry.sequence}): {problem}")
-    checked = HELD_REFERENCES.check(into, current, held.sequence, chain, fetched, changesets)
-    if checked.refused is not None:  # those before it follow the state: kept (or folded) as ever
-        at, problem = checked.refused
+    misnamed = next(((at, f"{path.name} (changeset {entry.sequence}): {problem}")
+                     for at, ((entry, path), changeset) in enumerate(zip(fetched, changesets, strict=True))
+                     if (problem := reserved(changeset.header.product.name)) is not None), None)
+    upto = misnamed[0] if misnamed is not None else len(fetched)
+    checked = HELD_REFERENCES.check(into, current, held.sequence, chain, fetched[:upto], changesets[:upto])
+    refused = checked.refused or misnamed
+    if refused is not None:
+        at, problem = refused
         if at:
-            take_changesets(fetched[:at], into, build_index, fold_at)
+            keep_or_fold(into, current, held, chain, fetched[:at], changesets[:at], checked.false_claims, build_index, fold_at)
         raise PullError(problem)
-    for at, claim in checked.false_claims.items():
+    keep_or_fold(into, current, held, chain, fetched, changesets, checked.false_claims, build_index, fold_at)
+
+
+def keep_or_fold(into: Path, current: str, held: Manifest, chain: list[PublishedChangeset], fetched: list[tuple[PublishedChangeset, Path]],
+                 changesets: list[Changeset], false_claims: dict[int, str], build_index: bool, fold_at: int | None) -> None:
+    """``take_changesets`` of changesets checked. Those before the first that changes the search
+    index are kept first when they apply in memory: a server serves them while that one's index
+    is built. Any whose header claims what is false (``false_claims``, by position) is folded at
+    once, with those before and after it: no server applies it."""
+    for at, claim in false_claims.items():
         log.warning("%s (changeset %d): its header's claim is false (%s): folded into the snapshot it makes, not kept",
                     fetched[at][1].name, fetched[at][0].sequence, claim)
-    if checked.false_claims:  # no server applies it: the fold is its only way in
+    if false_claims:
         fold_at = 0
     ahead = next((at for at, changeset in enumerate(changesets) if changes_index(changeset)), 0)
     if ahead and (fold_at is None or len(chain) + ahead <= fold_at) and all(in_memory(c, held.public_url) for c in changesets[:ahead]):
@@ -167,27 +176,27 @@ class HeldReferences:
               fetched: list[tuple[PublishedChangeset, Path]], changesets: list[Changeset]) -> Checked:
         """``changesets`` checked against the state held (the snapshot ``current`` at ``sequence``,
         and ``chain`` kept after it) and those before each: the first that does not follow it, and
-        those whose header claims what is false. The references move on to the last one."""
+        those whose header claims what is false. The references move on to the last that follows."""
         state = ((into / current).resolve(), chain[-1].sequence if chain else sequence)
         try:
             if self.references is None or self.state != state:
                 self.references, self.state = None, None
                 references = References.of(state[0])
                 for changeset in kept_changesets(into, chain):
-                    references.apply(changeset)
+                    references.apply(Change.of(changeset))
                 self.references, self.state = references, state
             checked = Checked()
             for at, ((entry, path), changeset) in enumerate(zip(fetched, changesets, strict=True)):
-                found = self.references.problems(changeset)
-                if found:
-                    self.references = self.state = None  # moved on past those before it, which are not kept yet
+                change = Change.of(changeset)
+                found = self.references.problems(change)
+                if found:  # the references stay at the one before it, which the caller keeps
                     more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
                     checked.refused = at, (f"{path.name} (changeset {entry.sequence}) does not follow the state it applies to: "
                                            f"{found[0]}{more}")
                     return checked
-                if (claim := self.references.false_claim(changeset)) is not None:
+                if (claim := self.references.false_claim(change)) is not None:
                     checked.false_claims[at] = claim
-                self.references.apply(changeset)
+                self.references.apply(change)
                 self.state = (state[0], entry.sequence)
         except SnapshotError as error:  # a file of the snapshot held that no longer reads
             self.references = self.state = None

@@ -38,7 +38,7 @@ async def pull_every(
     never dies of its origin. Every look is logged in one line (a pull, or that the snapshot is
     current), and so is a recovery."""
     sys.setswitchinterval(held_calls.GIL_SWITCH_SECONDS)  # its looks go on beside the state it loads (``tend_warming``)
-    failures = 0
+    retry = Backoff(min(seconds, RETRY_SECONDS[0]))
     folding: asyncio.Task[Folded | None] | None = None
     warming: asyncio.Task[None] | None = None
     clock = asyncio.get_running_loop().time
@@ -47,8 +47,7 @@ async def pull_every(
         try:
             pulled = await pull(url, into, keep=keep, progress=progress, deadlines=deadlines, fold_at=None)
         except Exception as error:
-            failures += 1
-            pause = min(min(seconds, RETRY_SECONDS[0]) * 2 ** (failures - 1), RETRY_SECONDS[1])
+            pause = retry.failed(clock())
             log.error("pull failed (%s); trying again in %.0f s", describe(error), pause)
             await asyncio.sleep(pause)
             continue
@@ -58,9 +57,9 @@ async def pull_every(
                      pulled.name, pulled.files, pulled.bytes / 1e6, pulled.seconds, pulled.where(into))
         else:  # a heartbeat: a sidecar's log shows it is alive and current
             log.info("snapshot %s is current; looking again in %.1f s", pulled.name, pause)
-        if failures:
-            log.info("pulling works again after %d failure(s) in a row", failures)
-        failures = 0
+        if retry.failures:
+            log.info("pulling works again after %d failure(s) in a row", retry.failures)
+        retry.done()
         folding = await tend_fold(into, folding)
         warming = tend_warming(into, warming)
         await asyncio.sleep(pause)
@@ -82,18 +81,19 @@ def tend_warming(into: Path, warming: asyncio.Task[None] | None) -> asyncio.Task
     return asyncio.create_task(asyncio.to_thread(kept.INDEXED_STATE.warm, into / current))
 
 
-class FoldRetry:
-    """When a sidecar may try a fold again: after a pause that doubles with each failure in a row
-    (``RETRY_SECONDS``), as its pulls do: a fold that fails (a full disk, a damaged file) is not
-    tried again at every look."""
+class Backoff:
+    """When a sidecar tries again what failed (a pull, a fold): after a pause that doubles with
+    each failure in a row, from ``first`` to the last of ``RETRY_SECONDS``."""
 
-    def __init__(self) -> None:
+    def __init__(self, first: float = RETRY_SECONDS[0]) -> None:
+        self.first = first
         self.failures = 0
         self.not_before = 0.0
 
     def failed(self, now: float) -> float:
+        """Count a failure at ``now``; the pause before the next try."""
         self.failures += 1
-        pause = min(RETRY_SECONDS[0] * 2 ** (self.failures - 1), RETRY_SECONDS[1])
+        pause = min(self.first * 2 ** (self.failures - 1), RETRY_SECONDS[1])
         self.not_before = now + pause
         return pause
 
@@ -101,8 +101,9 @@ class FoldRetry:
         self.failures, self.not_before = 0, 0.0
 
 
-#: The sidecar's fold retries.
-FOLD_RETRY = FoldRetry()
+#: The sidecar's fold retries: a fold that fails (a full disk, a damaged file) is not tried again
+#: at every look.
+FOLD_RETRY = Backoff()
 
 
 async def tend_fold(into: Path, folding: asyncio.Task[Folded | None] | None) -> asyncio.Task[Folded | None] | None:

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from .changeset import PLACED_KINDS, Changeset
-from .errors import DECODE_ERRORS, ProblemList
+from .changeset import PLACED_KINDS, Changeset, Header
+from .errors import ProblemList
 from .lines import decoded_blocks
 from .load import record_file
 
@@ -126,15 +127,9 @@ class References:
             self.pages["projects"][record.project] -= 1
             self.pages["versions"][record.version] -= 1
 
-    def problems(self, changeset: Changeset) -> list[str]:
-        """What is wrong with the state ``changeset`` makes of this one, in words (empty: none)."""
-        try:
-            upserts = {kind: {identity: _DECODERS[kind].decode(line) for identity, line in changeset.upserts[kind].items()}
-                       for kind in _SHAPES}
-            commands = [_COMMAND.decode(line) for line in changeset.upserts["build_commands"].values()]
-        except DECODE_ERRORS as error:  # read_changeset decoded each line with its kind's schema already
-            return [str(error)]
-        deletes = {kind: changeset.deletes[kind] for kind in _SHAPES}
+    def problems(self, change: Change) -> list[str]:
+        """What is wrong with the state ``change`` makes of this one, in words (empty: none)."""
+        upserts, deletes, commands = change.upserts, change.deletes, change.commands
         changed = {kind: upserts[kind].keys() | deletes[kind] for kind in _SHAPES}
         found: list[str] = []
 
@@ -206,18 +201,17 @@ class References:
                           if item.version == version.id and item.id not in upserts[kind] and item.id not in deletes[kind]][:3]
         return found
 
-    def false_claim(self, changeset: Changeset) -> str | None:
-        """What makes the claims of ``changeset``'s header false against this state, in words:
+    def false_claim(self, change: Change) -> str | None:
+        """What makes the claims of ``change``'s header false against this state, in words:
         ``unmoved`` (no project or version moves to another address or is made public) and
         ``in_place`` (that, and none it makes private or deletes holds a page); None when they
         hold, or it claims neither."""
-        header = changeset.header
+        header = change.header
         if not (header.in_place or header.unmoved):
             return None
         address = {"projects": lambda project: project.slug, "versions": lambda version: (version.project, version.slug)}
         for kind in PLACED_KINDS:
-            for line in changeset.upserts[kind].values():
-                record = _DECODERS[kind].decode(line)
+            for record in change.upserts[kind].values():
                 before = self.records[kind].get(record.id)
                 if before is None:
                     continue
@@ -229,18 +223,36 @@ class References:
                 if header.in_place and made_private and self.pages[kind][record.id]:
                     return f"{kind[:-1]} {record.id} is made private, and holds pages"
             if header.in_place:
-                for identity in changeset.deletes[kind]:
+                for identity in change.deletes[kind]:
                     if self.pages[kind][identity] > 0:
                         return f"{kind[:-1]} {identity} is deleted, and holds pages"
         return None
 
-    def apply(self, changeset: Changeset) -> None:
-        """Take ``changeset``'s records in (one whose ``problems`` are none)."""
+    def apply(self, change: Change) -> None:
+        """Take ``change``'s records in (one whose ``problems`` are none)."""
         for kind in _SHAPES:
-            for identity in changeset.upserts[kind].keys() | changeset.deletes[kind]:
+            for identity in change.upserts[kind].keys() | change.deletes[kind]:
                 self.remove(kind, identity)
-            for line in changeset.upserts[kind].values():
-                self.add(kind, _DECODERS[kind].decode(line))
+            for record in change.upserts[kind].values():
+                self.add(kind, record)
+
+
+@dataclass(frozen=True)
+class Change:
+    """A changeset as the rules read it: its records decoded once, as far as the rules need them
+    (``read_changeset`` checked each line against its kind's schema)."""
+
+    header: Header
+    upserts: dict[str, dict[int, Any]]
+    deletes: dict[str, set[int]]
+    commands: list[_Command]
+
+    @classmethod
+    def of(cls, changeset: Changeset) -> Change:
+        upserts = {kind: {identity: _DECODERS[kind].decode(line) for identity, line in changeset.upserts[kind].items()}
+                   for kind in _SHAPES}
+        commands = [_COMMAND.decode(line) for line in changeset.upserts["build_commands"].values()]
+        return cls(changeset.header, upserts, {kind: changeset.deletes[kind] for kind in _SHAPES}, commands)
 
 
 def names(kind: str, record: Any) -> Iterator[tuple[str, int]]:
@@ -254,13 +266,3 @@ def names(kind: str, record: Any) -> Iterator[tuple[str, int]]:
         yield ("projects", record.project)
     elif kind in ("builds", "pages"):
         yield ("versions", record.version)
-
-
-def check(references: References, changeset: Changeset, name: str) -> None:
-    """SnapshotError naming ``name`` (the changeset's file) and what is wrong with the state it makes."""
-    found = references.problems(changeset)
-    if found:
-        problems = ProblemList(name)
-        for problem in found:
-            problems.add(name, None, problem)
-        problems.raise_if_any()

@@ -24,6 +24,8 @@ from .records import FileDigest, Manifest
 from .verified import carry_record
 
 SUFFIX = {"none": ".jsonl", "gz": ".jsonl.gz", "zst": ".jsonl.zst"}
+#: What ends the name of a file or directory written aside before it is renamed into place.
+PARTIAL = ".partial"
 
 
 def digest_of(path: Path) -> FileDigest:
@@ -40,7 +42,7 @@ class RecordWriter:
 
     def __init__(self, directory: Path, kind: str, compress: str = "none") -> None:
         self.path = directory / f"{kind}{SUFFIX[compress]}"
-        self._partial = self.path.with_name(self.path.name + ".partial")
+        self._partial = self.path.with_name(self.path.name + PARTIAL)
         self.count = 0
         self._encoder = msgspec.json.Encoder()
         self._raw = open(self._partial, "wb")  # noqa: SIM115 - closed in close()
@@ -107,7 +109,7 @@ def built_aside(target: Path, *, replace: bool = False) -> Iterator[Path]:
         raise CommandError(f"{target} already exists: choose another directory, or --force to replace it")
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+        partial = Path(tempfile.mkdtemp(prefix=f".{target.name}{PARTIAL}-", dir=target.parent))
     except OSError as error:  # named by the directory asked for, not the temporary one beside it
         raise OSError(error.errno, error.strerror, str(target)) from error
     try:

@@ -5,6 +5,7 @@ and during each:
     python bench/attacks.py heavy [--seconds 20]                    cold 1,000-item brotli lists beside a cached detail
     python bench/attacks.py descriptors [--idle 1500]               ulimit -n 1024 and more idle connections than that
     python bench/attacks.py abandoned [--searches 3000]             searches sent and abandoned at once
+    python bench/attacks.py big-changeset [--seconds 20]            a changeset of the largest size applied beside a cached detail
     python bench/attacks.py all
 
 The small synthetic snapshot; docsrv pinned to one core, the attackers on the other. Each prints
@@ -19,6 +20,8 @@ import json
 import os
 import re
 import resource
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -244,18 +247,77 @@ def abandoned(args) -> dict:
             "targets_met": bool(status == 200 and outcomes["run"] < args.searches)}
 
 
+def big_changeset(args) -> dict:
+    """A changeset as large as a publisher writes (``origin.MAX_CHANGESET_BYTES``: builds flipped),
+    applied by a following worker (``serve --watch``, the sidecar pulling every 0.2 s from
+    Python's http.server on loopback) while wrk asks it for cached details: their latency with no
+    changeset, and from one second before the changeset is published until ``--seconds`` later."""
+    from live import Feed, docsrv, served_sequence, until
+
+    from docsrv.snapshot.origin import MAX_CHANGESET_BYTES
+
+    snapshot = snapshot_path("small", 1)
+    if not (snapshot / "index" / "docsrv-index.json").exists():
+        docsrv("index", str(snapshot))
+    work = WORK / "attack-big-changeset"
+    shutil.rmtree(work, ignore_errors=True)
+    origin, into = work / "origin", work / "replica"
+    docsrv("snapshot", "publish", str(snapshot), str(origin))
+    port = free_port()
+    http_origin = System("origin", [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(origin)],
+                         port)
+    system = sidecar = None
+    try:
+        url = f"http://127.0.0.1:{port}"
+        docsrv("snapshot", "pull", url, "--into", str(into))
+        system = serve(into / "current", "--watch")
+        sidecar = subprocess.Popen(pinned([sys.executable, "-m", "docsrv", "snapshot", "pull", url, "--into", str(into), "--every", "0.2"],
+                                          0), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        feed = Feed(origin, snapshot)
+        line = sum(map(len, feed.lines)) / len(feed.lines) + len(b'{"op":"upsert","kind":"builds","record":}\n')
+        builds = min(len(feed.lines), int(0.95 * MAX_CHANGESET_BYTES / line))
+        projects = json.loads(system.get("/api/v2/project/?limit=100")[2])["results"]
+        detail = paths_file("detail", [f"/api/v2/project/{p['id']}/" for p in projects])
+        wrk(system, detail, 3, 10)
+        alone = wrk(system, detail, args.seconds, 10)
+        published: dict = {}
+
+        def publish() -> None:
+            time.sleep(1)
+            published["sequence"], published["bytes"], _written = feed.publish(builds)
+            published["at"] = time.monotonic()
+
+        publisher = threading.Thread(target=publish)
+        publisher.start()
+        during = wrk(system, detail, args.seconds, 10)
+        publisher.join()
+        until(lambda: served_sequence(system) >= published["sequence"], 120, "the changeset was not applied", 0.1)
+        applied = re.findall(r"applied changeset \d+: serving \S+, ([\d.]+) s after it was published",
+                             (WORK / "docsrv-attack.log").read_text())
+    finally:
+        if sidecar is not None:
+            os.killpg(sidecar.pid, signal.SIGKILL)
+            sidecar.wait()
+        if system is not None:
+            system.stop()
+        http_origin.stop()
+    return {"changeset_bytes": published["bytes"], "builds_changed": builds, "applied_s_after_publish": float(applied[-1]),
+            "detail_alone": alone, "detail_beside_apply": during,
+            "targets_met": bool(during["p99_ms"] is not None and during["p99_ms"] < 10 and during["errors"] == 0)}
+
+
 def main() -> None:
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(65536, hard), hard))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("attack", choices=["flood", "heavy", "descriptors", "abandoned", "all"])
+    parser.add_argument("attack", choices=["flood", "heavy", "descriptors", "abandoned", "big-changeset", "all"])
     parser.add_argument("--seconds", type=int, default=60)
     parser.add_argument("--cache-mb", type=int, default=64)
     parser.add_argument("--idle", type=int, default=1500)
     parser.add_argument("--searches", type=int, default=3000)
     args = parser.parse_args()
     ensure_tools()
-    attacks = {"flood": flood, "heavy": heavy, "descriptors": descriptors, "abandoned": abandoned}
+    attacks = {"flood": flood, "heavy": heavy, "descriptors": descriptors, "abandoned": abandoned, "big-changeset": big_changeset}
     chosen = list(attacks) if args.attack == "all" else [args.attack]
     results = {name: attacks[name](args) for name in chosen}
     print(json.dumps(results, indent=2))

@@ -305,10 +305,12 @@ def wrk(system: System, paths_file: Path, seconds: float, connections: int, *, t
     out = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "BENCH_PATHS": str(paths_file)}, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     latency = {p: to_ms(v, u) for p, v, u in re.findall(r"^\s*(50|99)(?:\.0+)?%\s+([\d.]+)(us|ms|s|m)\s*$", out, re.M)}
+    most = re.search(r"^\s*Latency\s+\S+\s+\S+\s+([\d.]+)(us|ms|s|m)", out, re.M)
     non_2xx = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
     sockets = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     socket_errors = dict(zip(("connect", "read", "write", "timeout"), map(int, sockets.groups()), strict=True)) if sockets else {}
-    return {"rps": rps, "p50_ms": latency.get("50"), "p99_ms": latency.get("99"), "errors": non_2xx + sum(socket_errors.values()),
+    return {"rps": rps, "p50_ms": latency.get("50"), "p99_ms": latency.get("99"), "max_ms": to_ms(*most.groups()) if most else None,
+            "errors": non_2xx + sum(socket_errors.values()),
             "non_2xx": non_2xx, "socket_errors": socket_errors}
 
 

@@ -422,3 +422,111 @@ def test_a_fold_that_fails_is_tried_again_after_a_pause_that_doubles(tmp_path, o
     monkeypatch.setattr(sidecar, "fold_kept", folding)
     asyncio.run(tend(3))
     assert (into / "current").resolve().name == "snap-1" and sidecar.FOLD_RETRY.failures == 0
+
+
+def listed_again(origin: Origin, sequence: int, **fields) -> None:
+    """Change what the origin's ``head.json`` says of changeset ``sequence`` (its own file unchanged)."""
+    head = json.loads((origin.root / "head.json").read_text())
+    for entry in head["changesets"]:
+        if entry["sequence"] == sequence:
+            entry |= fields
+    (origin.root / "head.json").write_text(json.dumps(head))
+
+
+def test_a_changeset_larger_than_a_publisher_writes_is_refused_before_it_is_fetched(tmp_path, origin):
+    """Finding 8: a changeset had no maximum size (one of 60 MB held workers' event loops for
+    tens of milliseconds while they applied it). A head that lists one past the bound is refused
+    in one line, before anything is fetched; the replica keeps what it serves, and pulls again
+    once the origin is mended."""
+    from docsrv.snapshot.origin import MAX_CHANGESET_BYTES
+
+    base, into = pulled_replica(tmp_path, origin)
+    held = entries(into)
+    changed = tmp_path / "s1"
+    builds_flipped(base, changed, "snap-1")
+    assert docsrv("snapshot", "publish", str(changed), str(origin.root), "--since", str(base)).returncode == 0
+    good = (origin.root / "head.json").read_bytes()
+    listed_again(origin, 2, size=MAX_CHANGESET_BYTES + 1)
+    origin.requests.clear()
+    refused = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert refused_in_one_line(refused, f"changeset 2 is {MAX_CHANGESET_BYTES + 1} bytes, more than the {MAX_CHANGESET_BYTES} a "
+                                        "changeset may hold"), refused.stderr
+    assert entries(into) == held and [name for name, _headers in origin.requests] == ["head.json"]
+    (origin.root / "head.json").write_bytes(good)
+    assert docsrv("snapshot", "pull", origin.url, "--into", str(into)).returncode == 0 and held_name(into) == "snap-1"
+
+
+def test_a_head_listing_more_changesets_than_a_publisher_writes_is_refused(tmp_path, origin):
+    """Finding 8: 20,000 changesets listed in one head were fetched one at a time, and nothing
+    was kept after minutes. A publisher lists at most ``MAX_CHANGESETS`` after a base (it
+    publishes whole past that): a head that lists more is refused in one line, and nothing is
+    fetched."""
+    from docsrv.snapshot.origin import MAX_CHANGESETS
+
+    _base, into = pulled_replica(tmp_path, origin)
+    held = entries(into)
+    head = json.loads((origin.root / "head.json").read_text())
+    names = [head["base"], *(f"snap-{n}" for n in range(1, MAX_CHANGESETS + 2))]
+    head["changesets"] = [{"sequence": n + 1, "follows": names[n - 1], "product": names[n], "size": 100, "sha256": "0" * 64}
+                          for n in range(1, MAX_CHANGESETS + 2)]
+    (origin.root / "head.json").write_text(json.dumps(head))
+    origin.requests.clear()
+    refused = docsrv("snapshot", "pull", origin.url, "--into", str(into))
+    assert refused_in_one_line(refused, f"lists {MAX_CHANGESETS + 1} changesets after its base and 0 leading to it: a publisher "
+                                        f"lists at most {MAX_CHANGESETS}"), refused.stderr
+    assert entries(into) == held and [name for name, _headers in origin.requests] == ["head.json"]
+
+
+def test_publish_publishes_whole_a_changeset_past_the_size_bound(tmp_path, origin, monkeypatch):
+    """Finding 8: the publisher respects the bound: a changeset that would be larger is not
+    written; the snapshot is published whole, as a new base with nothing leading to it, and
+    says why."""
+    from docsrv.replica import publish as publishing
+
+    base = synth(tmp_path / "s0")
+    publishing.publish(base, origin.root)
+    changed = tmp_path / "s1"
+    builds_flipped(base, changed, "snap-1")
+    monkeypatch.setattr(publishing, "MAX_CHANGESET_BYTES", 100)
+    published = publishing.publish(changed, origin.root, since=base)
+    assert (published.kind, published.name, published.sequence) == ("snapshot", "snap-1", 2)
+    assert published.compacted.startswith("the changeset would hold ") and "more than the 100 a changeset may hold" in published.compacted
+    head = json.loads((origin.root / "head.json").read_text())
+    assert (head["base"], head["base_sequence"], head["changesets"], head.get("leading", [])) == ("snap-1", 2, [], [])
+    assert not (origin.root / "changesets" / "2.jsonl").exists()
+
+
+def test_a_replica_further_behind_than_a_fold_takes_the_base_whole(tmp_path, origin, monkeypatch):
+    """Finding 8: a replica far behind fetched every changeset one after another, only to fold
+    them. Past ``FOLD_CHANGESETS`` behind a base that the origin publishes, it takes the base
+    whole and fetches none of the changesets before it; nearer, it fetches them."""
+    import asyncio
+
+    from docsrv.replica import pull as pulling
+    from docsrv.replica.publish import publish
+
+    states = [synth(tmp_path / "s0")]
+    publish(states[0], origin.root)
+    into = tmp_path / "replica"
+    asyncio.run(pulling.pull(origin.url, into, progress=False))
+    near = tmp_path / "near"
+    shutil.copytree(into, near, symlinks=True)
+    for number in (1, 2, 3):
+        states.append(tmp_path / f"s{number}")
+        builds_flipped(states[-2], states[-1], f"snap-{number}")
+        publish(states[-1], origin.root, since=states[-2], compact_share=0.0 if number == 3 else 1.0)
+    head = json.loads((origin.root / "head.json").read_text())
+    assert (head["base"], [entry["sequence"] for entry in head["leading"]]) == ("snap-3", [2, 3, 4])
+    monkeypatch.setattr(pulling, "FOLD_CHANGESETS", 2)
+    origin.requests.clear()
+    asyncio.run(pulling.pull(origin.url, into, progress=False))
+    assert held_name(into) == "snap-3" and (into / "current").resolve().name == "snap-3"
+    fetched = [name for name, _headers in origin.requests]
+    assert "snapshots/snap-3/manifest.json" in fetched and not [name for name in fetched if name.startswith("changesets/")]
+    monkeypatch.setattr(pulling, "FOLD_CHANGESETS", 3)  # three behind: not past it
+    origin.requests.clear()
+    asyncio.run(pulling.pull(origin.url, near, progress=False, fold_at=None))
+    assert held_name(near) == "snap-3" and (near / "current").resolve().name == "demo"
+    fetched = [name for name, _headers in origin.requests]
+    assert sorted(name for name in fetched if name.startswith("changesets/")) == [f"changesets/{n}.jsonl" for n in (2, 3, 4)]
+    assert not [name for name in fetched if name.startswith("snapshots/")]

@@ -7,10 +7,12 @@ are copied to ``snapshots/<name>/`` beside the others, its manifest naming its s
 way ``head.json`` is written last, in one rename: a replica never sees a partial state.
 
 Compaction: when the changesets since the base would hold more than COMPACT_SHARE of the base's
-bytes, or there would be more than MAX_CHANGESETS, the snapshot is published whole as well, and
-becomes the new base. Its changeset is published too, and ``head.json`` lists the changesets
-from the base before up to the new one (``leading``): a replica that follows the old base
-reaches the new one by changesets, and only a replica further behind fetches the base whole.
+bytes, or there would be more than ``origin.MAX_CHANGESETS``, the snapshot is published whole as
+well, and becomes the new base. Its changeset is published too, and ``head.json`` lists the
+changesets from the base before up to the new one (``leading``): a replica that follows the old
+base reaches the new one by changesets, and only a replica further behind fetches the base
+whole. A changeset larger than ``origin.MAX_CHANGESET_BYTES`` is not published at all: the
+snapshot is published whole, with nothing leading to it.
 The origin keeps the base before it and its changesets, and removes what is older: its history
 is bounded by about two bases.
 """
@@ -36,6 +38,8 @@ from ..snapshot.origin import (
     FORMAT,
     FORMAT_VERSION,
     HEAD,
+    MAX_CHANGESET_BYTES,
+    MAX_CHANGESETS,
     SNAPSHOTS,
     Head,
     PublishedChangeset,
@@ -53,9 +57,6 @@ from .kept import reserved
 #: The changesets since a base may hold this share of its bytes; past it, a snapshot is
 #: published whole (a replica that follows from the base fetches at most that much more).
 COMPACT_SHARE = 0.25
-#: The most changesets after a base: past it, a snapshot is published whole (``head.json``, which
-#: every replica fetches for each changeset, lists them: about 260 bytes each).
-MAX_CHANGESETS = 1000
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,9 @@ def publish(snapshot: Path, origin: Path, since: Path | None = None, *, compact_
     served = prepare(since, progress=False)
     data = compute(since, old, snapshot, manifest, sequence)
     data = with_purge_keys(data, changed_keys(served, since, snapshot, read_changeset(data, changeset_path(sequence))))
+    if len(data) > MAX_CHANGESET_BYTES:
+        why = f"the changeset would hold {len(data)} bytes, more than the {MAX_CHANGESET_BYTES} a changeset may hold"
+        return publish_whole(snapshot, manifest, origin, head, sequence, started, compacted=why)
     (origin / CHANGESETS).mkdir(parents=True, exist_ok=True)
     replace_file(origin / changeset_path(sequence), data)
     now = datetime.now(UTC)

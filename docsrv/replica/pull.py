@@ -188,6 +188,10 @@ async def follow(
     if held is not None and position is None:
         going_back(base, head, held, read_state(into).history)
     files = total = 0
+    if position is not None and position < len(head.leading) and len(head.chain) - position > FOLD_CHANGESETS:
+        log.info("%s/%s: %d changesets behind, before the base %s: taking the base whole", base, HEAD, len(head.chain) - position,
+                 head.base)
+        position = None  # the fold of that many would replace the state served all the same
     if position is None:  # too far behind, on another base, or new: from the base, whole
         where = f"{base}/{SNAPSHOTS}/{head.base}"
         _status, raw, _unused = await get_small(session, f"{where}/manifest.json", {}, deadlines)
@@ -234,15 +238,19 @@ def going_back(base: str, head: Head, held: tuple[str, int], followed: str) -> N
 async def fetch_changesets(
     session: aiohttp.ClientSession, base: str, wanted_changesets: list[PublishedChangeset], into: Path, deadlines: Deadlines
 ) -> list[tuple[PublishedChangeset, Path]]:
-    """Fetch each changeset into ``into/.pull-changesets/``, its size and digest checked as it arrives."""
+    """Fetch each changeset into ``into/.pull-changesets/``, its size and digest checked as it
+    arrives, ``PARALLEL`` at a time (a replica far behind fetches hundreds); in order."""
     directory = into / ".pull-changesets"
     directory.mkdir(exist_ok=True)
-    fetched = []
-    for entry in wanted_changesets:
-        path = directory / f"{entry.sequence}.jsonl"
-        await fetch_file(session, f"{base}/{changeset_path(entry.sequence)}", path, FileDigest(size=entry.size, sha256=entry.sha256),
-                         None, deadlines, sealed_by=HEAD)
-        fetched.append((entry, path))
+    fetched = [(entry, directory / f"{entry.sequence}.jsonl") for entry in wanted_changesets]
+    limit = asyncio.Semaphore(PARALLEL)
+
+    async def one(entry: PublishedChangeset, path: Path) -> None:
+        async with limit:
+            await fetch_file(session, f"{base}/{changeset_path(entry.sequence)}", path,
+                             FileDigest(size=entry.size, sha256=entry.sha256), None, deadlines, sealed_by=HEAD)
+
+    await fetch_all(one(entry, path) for entry, path in fetched)
     return fetched
 
 

@@ -29,6 +29,14 @@ Sequence = Annotated[int, msgspec.Meta(ge=0)]
 #: Which history an origin publishes: an id made at its first publish (empty from an origin an
 #: earlier docsrv wrote, until its next publish).
 History = Annotated[str, msgspec.Meta(pattern=r"^([0-9a-f]{32})?$")]
+#: The most changesets after a base: past it, a publisher publishes a snapshot whole (``head.json``,
+#: which every replica fetches for each changeset, lists them), and a pull refuses a head that
+#: lists more (or more than one more leading to its base, the last of which makes it).
+MAX_CHANGESETS = 1000
+#: The largest changeset: past it, a publisher publishes the snapshot whole, and a pull refuses
+#: one. A worker applies a changeset in memory beside the requests it serves, and what it costs
+#: (time with the GIL, memory until the next fold) grows with its size.
+MAX_CHANGESET_BYTES = 8 << 20
 
 
 class PublishedChangeset(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -72,10 +80,18 @@ class Head(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_default
         return [*self.leading, *self.changesets]
 
     def problem(self) -> str | None:
-        """What makes the chain unusable, in one line: another format, or a changeset that does
-        not follow the one before (a gap, or another base)."""
+        """What makes the chain unusable, in one line: another format, a changeset that does
+        not follow the one before (a gap, or another base), more changesets or a larger one than
+        a publisher writes."""
         if self.format != FORMAT or self.format_version != FORMAT_VERSION:
             return f"format {self.format!r} version {self.format_version}: this docsrv reads {FORMAT!r} version {FORMAT_VERSION}"
+        if len(self.changesets) > MAX_CHANGESETS or len(self.leading) > MAX_CHANGESETS + 1:
+            return (f"lists {len(self.changesets)} changesets after its base and {len(self.leading)} leading to it: a publisher "
+                    f"lists at most {MAX_CHANGESETS} (and one more leading), and publishes whole past that")
+        for changeset in self.chain:
+            if changeset.size > MAX_CHANGESET_BYTES:
+                return (f"changeset {changeset.sequence} is {changeset.size} bytes, more than the {MAX_CHANGESET_BYTES} a changeset "
+                        "may hold: a publisher publishes whole past that")
         if self.leading:
             first = self.leading[0]
             name, sequence = first.follows, first.sequence - 1

@@ -7,7 +7,7 @@ import tracemalloc
 import pytest
 
 from docsrv.http.reply import Reply
-from docsrv.http.reply_cache import ReplyCache
+from docsrv.http.reply_cache import Entry, ReplyCache
 
 
 def reply(body: bytes, tag: str = "t") -> Reply:
@@ -35,6 +35,27 @@ def test_the_bytes_it_counts_cover_what_it_holds_and_stay_within_the_limit(key_l
         tracemalloc.stop()
     assert len(cache) > 100 and cache.evictions > 10_000
     # What the cache really holds (every allocation since it was made) is within what it counts.
+    assert held <= cache.nbytes * 1.05 + (64 << 10), (held, cache.nbytes)
+
+
+def test_replies_replaced_again_and_again_under_keys_that_fit_stay_counted():
+    """A reply replaced under its key (a reply a changeset touched, made anew) leaves its entry in
+    its queue until the queue reaches it. Those entries are counted: replaced again and again in
+    a cache that never fills, they once held memory the count did not see, without bound."""
+    limit = 1 << 20
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        cache = ReplyCache(limit)
+        for n in range(50_000):
+            cache.put(f"/api/v2/build/{n % 7}/{'x' * 200}", reply(b"{}" * 100, str(n % 7)))
+            assert cache.nbytes <= limit
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(cache) == 7
     assert held <= cache.nbytes * 1.05 + (64 << 10), (held, cache.nbytes)
 
 
@@ -130,8 +151,32 @@ def test_a_changeset_drops_what_it_touched_and_renames_the_rest_when_next_asked(
     assert kept.headers["X-Snapshot"] == "s2-longer" and kept.headers_304["Last-Modified"] == "Tue, 02 Jan 2024 00:00:00 GMT"
     assert b"X-Snapshot: s2-longer\r\n" in kept.wire and b"X-Snapshot: s2-longer\r\n" in kept.wire_304
     assert kept.variants["gzip"].headers["X-Snapshot"] == "s2-longer" and kept.variants["gzip"].headers["ETag"] == '"b-gzip"'
-    # The bytes counted follow: the entry of /a given back, /b's grown by its longer name.
-    assert cache.nbytes == sum(entry.nbytes for entry in cache._entries.values()) < held
+    # The bytes counted follow: /a's reply given back (its entry stays, vacant, for the reply made
+    # anew), /b's grown by its longer name.
+    dropped = sum(entry.nbytes for entry in cache._small if entry.vacant)
+    assert dropped == Entry("/a", None, None).nbytes
+    assert cache.nbytes == sum(entry.nbytes for entry in cache._entries.values()) + dropped < held
+
+
+def test_a_reply_made_anew_after_a_changeset_takes_the_place_of_the_one_dropped():
+    """A hot reply a changeset touched, made anew, keeps its entry and its standing in the main
+    queue: a worker that applies changesets while serving holds no more entries than a fresh one
+    asked the same, and a flood of one-off keys after that still does not push it out."""
+    cache = ReplyCache(200_000)
+    cache.put("/hot", stamped(b"{}" * 100, "hot"))
+    for n in range(300):  # enough one-off keys to cycle the small queue: /hot, asked, goes to main
+        cache.get("/hot")
+        cache.put(f"/once-{n}", stamped(b"{}" * 100, f"once-{n}"))
+    assert cache._entries["/hot"].main
+    for sequence in range(1, 501):
+        cache.advance(sequence, ["project-hot"], {"X-Snapshot": f"s{sequence}"})
+        assert cache.get("/hot") is None
+        made = stamped(b"{}" * 100, "hot", f"s{sequence}")
+        made.stamp = sequence
+        cache.put("/hot", made)
+        assert cache.get("/hot") is made and cache._entries["/hot"].main
+    assert sum(1 for entry in cache._main if entry.key == "/hot") == 1
+    assert len(cache._small) + len(cache._main) <= len(cache) + 1  # no trail of entries left behind
 
 
 def test_a_reply_made_before_a_changeset_and_kept_after_it_is_checked_too():

@@ -19,7 +19,10 @@ Changesets: a server applying a changeset in memory (``api/state.py``, ``ApiStat
 moves the cache on to the new state with ``advance``: the purge keys the change touches are
 noted with its sequence, and nothing is scanned. A reply is checked when it is next found: one
 that shows a key touched after the state it was made from is dropped (a miss: it is made anew);
-any other is still true, and takes the new snapshot's name and date in its headers. A hot reply
+any other is still true, and takes the new snapshot's name and date in its headers. A dropped
+reply's entry stays where it stands in its queue, vacant (its key, counted), and the reply made
+anew fills it: a worker that applies changeset after changeset holds what a fresh one would
+after the same requests, not a trail of entries left in the queues. A hot reply
 costs one check per changeset; a cold one none. The touched keys are bounded: past
 MAX_TOUCHED, the cache is emptied and they are forgotten.
 
@@ -56,7 +59,7 @@ MAX_TOUCHED = 200_000
 
 
 class Entry:
-    __slots__ = ("dead", "key", "main", "nbytes", "reply", "target", "visited")
+    __slots__ = ("dead", "key", "main", "nbytes", "reply", "target", "vacant", "visited")
 
     def __init__(self, key: Key, reply: Reply | None, target: Key | None) -> None:
         self.key = key
@@ -65,12 +68,22 @@ class Entry:
         self.target = target
         self.visited = False
         self.main = False
+        #: Dropped by a changeset, its reply to be made anew (``ReplyCache._vacant``).
+        self.vacant = False
+        #: Out of the cache, its queue slot left until its queue reaches it.
         self.dead = False
-        self.nbytes = getsizeof(self) + SLOT_BYTES + key_bytes(key)
-        if reply is not None:
-            self.nbytes += reply.nbytes()
-        elif target is not None:
-            self.nbytes += key_bytes(target)
+        self.nbytes = self.held_bytes()
+
+    def own_bytes(self) -> int:
+        """What the entry costs without what it holds: itself, its key and its slots."""
+        return getsizeof(self) + SLOT_BYTES + key_bytes(self.key)
+
+    def held_bytes(self) -> int:
+        """What the entry costs with its reply (as made: ``ReplyCache.add_variant`` charges
+        variants) or its target."""
+        if self.reply is not None:
+            return self.own_bytes() + self.reply.nbytes()
+        return self.own_bytes() + (key_bytes(self.target) if self.target is not None else 0)
 
 
 def key_bytes(key: Key) -> int:
@@ -85,6 +98,8 @@ class ReplyCache:
         self._small_target = int(max_bytes * SMALL_SHARE)
         self._ghost_limit = max(16, int(max_bytes * GHOST_SHARE) // GHOST_BYTES)
         self._entries: dict[Key, Entry] = {}
+        #: Entries whose reply a changeset dropped, by key, where they stand in their queues.
+        self._vacant: dict[Key, Entry] = {}
         self._small: deque[Entry] = deque()
         self._main: deque[Entry] = deque()
         self._ghost: dict[int, None] = {}
@@ -134,9 +149,10 @@ class ReplyCache:
 
     def clear(self) -> None:
         """Hold nothing (and forget the touched keys)."""
-        for entry in self._entries.values():
+        for entry in (*self._entries.values(), *self._vacant.values()):
             self._release(entry)
         self._entries.clear()
+        self._vacant.clear()
         self._small.clear()
         self._main.clear()
         self._ghost.clear()
@@ -150,27 +166,46 @@ class ReplyCache:
         made = reply.stamp
         if any(touched.get(key, -1) > made for key in reply.headers.get("Surrogate-Key", "").split()):
             del self._entries[entry.key]
-            self._forget(entry)
+            reply.entry = entry.reply = None
+            entry.vacant = True
+            self._vacant[entry.key] = entry
+            self._resize(entry, entry.own_bytes())
             return False
         before = reply.nbytes()
         reply.restamp(self._stamp_values, self.stamp)
-        grown = reply.nbytes() - before
-        entry.nbytes += grown
-        if entry.main:
-            self._main_bytes += grown
-        else:
-            self._small_bytes += grown
+        self._resize(entry, entry.nbytes + reply.nbytes() - before)
         return True
 
     def put(self, key: Key, reply: Reply) -> None:
         """Keep ``reply`` under its canonical ``key``."""
-        entry = Entry(key, reply, None)
-        if self._insert(entry):
-            reply.entry = entry
+        self._keep(key, reply, None)
 
     def alias(self, key: Key, target: Key) -> None:
         """Answer ``key`` with whatever is cached under ``target``."""
-        self._insert(Entry(key, None, target))
+        self._keep(key, None, target)
+
+    def _keep(self, key: Key, reply: Reply | None, target: Key | None) -> None:
+        """Keep ``reply`` or ``target`` under ``key``: in the entry the key has (held or vacant),
+        where it stands in its queue, else in a new one."""
+        entry = self._entries.get(key) or self._vacant.pop(key, None)
+        if entry is None:
+            entry = Entry(key, reply, target)
+            if self._insert(entry) and reply is not None:
+                reply.entry = entry
+            return
+        if entry.reply is not None:
+            entry.reply.entry = None
+        entry.reply, entry.target, entry.vacant = reply, target, False
+        self._entries[key] = entry
+        size = entry.held_bytes()
+        if size > self._small_target:  # as ``_insert``: it would only push everything else out
+            del self._entries[key]
+            self._forget(entry)
+            return
+        if reply is not None:
+            reply.entry = entry
+        self._resize(entry, size)
+        self._make_room()
 
     def add_variant(self, reply: Reply, coding: str, variant: Reply) -> None:
         """Keep a compressed variant on a reply, charging the entry that owns it."""
@@ -179,22 +214,15 @@ class ReplyCache:
         reply.variants[coding] = variant
         entry = reply.entry
         if isinstance(entry, Entry) and not entry.dead:
-            size = variant.nbytes() + SLOT_BYTES
-            entry.nbytes += size
-            if entry.main:
-                self._main_bytes += size
-            else:
-                self._small_bytes += size
+            self._resize(entry, entry.nbytes + variant.nbytes() + SLOT_BYTES)
             self._make_room()
 
     # Keeping the bound.
 
     def _insert(self, entry: Entry) -> bool:
+        """Put a new entry in the small queue (in main when its key is a ghost's)."""
         if entry.nbytes > self._small_target:
             return False  # larger than the small queue: it would only push everything else out
-        old = self._entries.pop(entry.key, None)
-        if old is not None:
-            self._forget(old)
         self._entries[entry.key] = entry
         ghost = self._ghost
         hashed = hash(entry.key)
@@ -218,7 +246,9 @@ class ReplyCache:
 
     def _evict_small(self) -> None:
         entry = self._small.popleft()
-        if entry.dead:
+        if entry.dead or entry.vacant:
+            self._small_bytes -= entry.nbytes
+            self._bury(entry)
             return
         self._small_bytes -= entry.nbytes
         if entry.visited:
@@ -235,7 +265,9 @@ class ReplyCache:
 
     def _evict_main(self) -> None:
         entry = self._main.popleft()
-        if entry.dead:
+        if entry.dead or entry.vacant:
+            self._main_bytes -= entry.nbytes
+            self._bury(entry)
             return
         if entry.visited:
             entry.visited = False
@@ -249,17 +281,32 @@ class ReplyCache:
         self._release(entry)
         self.evictions += 1
 
+    def _bury(self, entry: Entry) -> None:
+        """An entry its queue let go of: a vacant one leaves the cache."""
+        if entry.vacant:
+            del self._vacant[entry.key]
+            entry.vacant = False
+            entry.dead = True
+
     def _forget(self, entry: Entry) -> None:
-        """An entry replaced under its key: its bytes go now, its queue slot when it is reached."""
-        if entry.main:
-            self._main_bytes -= entry.nbytes
-        else:
-            self._small_bytes -= entry.nbytes
+        """An entry out of the cache before its queue reached it: what it holds goes now; itself,
+        its key and its queue slot then, and are counted until then."""
         self._release(entry)
+        self._resize(entry, entry.own_bytes())
+
+    def _resize(self, entry: Entry, size: int) -> None:
+        """Count ``size`` bytes for ``entry``, in its queue."""
+        grown = size - entry.nbytes
+        entry.nbytes = size
+        if entry.main:
+            self._main_bytes += grown
+        else:
+            self._small_bytes += grown
 
     @staticmethod
     def _release(entry: Entry) -> None:
         entry.dead = True
+        entry.target = None
         if entry.reply is not None:
             entry.reply.entry = None
             entry.reply = None

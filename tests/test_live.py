@@ -638,16 +638,19 @@ def publish_claiming_in_place(old: Path, new: Path, origin: Origin) -> None:
     (origin.root / "head.json").write_text(json.dumps(head))
 
 
-def test_a_worker_applies_a_changeset_without_a_collection_and_freezes_what_it_made(tmp_path, origin, monkeypatch):
+def test_a_changeset_is_applied_without_a_collection_and_a_worker_freezes_nothing(tmp_path, origin, monkeypatch):
     """A changeset is applied with the garbage collector held (``serve.following.uncollected``): no
-    collection can run while its lists are made, and what it made is frozen after, out of every
-    later collection's reach, as a loaded store is; the collector is on again after."""
+    collection can run while its lists are made; the collector is on again after. A worker that
+    serves freezes nothing: a connection's objects in a cycle, alive while it applied, holding the
+    state they began with, are collected once they are garbage, and that state with them (frozen,
+    each changeset kept megabytes for the worker's life). A generation, before it forks, freezes
+    what it made, out of every later collection's reach, as a loaded store is."""
     import gc
+    import weakref
 
     from docsrv.serve import following
 
     _first, into = replica_keeping_a_changeset(tmp_path, origin, 3)
-    store = load_store(into / "current", page_text=False)
     collecting: list[bool] = []
     applying = following.applied
 
@@ -656,10 +659,18 @@ def test_a_worker_applies_a_changeset_without_a_collection_and_freezes_what_it_m
         return applying(*args, **kwargs)
 
     monkeypatch.setattr(following, "applied", watched)
+    connection: list = [load_store(into / "current", page_text=False)]
+    connection.append(connection)  # a cycle that holds the state served, as a request under way does
+    began_with = weakref.ref(connection[0])
     assert gc.isenabled()
-    done = following.step(into, store)
+    done = following.step(into, connection[0])
     assert [entry.sequence for entry in done.entries] == [2] and done.store.name == "snap-1"
     assert collecting == [False] and gc.isenabled()
+    del connection, done
+    gc.collect()
+    assert began_with() is None
+
+    done = following.step(into, load_store(into / "current", page_text=False), freeze=True)
     made = [done.store.builds_ordered, done.store.versions_ordered, done.store.builds]
     tracked = {id(o) for o in gc.get_objects()}
     assert not any(id(o) in tracked for o in made)  # frozen: no generation holds them

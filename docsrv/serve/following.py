@@ -114,26 +114,31 @@ def read_sealed(directory: Path, entry: PublishedChangeset) -> Changeset:
 
 
 @contextmanager
-def uncollected() -> Iterator[None]:
-    """No garbage collection while changesets are read and applied, and what they made frozen
-    after, as a store is once loaded (``store.loaded.load_store``). The lists an apply makes can
-    be long, and each collection reads every item of those not frozen, with the GIL held: the
-    requests of the worker would wait as long. Records are never in a cycle (``gc=False``), so a
-    state left behind is freed when its last request is done; what else was alive at the freeze
-    (replies cached, requests under way) is freed the same way, or, if in a cycle, kept until the
-    worker's next generation (a fold's reload)."""
+def uncollected(freeze: bool) -> Iterator[None]:
+    """No garbage collection while changesets are read and applied: the lists an apply makes can
+    be long, and each collection would read them again, with the GIL held. With ``freeze``, what
+    is then alive is frozen, as a store is once loaded (``store.loaded.load_store``): for a
+    generation before it forks its workers (``caught_up``), whose workers then share it and no
+    collection reads it.
+
+    A worker that serves never freezes. A freeze keeps for the worker's life whatever it finds,
+    and a worker always has requests and connections under way: those in a cycle when they end
+    (a connection closed leaves some) could no longer be collected, nor what they held, the
+    state they began with among it. Frozen at each changeset, a worker asked through a new
+    connection for each request kept megabytes at each one (``bench/memory.py``). Its later
+    collections read what its applies made until the next fold replaces it."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.freeze()  # before collections come back: one then would read everything made
+        if freeze:
+            gc.freeze()  # before collections come back: one then would read everything made
         if enabled:
             gc.enable()
 
 
-@uncollected()
-def step(directory: Path, store: Store, search: SearchIndex | None = None) -> Step:
+def step(directory: Path, store: Store, search: SearchIndex | None = None, *, freeze: bool = False) -> Step:
     """The changesets ``directory`` holds after ``store``, read and checked, composed into one and
     applied at once (``changeset.composed``), up to the first that does not apply in memory or
     cannot be read: applied one at a time, each would copy what the next copies again. Those that
@@ -143,52 +148,53 @@ def step(directory: Path, store: Store, search: SearchIndex | None = None) -> St
     kept); when it has none, up to the one before it. Those after the
     last index are applied without it: one that takes pages away all the same (its header says
     otherwise) is not applied, and waits for the pull's snapshot of it. The garbage collector is
-    held meanwhile (``uncollected``)."""
-    entries: list[PublishedChangeset] = []
-    changesets: list[Changeset] = []
-    waits = error = None
-    try:
-        for entry in pending(directory, store.name, store.manifest.sequence):
-            changeset = read_sealed(directory, entry)
-            if not in_memory(changeset, store.public_url, indexed=True):
-                waits = entry.sequence
-                break
-            entries.append(entry)
-            changesets.append(changeset)
-    except ChainError as problem:
-        error = str(problem)
-    index = None
-    while paged := [at for at, changeset in enumerate(changesets) if changes_index(changeset)]:
-        index = changeset_index(directory, entries[paged[-1]])
-        if index is not None:
-            break
-        waits = entries[paged[-1]].sequence  # its index is not there: it waits for the pull's snapshot of it
-        del entries[paged[-1]:], changesets[paged[-1]:]
-    cut = paged[-1] + 1 if index is not None else 0
-    made = store
-    touched: list[str] = []
-    done_entries: list[PublishedChangeset] = []
-    for part, indexed in ((slice(0, cut), True), (slice(cut, None), False)):
-        if not entries[part]:
-            continue
+    held meanwhile, and with ``freeze`` what is made is frozen (``uncollected``)."""
+    with uncollected(freeze):
+        entries: list[PublishedChangeset] = []
+        changesets: list[Changeset] = []
+        waits = error = None
         try:
-            done = applied(made, composed(changesets[part]), entries[part][-1].published_at, indexed=indexed)
-        except Exception as problem:  # records that do not hold together with the state: kept unchecked, by an older pull
-            sequences = f"{entries[part][0].sequence}" + (f"-{entries[part][-1].sequence}" if len(entries[part]) > 1 else "")
-            error = f"changeset {sequences} cannot be applied to {made.name}: {type(problem).__name__}: {one_line(problem)}"
-            break
-        if done is None:  # one whose header claims what its records do not: waits for the pull's snapshot
-            waits = entries[part][0].sequence
-            break
-        made, touched, done_entries = done.store, touched + applied_keys(done), done_entries + entries[part]
-    if not done_entries:
-        return Step(store, None, [], [], waits, error)
-    leftovers: list[Path] = []
-    try:
-        opened = SearchIndex.open(made, index, search, leftovers) if index is not None else None
-    except (OSError, ValueError) as problem:  # the pull removed it meanwhile (a fold), or it was damaged
-        return Step(store, None, [], [], None, f"{index}: {one_line(problem)}")
-    return Step(made, opened, touched, done_entries, waits, error, leftovers)
+            for entry in pending(directory, store.name, store.manifest.sequence):
+                changeset = read_sealed(directory, entry)
+                if not in_memory(changeset, store.public_url, indexed=True):
+                    waits = entry.sequence
+                    break
+                entries.append(entry)
+                changesets.append(changeset)
+        except ChainError as problem:
+            error = str(problem)
+        index = None
+        while paged := [at for at, changeset in enumerate(changesets) if changes_index(changeset)]:
+            index = changeset_index(directory, entries[paged[-1]])
+            if index is not None:
+                break
+            waits = entries[paged[-1]].sequence  # its index is not there: it waits for the pull's snapshot of it
+            del entries[paged[-1]:], changesets[paged[-1]:]
+        cut = paged[-1] + 1 if index is not None else 0
+        made = store
+        touched: list[str] = []
+        done_entries: list[PublishedChangeset] = []
+        for part, indexed in ((slice(0, cut), True), (slice(cut, None), False)):
+            if not entries[part]:
+                continue
+            try:
+                done = applied(made, composed(changesets[part]), entries[part][-1].published_at, indexed=indexed)
+            except Exception as problem:  # records that do not hold together with the state: kept unchecked, by an older pull
+                sequences = f"{entries[part][0].sequence}" + (f"-{entries[part][-1].sequence}" if len(entries[part]) > 1 else "")
+                error = f"changeset {sequences} cannot be applied to {made.name}: {type(problem).__name__}: {one_line(problem)}"
+                break
+            if done is None:  # one whose header claims what its records do not: waits for the pull's snapshot
+                waits = entries[part][0].sequence
+                break
+            made, touched, done_entries = done.store, touched + applied_keys(done), done_entries + entries[part]
+        if not done_entries:
+            return Step(store, None, [], [], waits, error)
+        leftovers: list[Path] = []
+        try:
+            opened = SearchIndex.open(made, index, search, leftovers) if index is not None else None
+        except (OSError, ValueError) as problem:  # the pull removed it meanwhile (a fold), or it was damaged
+            return Step(store, None, [], [], None, f"{index}: {one_line(problem)}")
+        return Step(made, opened, touched, done_entries, waits, error, leftovers)
 
 
 def one_line(problem: Exception) -> str:
@@ -201,7 +207,7 @@ def caught_up(served: Served, directory: Path | None) -> Served:
     it are applied."""
     if directory is None:
         return served
-    done = step(directory, served.store, served.search)
+    done = step(directory, served.store, served.search, freeze=True)
     remove_links(done.leftovers)
     if done.error is not None:
         log.error("changeset not applied: %s; serving %s", done.error, done.store.name)

@@ -245,24 +245,37 @@ def sweep_links() -> None:
 
 def index_problem(directory: Path) -> str | None:
     """What keeps the index in ``directory`` from serving, in one line; None when it opens as a
-    server opens it and answers a search (a first document is read back from each index), and
-    its listing lists what its shards hold."""
+    server opens it and answers a search (``answering``), and its listing lists what its shards
+    hold (``checked_listing``)."""
     try:
-        listing = read_listing(directory)
-        if listing is None:
-            raise ValueError(f"{directory}/{LISTING}: missing, or not a listing of the index")
-        if listing != listing_of(directory):
-            raise ValueError(f"{directory}/{LISTING}: lists other shards or files than the index holds")
-        for key, listed_shard in listing.shards.items():
+        for key, listed_shard in checked_listing(directory).shards.items():
             for part in (listed_shard.pages, listed_shard.entries):
-                searcher = open_index(directory, part).searcher()
-                found = searcher.search(tantivy.Query.all_query(), 1).hits
-                if found:
-                    searcher.doc(found[0][1])
+                answering(open_index(directory, part))
             Highlights(shard_path(directory, key) / HIGHLIGHT)
     except (OSError, ValueError) as error:
         return " ".join(str(error).split())[:300]
     return None
+
+
+def checked_listing(directory: Path) -> Listing:
+    """The listing written in ``directory``, which lists what its shards hold; ValueError
+    otherwise."""
+    listing = read_listing(directory)
+    if listing is None:
+        raise ValueError(f"{directory}/{LISTING}: missing, or not a listing of the index")
+    if listing != listing_of(directory):
+        raise ValueError(f"{directory}/{LISTING}: lists other shards or files than the index holds")
+    return listing
+
+
+def answering(index: tantivy.Index) -> tantivy.Index:
+    """``index``, once it answered a search and a first document was read back from it, as a
+    search reads them; ValueError when it cannot (a damaged segment opens all the same)."""
+    searcher = index.searcher()
+    found = searcher.search(tantivy.Query.all_query(), 1).hits
+    if found:
+        searcher.doc(found[0][1])
+    return index
 
 
 def quiet(index: tantivy.Index) -> tantivy.Index:

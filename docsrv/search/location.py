@@ -82,20 +82,32 @@ def index_directories(snapshot: Path, digest: str) -> tuple[Path, Path]:
 def current_index(snapshot: Path, digest: str, *, check: bool = False, own: bool = False) -> Path | None:
     """The directory of an index built from content with this ``digest``, if there is one (with
     ``own``, only in the snapshot). With ``check``, only one that opens and answers a search as a
-    server's will (``index_problem``): one that does not is named in the log, in one line, and
-    passed over."""
-    for directory in index_directories(snapshot, digest)[: 1 if own else 2]:
-        marker = directory / FINGERPRINT_FILE
-        try:
-            if json.loads(marker.read_text()).get("fingerprint") != digest:
-                continue
-        except (OSError, ValueError):
-            continue
+    server's will (``index_problem``): one that does not is named in the log (``not_serving``)
+    and passed over."""
+    for directory in current_indexes(snapshot, digest, own=own):
         problem = index_problem(directory) if check else None
         if problem is None:
             return directory
-        log.warning("%s: the search index cannot serve (%s); not used", directory, problem)
+        not_serving(directory, problem)
     return None
+
+
+def current_indexes(snapshot: Path, digest: str, *, own: bool = False) -> list[Path]:
+    """The directories of the indexes built from content with this ``digest`` (by their markers),
+    the snapshot's own first (with ``own``, it alone)."""
+    found = []
+    for directory in index_directories(snapshot, digest)[: 1 if own else 2]:
+        try:
+            if json.loads((directory / FINGERPRINT_FILE).read_text()).get("fingerprint") == digest:
+                found.append(directory)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def not_serving(directory: Path, problem: str) -> None:
+    """Say, in one line, that the index in ``directory`` is not used, and why."""
+    log.warning("%s: the search index cannot serve (%s); not used", directory, " ".join(problem.split())[:300])
 
 
 def build_private_index(store: Store, digest: str) -> Path:

@@ -40,7 +40,17 @@ from . import code_syntax, named_entries
 from .changelogs import asks_for_changes
 from .code_syntax import MAX_TOKEN_BYTES
 from .highlight import Highlights, ShardedHighlights, Words, query_words
-from .index_files import HIGHLIGHT, LISTING, ListedShard, Listing, open_index, read_listing, shard_path
+from .index_files import (
+    HIGHLIGHT,
+    LISTING,
+    ListedShard,
+    Listing,
+    answering,
+    checked_listing,
+    open_index,
+    read_listing,
+    shard_path,
+)
 from .named_entries import STOP_WORDS, Scored, filter_clause
 from .shards import Layout
 
@@ -162,21 +172,26 @@ class SearchIndex:
     """
 
     @classmethod
-    def open(cls, store: Store, directory: Path, earlier: SearchIndex | None = None, leftovers: list[Path] | None = None) -> SearchIndex:
+    def open(cls, store: Store, directory: Path, earlier: SearchIndex | None = None, leftovers: list[Path] | None = None, *,
+             check: bool = False) -> SearchIndex:
         """The index built in ``directory`` over ``store``: every file opened now (a server opens it
         before it forks, so its workers never open a file of the snapshot again), as its listing
         says (``Listing``). A shard that ``earlier`` (the index served before a changeset) holds
         alike is kept open, not opened again: its pages' and entries' indexes when they are the same
         files, its highlight files when it is made of the same; the links the others were opened
-        through are left in ``leftovers``, when given (``open_index``)."""
-        listing = read_listing(directory)
+        through are left in ``leftovers``, when given (``open_index``). With ``check``, as a
+        server's start opens a snapshot's index: checked as it is opened, as ``index_problem``
+        checks one (ValueError or OSError), not opened twice."""
+        listing = checked_listing(directory) if check else read_listing(directory)
         if listing is None:
             raise ValueError(f"{directory}/{LISTING}: missing, or not a listing of the index")
+        opening = (lambda part: answering(open_index(directory, part, leftovers))) if check else (
+            lambda part: open_index(directory, part, leftovers))
         pages, entries, highlights = {}, {}, {}
         for key, shard in sorted(listing.shards.items()):
             kept_pages, kept_entries, kept_files = earlier.kept(key, shard) if earlier is not None else (None, None, None)
-            pages[key] = kept_pages if kept_pages is not None else open_index(directory, shard.pages, leftovers)
-            entries[key] = kept_entries if kept_entries is not None else open_index(directory, shard.entries, leftovers)
+            pages[key] = kept_pages if kept_pages is not None else opening(shard.pages)
+            entries[key] = kept_entries if kept_entries is not None else opening(shard.entries)
             highlights[key] = kept_files if kept_files is not None else Highlights(shard_path(directory, key) / HIGHLIGHT)
         sharded = ShardedHighlights(highlights)
         return cls(store, listing, pages, named_entries.NamedEntries(entries, sharded.page_id), sharded)

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..search.location import build_private_index, current_index, fingerprint
+from ..search.location import build_private_index, current_indexes, fingerprint, not_serving
 from ..search.query import SearchIndex
 from ..snapshot.errors import Problem, SnapshotError
 from ..snapshot.load import record_files
@@ -60,13 +60,19 @@ def load_served(snapshot: str | Path, *, progress: bool | None = None) -> Served
     directory = resolve(snapshot)
     before = signature(directory)
     digest = fingerprint(directory)
-    found = current_index(directory, digest, check=True)
-    if found is not None:
-        store = load_store(directory, progress=progress, page_text=False)
-    else:
+    store = search = None
+    for found in current_indexes(directory, digest):
+        if store is None:
+            store = load_store(directory, progress=progress, page_text=False)
+        try:
+            search = SearchIndex.open(store, found, check=True)  # checked as it opens: ``index_problem``'s check
+            break
+        except (OSError, ValueError) as problem:
+            not_serving(found, str(problem))
+    if store is None or search is None:  # no index, or none that serves: the whole snapshot, to build one
         store = load_store(directory, progress=progress)
-        found = build_private_index(store, digest)
+        search = SearchIndex.open(store, build_private_index(store, digest))
     if signature(directory) != before:
         raise SnapshotError(str(directory), [Problem(directory.name, None, "files changed while they were being read")])
-    return Served(store, SearchIndex.open(store, found), directory, before)
+    return Served(store, search, directory, before)
 

@@ -146,7 +146,7 @@ def flood(args) -> dict:
 def heavy(args) -> dict:
     """Four clients of cold 1,000-item build lists with brotli, beside a cached project detail."""
     snapshot = snapshot_path("small", 1)
-    system = serve(snapshot)
+    system = serve(snapshot, "--response-cache-mb", str(args.cache_mb))
     stop = threading.Event()
     served = [0]
 

@@ -252,13 +252,11 @@ def big_changeset(args) -> dict:
     applied by a following worker (``serve --watch``, the sidecar pulling every 0.2 s from
     Python's http.server on loopback) while wrk asks it for cached details: their latency with no
     changeset, and from one second before the changeset is published until ``--seconds`` later."""
-    from live import Feed, docsrv, served_sequence, until
+    from live import Feed, docsrv, indexed_snapshot, served_sequence, until
 
     from docsrv.snapshot.origin import MAX_CHANGESET_BYTES
 
-    snapshot = snapshot_path("small", 1)
-    if not (snapshot / "index" / "docsrv-index.json").exists():
-        docsrv("index", str(snapshot))
+    snapshot = indexed_snapshot("small")
     work = WORK / "attack-big-changeset"
     shutil.rmtree(work, ignore_errors=True)
     origin, into = work / "origin", work / "replica"

@@ -101,6 +101,16 @@ def docsrv(*args: str) -> tuple[float, str]:
     return time.perf_counter() - started, out
 
 
+def indexed_snapshot(scale: str) -> Path:
+    """The synthetic snapshot of ``scale`` (``run.snapshot_path``), with a search index of this
+    docsrv's schema (built when it has none)."""
+    base = snapshot_path(scale, 1)
+    marker = base / "index" / "docsrv-index.json"
+    if not marker.exists() or json.loads(marker.read_bytes()).get("schema_version") != SCHEMA_VERSION:
+        docsrv("index", str(base))
+    return base
+
+
 def changed(previous: Path, new: Path, name: str, builds: int, turn: int) -> None:
     """``new``: ``previous`` with ``builds`` builds' states flipped (every other file cloned or
     copied: a hard link would move the change time of ``previous``'s files, and the publisher
@@ -586,10 +596,7 @@ def main() -> None:
         """``command`` on ``--sidecar-core``, when it is given."""
         return command if args.sidecar_core is None else pinned(command, args.sidecar_core)
 
-    base = snapshot_path(args.scale, 1)
-    marker = base / "index" / "docsrv-index.json"
-    if not marker.exists() or json.loads(marker.read_bytes()).get("schema_version") != SCHEMA_VERSION:
-        docsrv("index", str(base))
+    base = indexed_snapshot(args.scale)
     work = WORK / f"live-{args.scale}"
     shutil.rmtree(work, ignore_errors=True)
     origin, into = work / "origin", work / "replica"

@@ -45,11 +45,10 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "tests")]
 import aiohttp  # noqa: E402
 from crawl import crawl  # noqa: E402
-from live import Feed, ServerLog, docsrv, mixed, served_sequence, until  # noqa: E402
+from live import Feed, ServerLog, docsrv, indexed_snapshot, mixed, served_sequence, until  # noqa: E402
 
 from docsrv.replica.kept import fold_kept  # noqa: E402
-from docsrv.search.index_files import SCHEMA_VERSION  # noqa: E402
-from run import WORK, System, free_port, pss_kb, snapshot_path, tree  # noqa: E402
+from run import WORK, System, free_port, pss_kb, tree  # noqa: E402
 
 #: The sidecar, with a fold threshold of its first argument: ``docsrv snapshot pull`` otherwise.
 SIDECAR = ("import sys, runpy; import docsrv.replica.kept as kept; kept.FOLD_CHANGESETS = int(sys.argv.pop(1)); "
@@ -121,10 +120,7 @@ def main() -> None:
     parser.add_argument("--tag", default="", help="added to the results file's name")
     args = parser.parse_args()
 
-    base = snapshot_path(args.scale, 1)
-    marker = base / "index" / "docsrv-index.json"
-    if not marker.exists() or json.loads(marker.read_bytes()).get("schema_version") != SCHEMA_VERSION:
-        docsrv("index", str(base))
+    base = indexed_snapshot(args.scale)
     work = WORK / f"memory-{args.scale}"
     shutil.rmtree(work, ignore_errors=True)
     origin, into = work / "origin", work / "replica"

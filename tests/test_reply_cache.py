@@ -15,24 +15,34 @@ def reply(body: bytes, tag: str = "t") -> Reply:
     return Reply(200, body, headers, etag=f'"{tag}"')
 
 
-@pytest.mark.parametrize("key_length", [3000, 10])
-def test_the_bytes_it_counts_cover_what_it_holds_and_stay_within_the_limit(key_length):
-    """Long keys (a flood of junk URLs) and tiny entries (where bookkeeping is most of it)."""
-    limit = 2 << 20
+def traced(limit: int, fill) -> tuple[ReplyCache, int]:
+    """A cache of ``limit`` bytes after ``fill(cache)``, and every byte allocated since it was made
+    that is still held."""
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
         cache = ReplyCache(limit)
+        fill(cache)
+        gc.collect()
+        return cache, tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("key_length", [3000, 10])
+def test_the_bytes_it_counts_cover_what_it_holds_and_stay_within_the_limit(key_length):
+    """Long keys (a flood of junk URLs) and tiny entries (where bookkeeping is most of it)."""
+    limit = 2 << 20
+
+    def flood(cache: ReplyCache) -> None:
         for n in range(25_000):  # far more than fits: small and large bodies
             key = f"/api/v2/project/1/?x={n}{'y' * (n % key_length)}"
             cache.put(key, reply(b"{}" * (n % 900), str(n)))
             cache.alias(f"{key}&z=1", key)
             assert cache.nbytes <= limit
-        gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+
+    cache, held = traced(limit, flood)
     assert len(cache) > 100 and cache.evictions > 10_000
     # What the cache really holds (every allocation since it was made) is within what it counts.
     assert held <= cache.nbytes * 1.05 + (64 << 10), (held, cache.nbytes)
@@ -43,18 +53,13 @@ def test_replies_replaced_again_and_again_under_keys_that_fit_stay_counted():
     its queue until the queue reaches it. Those entries are counted: replaced again and again in
     a cache that never fills, they once held memory the count did not see, without bound."""
     limit = 1 << 20
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        cache = ReplyCache(limit)
+
+    def replaced(cache: ReplyCache) -> None:
         for n in range(50_000):
             cache.put(f"/api/v2/build/{n % 7}/{'x' * 200}", reply(b"{}" * 100, str(n % 7)))
             assert cache.nbytes <= limit
-        gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+
+    cache, held = traced(limit, replaced)
     assert len(cache) == 7
     assert held <= cache.nbytes * 1.05 + (64 << 10), (held, cache.nbytes)
 

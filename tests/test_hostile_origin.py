@@ -530,3 +530,19 @@ def test_a_replica_further_behind_than_a_fold_takes_the_base_whole(tmp_path, ori
     fetched = [name for name, _headers in origin.requests]
     assert sorted(name for name in fetched if name.startswith("changesets/")) == [f"changesets/{n}.jsonl" for n in (2, 3, 4)]
     assert not [name for name in fetched if name.startswith("snapshots/")]
+
+
+def test_a_changeset_is_split_into_lines_a_piece_at_a_time_as_in_one_call(monkeypatch):
+    """Finding 8: a worker reads a changeset beside its event loop, and splitting one of the largest
+    size in one call held the GIL for tens of milliseconds. It is split a piece at a time, into
+    the same lines, whatever falls at a piece's edge."""
+    import random
+
+    from docsrv.snapshot import changeset
+
+    monkeypatch.setattr(changeset, "SPLIT_PIECE", 3)
+    rng = random.Random(8)
+    cases = [b"", b"\n", b"a", b"a\n", b"\n\n", b"ab\ncd\n", b"abcdefg\nh\n\nij"]
+    cases += [bytes(rng.choice(b"ab\n") for _ in range(rng.randrange(40))) for _ in range(500)]
+    for data in cases:
+        assert changeset.split_lines(data) == data.split(b"\n"), data

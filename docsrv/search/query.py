@@ -43,6 +43,7 @@ from .highlight import Highlights, ShardedHighlights, Words, query_words
 from .index_files import (
     HIGHLIGHT,
     LISTING,
+    Listed,
     ListedShard,
     Listing,
     answering,
@@ -185,8 +186,11 @@ class SearchIndex:
         listing = checked_listing(directory) if check else read_listing(directory)
         if listing is None:
             raise ValueError(f"{directory}/{LISTING}: missing, or not a listing of the index")
-        opening = (lambda part: answering(open_index(directory, part, leftovers))) if check else (
-            lambda part: open_index(directory, part, leftovers))
+
+        def opening(part: Listed) -> tantivy.Index:
+            opened = open_index(directory, part, leftovers)
+            return answering(opened) if check else opened
+
         pages, entries, highlights = {}, {}, {}
         for key, shard in sorted(listing.shards.items()):
             kept_pages, kept_entries, kept_files = earlier.kept(key, shard) if earlier is not None else (None, None, None)

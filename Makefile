@@ -44,10 +44,12 @@ serve: $(RUN_STAMP)
 	$(BIN)/docsrv serve $(if $(SNAPSHOT),--snapshot $(SNAPSHOT)) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 # promtool (Debian's prometheus package) lints /metrics in one test: installed when missing and
-# apt-get can (the test says it is skipped otherwise).
+# apt-get can (the test says it is skipped otherwise). Debian's postgresql is the source database
+# that `docsrv snapshot follow`'s tests start (tests/source_db.py): installed when missing.
 test: $(STAMP)
 	command -v promtool >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus) \
 		|| echo "promtool not installed: its test is skipped"
+	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq --no-install-recommends postgresql)
 	$(BIN)/python -m pytest
 
 # The original's in-page search in a real browser: Debian's chromium (installed when missing),

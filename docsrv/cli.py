@@ -127,6 +127,25 @@ def build_parser() -> argparse.ArgumentParser:
                               "changesets since the base grow past a quarter of it: then SNAPSHOT is published whole)")
     publish.set_defaults(run=run_publish)
 
+    follow = snapshot.add_parser(
+        "follow", help="follow the service's Postgres database by logical replication, and publish each commit to an "
+                       "origin (as `snapshot publish` lays it out) within a second"
+    )
+    follow.add_argument("dsn", nargs="?", help="the source database, as libpq takes it "
+                                               "('host=db dbname=rtd user=docsrv_follower', or a postgresql:// URL)")
+    follow.add_argument("origin", nargs="?", type=Path, help="the origin directory (made if need be), served as it is by any "
+                                                             "static HTTP server")
+    follow.add_argument("--public-url", default="https://docs.example.org",
+                        help="the base URL of the hosted documentation (default: %(default)s)")
+    follow.add_argument("--slot", default="docsrv", type=slot_name, help="the logical replication slot (default: %(default)s)")
+    follow.add_argument("--publication", default="docsrv", help="the publication of the served tables (default: %(default)s)")
+    follow.add_argument("--window", type=float, default=0.2, metavar="SECONDS",
+                        help="how long a commit waits for others to share its changeset (default: %(default)s)")
+    follow.add_argument("--print-setup", action="store_true",
+                        help="print the SQL that makes the publication (only the columns docsrv maps: with DSN, those that "
+                             "database has) and a role that may follow, and exit")
+    follow.set_defaults(run=run_follow)
+
     diff = snapshot.add_parser(
         "diff", help="print the purge keys of every reply that may differ between two snapshots, one a line, sorted"
     )
@@ -284,6 +303,38 @@ def run_publish(args: argparse.Namespace) -> int:
         print(f"published snapshot {published.name} whole as sequence {published.sequence}: {published.compacted}")
     print(f"published {published.kind} {published.sequence} of {args.origin}: snapshot {published.name}, "
           f"{published.bytes} bytes in {published.seconds:.1f} s")
+    return 0
+
+
+def slot_name(text: str) -> str:
+    """A replication slot's name as Postgres takes one: lower-case letters, digits and ``_``."""
+    import re
+
+    if not re.fullmatch(r"[a-z0-9_]{1,63}", text):
+        raise argparse.ArgumentTypeError(f"{text!r}: a slot's name is 1-63 lower-case letters, digits and underscores")
+    return text
+
+
+def run_follow(args: argparse.Namespace) -> int:
+    import psycopg2
+
+    from .source.follower import FollowSettings, connected, follow
+    from .source.setup import mapped_columns, one_line, setup_sql
+
+    if args.print_setup:  # with a DSN, for the columns that database has
+        tables = None
+        if args.dsn is not None:
+            try:
+                with connected(args.dsn) as database:
+                    tables = mapped_columns(database)
+            except psycopg2.Error as error:
+                raise CommandError(f"source database: {one_line(error)}") from None
+        print(setup_sql(args.publication, args.slot, tables))
+        return 0
+    if args.dsn is None or args.origin is None:
+        raise CommandError("snapshot follow takes the source database (DSN) and the origin directory (ORIGIN)")
+    follow(FollowSettings(dsn=args.dsn, origin=args.origin, public_url=args.public_url, slot=args.slot,
+                          publication=args.publication, window=args.window))
     return 0
 
 

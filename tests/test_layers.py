@@ -1,6 +1,6 @@
 """The package's layering: data flows one way (snapshot files and changesets -> loader -> store (+
 search index) -> handlers -> bytes), so no module imports one of a floor above its own. The
-transport (``http/``) knows no domain; the domain (snapshot, store, search, edge, replica, api)
+transport (``http/``) knows no domain; the domain (snapshot, store, search, edge, replica, source, api)
 knows nothing of serving (``serve/``). Imports made only for type checking are left out: they
 cost nothing at run time and make no cycle."""
 
@@ -24,13 +24,15 @@ LAYERS = [
     ["docsrv.search"],
     ["docsrv.edge", "docsrv.observe"],
     ["docsrv.replica"],
+    ["docsrv.source"],
     ["docsrv.api"],
     # serving
     ["docsrv.serve"],
     ["docsrv.serve.supervisors"],
     ["docsrv.cli", "docsrv.__main__"],
 ]
-TRANSPORT, DOMAIN, SERVING = ["docsrv.http"], ["docsrv.snapshot", "docsrv.store", "docsrv.search", "docsrv.replica"], ["docsrv.serve"]
+TRANSPORT, DOMAIN, SERVING = (["docsrv.http"], ["docsrv.snapshot", "docsrv.store", "docsrv.search", "docsrv.replica", "docsrv.source"],
+                               ["docsrv.serve"])
 #: At most this many modules stand in docsrv/ itself: the entry points and what every wing shares.
 TOP_MODULES = 8
 

@@ -20,8 +20,10 @@ is bounded by about two bases.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,7 +33,7 @@ import msgspec
 from ..edge.diff import compare
 from ..edge.keys import applied_keys
 from ..errors import CommandError
-from ..snapshot.changeset import Changeset, compute, read_changeset, read_listed, with_purge_keys
+from ..snapshot.changeset import Changeset, compute, read_changeset, read_header, read_listed, with_purge_keys
 from ..snapshot.load import manifest_of
 from ..snapshot.origin import (
     CHANGESETS,
@@ -93,28 +95,41 @@ def publish(snapshot: Path, origin: Path, since: Path | None = None, *, compact_
     served = prepare(since, progress=False)
     data = compute(since, old, snapshot, manifest, sequence)
     data = with_purge_keys(data, changed_keys(served, since, snapshot, read_changeset(data, changeset_path(sequence))))
+    return publish_changeset(origin, head, data, started, compact_share=compact_share,
+                             whole=lambda why, leading: publish_whole(snapshot, manifest, origin, head, sequence, started,
+                                                                      compacted=why, leading=leading))
+
+
+#: Publishes the snapshot a changeset makes whole, instead of it or after it: (why, the
+#: changesets that lead to it) -> what was published.
+Whole = Callable[[str, list[PublishedChangeset]], "Published"]
+
+
+def publish_changeset(origin: Path, head: Head, data: bytes, started: float, whole: Whole, *, compact_share: float = COMPACT_SHARE,
+                      durable: bool = False, source_lsn: str = "") -> Published:
+    """Lay the changeset ``data`` (the bytes of its file, which follows what ``head`` publishes)
+    on ``origin``, then list it in ``head.json``; or, past the bounds of a changeset or of those
+    since the base, publish the snapshot it makes whole (``whole``). ``durable``: each file is on
+    disk before the next is written, ``head.json`` last. ``source_lsn``: the head's."""
+    header = read_header(data)
     if len(data) > MAX_CHANGESET_BYTES:
-        why = f"the changeset would hold {len(data)} bytes, more than the {MAX_CHANGESET_BYTES} a changeset may hold"
-        return publish_whole(snapshot, manifest, origin, head, sequence, started, compacted=why)
+        return whole(f"the changeset would hold {len(data)} bytes, more than the {MAX_CHANGESET_BYTES} a changeset may hold", [])
     (origin / CHANGESETS).mkdir(parents=True, exist_ok=True)
-    replace_file(origin / changeset_path(sequence), data)
+    replace_file(origin / changeset_path(header.sequence), data, durable=durable)
     now = datetime.now(UTC)
-    entry = PublishedChangeset(sequence=sequence, follows=old.name, product=manifest.name, size=len(data),
+    entry = PublishedChangeset(sequence=header.sequence, follows=header.follows, product=header.product.name, size=len(data),
                                sha256=hashlib.sha256(data).hexdigest(), published_at=now)
     base_bytes = snapshot_bytes(origin / SNAPSHOTS / head.base)
     since_base = sum(changeset.size for changeset in head.changesets) + len(data)
-    why = ""
     if since_base > compact_share * base_bytes:
-        why = (f"the changesets since base {head.base} would hold {since_base} bytes, more than {compact_share:.0%} "
-               f"of its {base_bytes}")
-    elif len(head.changesets) + 1 > MAX_CHANGESETS:
-        why = f"more than {MAX_CHANGESETS} changesets would follow base {head.base}"
-    if why:
         # The changeset is published too, as the last of those leading to the new base.
-        return publish_whole(snapshot, manifest, origin, head, sequence, started, compacted=why, leading=[*head.changesets, entry])
+        return whole(f"the changesets since base {head.base} would hold {since_base} bytes, more than {compact_share:.0%} "
+                     f"of its {base_bytes}", [*head.changesets, entry])
+    if len(head.changesets) + 1 > MAX_CHANGESETS:
+        return whole(f"more than {MAX_CHANGESETS} changesets would follow base {head.base}", [*head.changesets, entry])
     write_head(origin, msgspec.structs.replace(head, changesets=[*head.changesets, entry], published_at=now,
-                                               history=head.history or new_history()))
-    return Published(manifest.name, sequence, "changeset", len(data), time.perf_counter() - started)
+                                               history=head.history or new_history(), source_lsn=source_lsn), durable=durable)
+    return Published(header.product.name, header.sequence, "changeset", len(data), time.perf_counter() - started)
 
 
 def changed_keys(served: Store, old: Path, new: Path, changeset: Changeset) -> list[str]:
@@ -148,7 +163,11 @@ def published_keys(origin: Path, since: int | None = None) -> list[str]:
 
 
 def publish_whole(snapshot: Path, manifest: Manifest, origin: Path, head: Head | None, sequence: int, started: float,
-                  compacted: str = "", leading: list[PublishedChangeset] | None = None) -> Published:
+                  compacted: str = "", leading: list[PublishedChangeset] | None = None, *, durable: bool = False,
+                  source_lsn: str = "") -> Published:
+    """Publish ``snapshot`` whole on ``origin`` as the base of sequence ``sequence``, after ``head``
+    (None: the origin publishes nothing yet); ``leading``: the changesets that lead to it.
+    ``durable``: its files on disk before ``head.json`` is written, and that too."""
     target = origin / SNAPSHOTS / manifest.name
     if target.exists():
         raise CommandError(f"{target} exists: a snapshot is published whole once, under a name of its own")
@@ -159,9 +178,12 @@ def publish_whole(snapshot: Path, manifest: Manifest, origin: Path, head: Head |
             shutil.copyfile(snapshot / name, partial / name)
         stamped = msgspec.structs.replace(manifest, sequence=sequence)
         replace_file(partial / "manifest.json", msgspec.json.format(msgspec.json.encode(stamped), indent=2) + b"\n")
+    if durable:
+        os.sync()
     history = head.history if head is not None and head.history else new_history()
     write_head(origin, Head(format=FORMAT, format_version=FORMAT_VERSION, base=manifest.name, base_sequence=sequence,
-                            changesets=[], published_at=datetime.now(UTC), leading=leading or [], history=history))
+                            changesets=[], published_at=datetime.now(UTC), leading=leading or [], history=history,
+                            source_lsn=source_lsn), durable=durable)
     if head is not None:
         prune(origin, keep_base=head)
     return Published(manifest.name, sequence, "snapshot", snapshot_bytes(target), time.perf_counter() - started, compacted)
@@ -192,9 +214,9 @@ def read_head(origin: Path) -> Head | None:
         raise CommandError(f"{origin / HEAD}: {error}") from None
 
 
-def write_head(origin: Path, head: Head) -> None:
+def write_head(origin: Path, head: Head, *, durable: bool = False) -> None:
     origin.mkdir(parents=True, exist_ok=True)
-    replace_file(origin / HEAD, msgspec.json.format(msgspec.json.encode(head), indent=2) + b"\n")
+    replace_file(origin / HEAD, msgspec.json.format(msgspec.json.encode(head), indent=2) + b"\n", durable=durable)
 
 
 def snapshot_bytes(directory: Path) -> int:

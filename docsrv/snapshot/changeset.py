@@ -32,7 +32,7 @@ from ..utils.files import clone_or_copy
 from .errors import DECODE_ERRORS, Problem, ProblemList, SnapshotError
 from .lines import decoded_blocks, describe, line_blocks, open_records
 from .load import manifest_of, record_file
-from .origin import HEAD, PublishedChangeset
+from .origin import HEAD, Lsn, PublishedChangeset
 from .records import FORMAT as SNAPSHOT_FORMAT
 from .records import FORMAT_VERSION as SNAPSHOT_FORMAT_VERSION
 from .records import KINDS, MAX_ID, OPTIONAL_KINDS, AwareDatetime, Id, Manifest, PublicUrl, SnapshotName
@@ -74,6 +74,10 @@ class Header(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defau
     #: builds the search index of the state it makes may apply it in memory (``in_place`` says
     #: this too; a changeset of an older docsrv has only ``in_place``).
     unmoved: bool = False
+    #: Of a changeset ``docsrv snapshot follow`` made: the source database's LSN its product is as
+    #: of, and when the last transaction in it committed there.
+    source_lsn: Lsn = ""
+    committed_at: AwareDatetime | None = None
 
 
 class Upsert(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="op", tag="upsert"):
@@ -281,7 +285,7 @@ def compute(old: Path, old_manifest: Manifest, new: Path, new_manifest: Manifest
                       counts=new_manifest.counts, description=new_manifest.description)
     header = Header(format=FORMAT, format_version=FORMAT_VERSION, sequence=sequence, follows=old_manifest.name, product=product,
                     changes=len(body), in_place=unmoved and (not any(hidden.values()) or hold_no_pages(old, hidden)), unmoved=unmoved)
-    return b"\n".join([msgspec.json.encode(header), *body]) + b"\n"
+    return changeset_bytes(header, body)
 
 
 def hold_no_pages(snapshot: Path, placed: dict[str, set[int]]) -> bool:
@@ -337,6 +341,16 @@ def with_purge_keys(data: bytes, keys: list[str]) -> bytes:
     first, rest = data.split(b"\n", 1)
     header = msgspec.structs.replace(_header.decode(first), purge_keys=keys)
     return msgspec.json.encode(header) + b"\n" + rest
+
+
+def read_header(data: bytes) -> Header:
+    """The header of the changeset in ``data``, which docsrv made (not checked again)."""
+    return _header.decode(data[:data.index(b"\n")])
+
+
+def changeset_bytes(header: Header, body: list[bytes]) -> bytes:
+    """A changeset's file: its header, then its change lines."""
+    return b"\n".join([msgspec.json.encode(header), *body]) + b"\n"
 
 
 # Applying one.

@@ -302,6 +302,28 @@ MODELS = {
 }
 
 
+def record_of(label: str, pk: int, fields: dict) -> Any:
+    """The snapshot record of a record of the served model ``label`` (``MODELS``) with these
+    ``fields``, as ``dumpdata`` writes them: mapped with the model's defaults, and checked
+    (msgspec.ValidationError when they make none). Whatever else reads the service's rows
+    (``source/``) maps them here too."""
+    _kind, cls, fields_of = MODELS[label]
+    return msgspec.convert(fields_of(pk, fields), cls)
+
+
+def filed_under(item: Any, version: Version) -> Any:
+    """A build or page filed under its version's project, whatever project it names (DECISIONS.md
+    section 6)."""
+    return item if item.project == version.project else msgspec.structs.replace(item, project=version.project)
+
+
+def with_document(page: Page, project: Project) -> Page:
+    """A page with its Sphinx document name: a dump records none, so it is derived from the
+    path, as the project's builder laid it out."""
+    dirhtml = project.documentation_type == DOCUMENTATION_TYPES["sphinx_htmldir"]
+    return msgspec.structs.replace(page, document=document_of(page.path, dirhtml))
+
+
 def import_dump(
     dumps: list[Path],
     out: Path,
@@ -329,7 +351,7 @@ def import_dump(
                 if known is None:
                     report.unknown[label or "(not a dumpdata record)"] += 1
                     continue
-                kind, cls, fields_of = known
+                kind = known[0]
                 pk = record.get("pk")
                 if not isinstance(pk, int) or isinstance(pk, bool) or pk < 1:
                     reason = "django-guardian's AnonymousUser" if label == "auth.user" and pk == -1 else "its pk is not a positive id"
@@ -341,7 +363,7 @@ def import_dump(
                     by_pk[kind].pop(pk, None)
                     continue
                 try:
-                    converted = msgspec.convert(fields_of(pk, fields), cls)
+                    converted = record_of(label, pk, fields)
                 except msgspec.ValidationError as error:
                     report.skip(label, pk, str(error))
                     by_pk[kind].pop(pk, None)  # a later record replaces an earlier one, even a bad one
@@ -415,19 +437,13 @@ def keep_what_can_be_served(by_pk: dict[str, dict[int, tuple[str, Any]]], report
             return report.skip(label, item.id, f"its version {item.version} is not kept")
         if item.project != version.project:
             report.note(label, item.id, f"filed under project {item.project}; kept under its version's project {version.project}")
-            item = msgspec.structs.replace(item, project=version.project)
-        return item
+        return filed_under(item, version)
 
     builds = keep("builds", under_version)
     keep("build_commands", lambda label, c: c if c.build in builds else report.skip(label, c.id, f"its build {c.build} is not kept"))
     def page_ok(label: str, page: Page) -> Page | None:
-        """A page under its version, with its Sphinx document name (a dump records none: it is
-        derived from the path, as the project's builder laid it out)."""
         page = under_version(label, page)
-        if page is None:
-            return None
-        dirhtml = projects[page.project].documentation_type == DOCUMENTATION_TYPES["sphinx_htmldir"]
-        return msgspec.structs.replace(page, document=document_of(page.path, dirhtml))
+        return None if page is None else with_document(page, projects[page.project])
 
     keep("pages", page_ok)
     return records

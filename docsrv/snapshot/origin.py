@@ -29,6 +29,8 @@ Sequence = Annotated[int, msgspec.Meta(ge=0)]
 #: Which history an origin publishes: an id made at its first publish (empty from an origin an
 #: earlier docsrv wrote, until its next publish).
 History = Annotated[str, msgspec.Meta(pattern=r"^([0-9a-f]{32})?$")]
+#: A Postgres log position as it writes one (``16/B374D848``); empty where there is none.
+Lsn = Annotated[str, msgspec.Meta(pattern=r"^([0-9A-F]{1,8}/[0-9A-F]{1,8})?$")]
 #: The most changesets after a base: past it, a publisher publishes a snapshot whole (``head.json``,
 #: which every replica fetches for each changeset, lists them), and a pull refuses a head that
 #: lists more (or more than one more leading to its base, the last of which makes it).
@@ -64,6 +66,9 @@ class Head(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_default
     leading: list[PublishedChangeset] = []
     #: The history the origin publishes (``History``): its sequences are of that history alone.
     history: History = ""
+    #: Of an origin that ``docsrv snapshot follow`` writes: the source database's LSN its state is
+    #: as of (Postgres's ``16/B374D848``), where a follower started again resumes.
+    source_lsn: Lsn = ""
 
     @property
     def name(self) -> str:

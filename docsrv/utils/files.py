@@ -10,16 +10,32 @@ import shutil
 from pathlib import Path
 
 
-def replace_file(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` in one step: a reader sees the old file or the new, never half."""
+def replace_file(path: Path, data: bytes, *, durable: bool = False) -> None:
+    """Write ``data`` to ``path`` in one step: a reader sees the old file or the new, never half.
+    ``durable``: on disk, the file and its name, before this returns (what a crash cannot undo)."""
     partial = path.with_name(path.name + ".partial")
     try:
-        partial.write_bytes(data)
+        with open(partial, "wb") as out:
+            out.write(data)
+            if durable:
+                out.flush()
+                os.fsync(out.fileno())
         os.replace(partial, path)
+        if durable:
+            sync_directory(path.parent)
     except OSError:
         with contextlib.suppress(OSError):  # a full disk keeps no half-written file
             partial.unlink()
         raise
+
+
+def sync_directory(directory: Path) -> None:
+    """The names in ``directory`` on disk (fsync(2) of the directory)."""
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 #: ioctl(2) FICLONE: a new file sharing the blocks of another (btrfs, xfs, bcachefs), copy on write.

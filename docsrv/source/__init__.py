@@ -1,0 +1,1 @@
+"""Following the service's own database: ``docsrv snapshot follow`` (``follower.py``)."""

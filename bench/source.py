@@ -55,7 +55,7 @@ from live import Load, cpu_seconds, first_difference, indexed_snapshot, percenti
 from docsrv.snapshot.import_dump import DOCUMENTATION_TYPES  # noqa: E402
 from docsrv.source.pgoutput import lsn_of  # noqa: E402
 from run import RESULTS, WORK, System, ensure_tools, free_port  # noqa: E402
-from source_db import as_postgres, bin_directory, dumpdata, running_cluster  # noqa: E402
+from source_db import bin_directory, dumpdata, running_cluster  # noqa: E402
 
 APPLIED = re.compile(r"^(\S+ \S+) INFO worker (\d+) applied changeset (\d+):", re.MULTILINE)
 GENERATOR_TYPES = {neutral: service for service, neutral in DOCUMENTATION_TYPES.items()}
@@ -372,10 +372,9 @@ def main() -> None:
             base_cpu = follower_cpu(follower)
             started = time.perf_counter()
             dump = work / "service.dump"
-            subprocess.run([*as_postgres(), str(bin_directory() / "pg_dump"), "-h", str(cluster.socket_directory), "-p",
-                            str(cluster.port), "-U", "postgres", "-Fc", "-f", "/dev/stdout",
-                            *(f"-t{table}" for table in [*TABLE_ROWS, "projects_project_users"]), "service"],
-                           check=True, stdout=open(dump, "wb"))  # noqa: SIM115
+            subprocess.run([str(bin_directory() / "pg_dump"), "-h", str(cluster.socket_directory), "-p", str(cluster.port), "-U",
+                            "postgres", "-Fc", "-f", str(dump), *(f"-t{table}" for table in [*TABLE_ROWS, "projects_project_users"]),
+                            "service"], check=True)
             report["base"] = {"follow_s": round(base_s, 2), "follow_cpu_s": round(base_cpu, 2),
                               "pg_dump_s": round(time.perf_counter() - started, 2), "pg_dump_bytes": dump.stat().st_size,
                               "follower_rss_mb": round(rss_mb(follower.pid))}

@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the base URL of the hosted documentation (default: %(default)s)")
     follow.add_argument("--slot", default="docsrv", type=slot_name, help="the logical replication slot (default: %(default)s)")
     follow.add_argument("--publication", default="docsrv", help="the publication of the served tables (default: %(default)s)")
-    follow.add_argument("--window", type=float, default=0.2, metavar="SECONDS",
+    follow.add_argument("--window", type=float, default=0.1, metavar="SECONDS",
                         help="how long a commit waits for others to share its changeset (default: %(default)s)")
     follow.add_argument("--print-setup", action="store_true",
                         help="print the SQL that makes the publication (only the columns docsrv maps: with DSN, those that "

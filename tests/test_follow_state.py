@@ -5,10 +5,14 @@ the base uses), whatever order they came in; and a changeset of what changed say
 
 from __future__ import annotations
 
+import json
 import random
+from datetime import UTC, datetime
 
 import pytest
 
+from docsrv.edge.keys import MAX_CHANGE_KEYS
+from docsrv.source.changesets import changeset_of
 from docsrv.source.state import KIND_OF_TABLE, SourceState, coalesced
 from docsrv.source.tables import PROJECT_USERS
 
@@ -95,3 +99,26 @@ def test_changes_of_several_commits_are_coalesced_per_record():
     assert coalesced([first, second, third]) == []  # came and went: nothing to publish
     (change,) = coalesced([second, third])
     assert change.before.username == "ana" and change.after is None
+
+
+def project_with_versions(versions: int) -> SourceState:
+    state = SourceState()
+    state.row("projects_project", 1, {"id": 1, "name": "P", "slug": "popular", "pub_date": DATE, "modified_date": DATE})
+    for identity in range(1, versions + 1):
+        state.row("builds_version", identity, {"id": identity, "project": 1, "slug": f"v{identity}", "verbose_name": f"v{identity}"})
+    state.commit()
+    return state
+
+
+def test_a_changeset_names_the_purge_keys_of_what_it_changes_and_every_reply_past_a_bound():
+    def header_keys(state: SourceState) -> list[str]:
+        state.row("projects_project", 1, {"id": 1, "name": "P", "slug": "popular", "pub_date": DATE, "modified_date": DATE,
+                                          "description": "edited"})
+        now = datetime.now(UTC)
+        data = changeset_of(state, state.commit(), sequence=2, follows="a", product="b", created_at=now,
+                            public_url="https://docs.example.org", source_lsn="0/1", committed_at=now)
+        return json.loads(data.splitlines()[0])["purge_keys"]
+
+    few = header_keys(project_with_versions(3))
+    assert "project-popular" in few and "big-list-v2-version-project-popular" in few and "v2" not in few
+    assert header_keys(project_with_versions(MAX_CHANGE_KEYS // 8 + 1)) == ["search", "v1", "v2"]

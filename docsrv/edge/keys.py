@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from typing import NamedTuple
@@ -136,6 +136,8 @@ V1_VERSIONS = ListFamily("v1", "version", ("project_id", "project", "slug", "act
 V1_BUILDS = ListFamily("v1", "build", ("project",))
 V1_FILES = ListFamily("v1", "file", ())
 V1_USERS = ListFamily("v1", "user", ("username",))
+#: The keys of the lists that show one version (``version_list_keys``).
+KEYS_PER_VERSION = 2 ** len(V2_VERSIONS.filters) + 2 ** len(V1_VERSIONS.filters)
 #: Searches are lists too (of hits, by their query as well): the diff names them all by ``search``
 #: when any page changes, since a page moves every score.
 V2_DOCSEARCH = ListFamily("v2", "docsearch", ("project", "version"))
@@ -219,7 +221,7 @@ class ProjectShown(NamedTuple):
     public builds (read only when its links move: a new slug or language), and whether it has
     public pages."""
 
-    versions: Iterable[Version]
+    versions: Sequence[Version]
     commits: Iterable[str]
     pages: bool
 
@@ -231,11 +233,15 @@ def project_change_keys(before: Project | None, after: Project | None, sides: It
     before and after): its versions and files embed it, its builds show its slug and language
     (in ``docs_url``), search hits link to its pages. Their own replies carry the project's key;
     their lists' pages may carry only a ``big-`` key, or, when the slug changed, are lists
-    filtered by it."""
+    filtered by it. A project whose versions' lists would pass MAX_CHANGE_KEYS names every reply
+    (``EVERY_REPLY``) instead."""
     if before is None or after is None:
         project = after or before
         assert project is not None
         return [("added" if before is None else "removed", [project_key(project.slug)]), ("lists", project_list_keys(project))]
+    sides = list(sides)
+    if sum(len(shown.versions) for shown in sides) * KEYS_PER_VERSION > MAX_CHANGE_KEYS:
+        return [("changed", list(EVERY_REPLY))]  # a project of tens of thousands of versions: not named one by one
     found: Grouped = [("changed", list({project_key(before.slug), project_key(after.slug)}))]
     if (before.slug, before.users) != (after.slug, after.users):
         found.append(("lists", project_list_keys(before) + project_list_keys(after)))
@@ -326,6 +332,26 @@ def purge_keys(keys: Iterable[str], list_key: str | None = None) -> list[str]:
     if size(coarse) <= MAX_BYTES:
         return coarse
     return [k for k in named if not k.startswith(OBJECT_PREFIXES)] + overflow
+
+
+#: The most purge keys a changeset names: past it, those of every reply of both APIs and of the
+#: searches. A change of a project with tens of thousands of versions names the lists of each
+#: (hundreds of thousands of keys, megabytes in the changeset's header): no cache takes a purge
+#: that large sooner than it refills, and the changeset would pass its bound of size.
+MAX_CHANGE_KEYS = 20_000
+#: Keys that every reply carries one of: its API's, or the searches'.
+EVERY_REPLY = ["search", "v1", "v2"]
+
+
+def change_keys(keys: Iterable[str]) -> list[str]:
+    """The purge keys a changeset names for a change whose replies show ``keys``: each once, sorted;
+    past MAX_CHANGE_KEYS, ``EVERY_REPLY``."""
+    named: set[str] = set()
+    for key in keys:  # a generator is not read past the bound
+        named.add(key)
+        if len(named) > MAX_CHANGE_KEYS:
+            return list(EVERY_REPLY)
+    return sorted(named)
 
 
 def size(keys: list[str]) -> int:

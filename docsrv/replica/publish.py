@@ -31,7 +31,7 @@ from pathlib import Path
 import msgspec
 
 from ..edge.diff import compare
-from ..edge.keys import applied_keys
+from ..edge.keys import applied_keys, change_keys
 from ..errors import CommandError
 from ..snapshot.changeset import Changeset, compute, read_changeset, read_header, read_listed, with_purge_keys
 from ..snapshot.load import manifest_of
@@ -135,11 +135,10 @@ def publish_changeset(origin: Path, head: Head, data: bytes, started: float, who
 def changed_keys(served: Store, old: Path, new: Path, changeset: Changeset) -> list[str]:
     """The purge keys of the replies ``changeset`` (from ``old``, loaded as ``served``, to ``new``)
     changes: for one a server applies in memory, the keys it drops from its own cache
-    (``store/changes.py``); for any other, those ``docsrv snapshot diff`` names."""
+    (``store/changes.py``); for any other, those ``docsrv snapshot diff`` names (``change_keys``:
+    those of every reply past a bound)."""
     done = applied(served, changeset) if in_memory(changeset, served.public_url) else None
-    if done is None:
-        return compare(old, new).all()
-    return sorted(set(applied_keys(done)))
+    return change_keys(compare(old, new).all() if done is None else applied_keys(done))
 
 
 def published_keys(origin: Path, since: int | None = None) -> list[str]:

@@ -41,7 +41,7 @@ def changeset_of(state: SourceState, changes: list[Change], *, sequence: int, fo
     header = Header(format=FORMAT, format_version=FORMAT_VERSION, sequence=sequence, follows=follows,
                     product=Product(name=product, created_at=created_at, public_url=public_url, counts=state.counts(),
                                     description="Followed from the source database."),
-                    changes=len(body), purge_keys=sorted(set(view.purge_keys())), in_place=in_place, unmoved=unmoved,
+                    changes=len(body), purge_keys=k.change_keys(view.purge_keys()), in_place=in_place, unmoved=unmoved,
                     source_lsn=source_lsn, committed_at=committed_at)
     return changeset_bytes(header, body)
 

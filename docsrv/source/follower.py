@@ -57,7 +57,7 @@ from .tables import PROJECT_USERS, TABLES, TYPES, dumped_time, value_of
 log = logging.getLogger("docsrv")
 
 #: How long the first transaction of a changeset waits for others to join it.
-WINDOW_SECONDS = 0.2
+WINDOW_SECONDS = 0.1
 #: A changeset is published at once when its transactions changed this many records.
 BATCH_RECORDS = 20_000
 #: Where in the origin the follower keeps what no snapshot holds: the rows of project users, by

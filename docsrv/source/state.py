@@ -73,10 +73,15 @@ class SourceState:
         #: projects_project_users by id: (project, user).
         self.links: dict[int, tuple[int, int]] = {}
         self._users_of_project: dict[int, dict[int, int]] = {}  # project -> {link id: user}
-        self._projects_of_user: dict[int, set[int]] = {}
-        #: Candidates by what they name (the ids of those that name it) and by what must be unique.
-        self._children: dict[str, dict[int, set[int]]] = {name: {} for name in CHILD_INDEXES}
-        self._unique: dict[str, dict[Any, set[int]]] = {kind: {} for kind in UNIQUE}
+        self._projects_of_user: dict[int, list[int]] = {}
+        #: Candidates by what they name (the ids of those that name it) and by what must be unique:
+        #: lists, since nearly all hold one id or a few (a set of one id is larger).
+        self._children: dict[str, dict[int, list[int]]] = {name: {} for name in CHILD_INDEXES}
+        self._unique: dict[str, dict[Any, list[int]]] = {kind: {} for kind in UNIQUE}
+        #: By kind: (the index, the field of a candidate that names what it is under).
+        self._indexed: dict[str, list[tuple[dict[int, list[int]], str]]] = {kind: [] for kind in KINDS}
+        for name, (kind, fields) in CHILD_INDEXES.items():
+            self._indexed[kind] += [(self._children[name], field) for field in fields]
         self._dirty: dict[str, set[int]] = {kind: set() for kind in KINDS}
         #: Commands whose rows were deleted since the last commit: kept if their build stays.
         self._deleted_commands: set[int] = set()
@@ -206,25 +211,21 @@ class SourceState:
                 self._dirty[kind].update(self._unique[kind].get(UNIQUE[kind](record_now), ()))
 
     def _index(self, kind: str, record: Any) -> None:
-        for name, (of_kind, named) in CHILD_INDEXES.items():
-            if of_kind == kind:
-                for parent in named(record):
-                    self._children[name].setdefault(parent, set()).add(record.id)
+        for index, field in self._indexed[kind]:
+            index.setdefault(getattr(record, field), []).append(record.id)
         if kind in UNIQUE:
-            self._unique[kind].setdefault(UNIQUE[kind](record), set()).add(record.id)
+            self._unique[kind].setdefault(UNIQUE[kind](record), []).append(record.id)
 
     def _unindex(self, kind: str, record: Any) -> None:
-        for name, (of_kind, named) in CHILD_INDEXES.items():
-            if of_kind == kind:
-                for parent in named(record):
-                    _discard(self._children[name], parent, record.id)
+        for index, field in self._indexed[kind]:
+            _discard(index, getattr(record, field), record.id)
         if kind in UNIQUE:
             _discard(self._unique[kind], UNIQUE[kind](record), record.id)
 
     def _link(self, identity: int, project: int, user: int) -> None:
         self._users_of_project.setdefault(project, {})[identity] = user
         self._users_of_project[project] = dict(sorted(self._users_of_project[project].items()))
-        self._projects_of_user.setdefault(user, set()).add(project)
+        self._projects_of_user.setdefault(user, []).append(project)
         self._relink(project)
 
     def _unlink(self, identity: int) -> None:
@@ -317,21 +318,21 @@ class SourceState:
         return with_document(filed_under(page, version), self.kept["projects"][version.project])
 
 
-def _discard(index: dict[Any, set[int]], key: Any, identity: int) -> None:
+def _discard(index: dict[Any, list[int]], key: Any, identity: int) -> None:
     found = index.get(key)
-    if found is not None:
-        found.discard(identity)
+    if found is not None and identity in found:
+        found.remove(identity)
         if not found:
             del index[key]
 
 
-#: The candidates each index finds by what they name: index -> (their kind, what they name).
-CHILD_INDEXES: dict[str, tuple[str, Callable[[Any], tuple[int, ...]]]] = {
-    "versions_of_project": ("versions", lambda v: (v.project,)),
-    "relationships_of_project": ("relationships", lambda r: (r.parent, r.child)),
-    "builds_of_version": ("builds", lambda b: (b.version,)),
-    "commands_of_build": ("build_commands", lambda c: (c.build,)),
-    "pages_of_version": ("pages", lambda p: (p.version,)),
+#: The candidates each index finds by what they name: index -> (their kind, the fields that name it).
+CHILD_INDEXES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "versions_of_project": ("versions", ("project",)),
+    "relationships_of_project": ("relationships", ("parent", "child")),
+    "builds_of_version": ("builds", ("version",)),
+    "commands_of_build": ("build_commands", ("build",)),
+    "pages_of_version": ("pages", ("version",)),
 }
 JUDGES: dict[str, Callable[[SourceState, int], Any]] = {
     "users": SourceState._user,

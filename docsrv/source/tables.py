@@ -88,7 +88,16 @@ def value_of(kind: str, text: str | None) -> object:
 
 def dumped_time(text: str) -> str:
     """A datetime as ``dumpdata`` writes it (Django's JSON encoder): ISO 8601, in UTC with ``Z``
-    for an aware one, microseconds cut to milliseconds (none when there are none)."""
+    for an aware one, microseconds cut to milliseconds (none when there are none).
+
+    The follower reads times in UTC, which Postgres writes ``2026-11-27 10:00:00.1234+00`` (the
+    fraction without its trailing zeros): that form is rewritten as text, millions of times in a
+    base; any other is parsed."""
+    if len(text) >= 22 and text[19] in ".+" and text[-3:] == "+00" and text[4] == "-" and text[10] == " ":
+        fraction = text[20:-3].ljust(6, "0") if text[19] == "." else "000000"
+        if fraction == "000000":
+            return f"{text[:10]}T{text[11:19]}Z"
+        return f"{text[:10]}T{text[11:19]}.{fraction[:3]}Z"
     moment = datetime.fromisoformat(text)
     if moment.tzinfo is not None:
         moment = moment.astimezone(UTC)

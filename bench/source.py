@@ -398,6 +398,10 @@ def main() -> None:
             processes.append(subprocess.Popen([sys.executable, "-m", "docsrv", "snapshot", "pull", url, "--into", str(replica),
                                                "--every", "0.2"], stdout=subprocess.DEVNULL,
                                               stderr=open(sidecar_log, "wb")))  # noqa: SIM115
+            # A replica in its steady state: the references its sidecar checks each changeset by are built.
+            deadline = time.monotonic() + 600
+            while "ahead of the next changeset" not in sidecar_log.read_text(errors="replace") and time.monotonic() < deadline:
+                time.sleep(0.2)
             load = Load(port)
             workers = WorkerLog(WORK / "docsrv-source.log")
 

@@ -1115,6 +1115,7 @@ def test_a_sidecar_loads_the_snapshot_it_holds_before_a_change_of_pages_asks_for
     from docsrv.replica import pull as pulling
 
     monkeypatch.setattr(keeping, "INDEXED_STATE", changeset_index.StateCache())
+    monkeypatch.setattr(keeping, "HELD_REFERENCES", keeping.HeldReferences())
     base, into, _second = replica_and_change(tmp_path, origin)
     current = keeping.current_name(into)
     assert current is not None
@@ -1138,11 +1139,13 @@ def test_a_sidecar_loads_the_snapshot_it_holds_before_a_change_of_pages_asks_for
     if failing:
         assert kept is None
         assert [r.getMessage() for r in caplog.records] == [
-            f"loading the snapshot ahead of the next change of pages failed ({into / current / 'projects.jsonl'}: Input/output error)"]
+            f"loading the snapshot ahead of the next changeset failed ({into / current / 'projects.jsonl'}: Input/output error)"]
         monkeypatch.setattr(changeset_index, "load_store", loading)
     else:
         assert kept is not None and (kept.path, kept.name) == (into / current, current)
         assert keeping.INDEXED_STATE.places is not None and not caplog.records
+        # The references the next changeset is checked by are built too.
+        assert keeping.HELD_REFERENCES.state == ((into / current).resolve(), keeping.read_held(into / current).sequence)
 
         def loaded_again(*args, **kwargs):
             raise AssertionError("the snapshot was loaded again")

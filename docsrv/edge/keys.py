@@ -240,7 +240,7 @@ def project_change_keys(before: Project | None, after: Project | None, sides: It
         assert project is not None
         return [("added" if before is None else "removed", [project_key(project.slug)]), ("lists", project_list_keys(project))]
     sides = list(sides)
-    if sum(len(shown.versions) for shown in sides) * KEYS_PER_VERSION > MAX_CHANGE_KEYS:
+    if beyond_bound(len(shown.versions) for shown in sides):
         return [("changed", list(EVERY_REPLY))]  # a project of tens of thousands of versions: not named one by one
     found: Grouped = [("changed", list({project_key(before.slug), project_key(after.slug)}))]
     if (before.slug, before.users) != (after.slug, after.users):
@@ -288,7 +288,11 @@ def flat(grouped: Grouped) -> list[str]:
 
 
 def applied_keys(done: Applied) -> list[str]:
-    """The keys of every reply a changeset applied in memory touches."""
+    """The keys of every reply a changeset applied in memory touches (``EVERY_REPLY`` when the
+    projects it edits show more versions than ``beyond_bound`` allows)."""
+    edited = [(after or before).id for before, after in done.projects if before is not None and after is not None]
+    if beyond_bound(len(store.versions_of_project.get(identity, ())) for identity in edited for store in (done.was, done.store)):
+        return list(EVERY_REPLY)
     keys = [key for before, after in done.builds.values() for key in build_change_keys(before, after)]
     keys += [key for slug, before, after in done.versions for key in version_change_keys(slug, before, after)]
     for before, after in done.projects:
@@ -341,6 +345,12 @@ def purge_keys(keys: Iterable[str], list_key: str | None = None) -> list[str]:
 MAX_CHANGE_KEYS = 20_000
 #: Keys that every reply carries one of: its API's, or the searches'.
 EVERY_REPLY = ["search", "v1", "v2"]
+
+
+def beyond_bound(versions_shown: Iterable[int]) -> bool:
+    """Whether projects edited in place, which show these numbers of versions (on each side of a
+    change), name more keys than a changeset may: each names every list of each of its versions."""
+    return sum(versions_shown) * KEYS_PER_VERSION > MAX_CHANGE_KEYS
 
 
 def change_keys(keys: Iterable[str]) -> list[str]:

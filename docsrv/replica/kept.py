@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -171,32 +172,68 @@ class HeldReferences:
         #: The snapshot's directory, every link resolved, and the sequence of the state held.
         self.state: tuple[Path, int] | None = None
         self.references: References | None = None
+        #: Held while they are built: a pull's check waits for a build under way (``warm``).
+        self._building = threading.Lock()
+        #: The snapshot ``warm`` last built them for, or tried to.
+        self._warmed: Path | None = None
+
+    def cold(self, snapshot: Path) -> bool:
+        """Whether ``warm`` has something to do for the snapshot ``snapshot``: the references are of
+        another, and it was not tried (a build that failed is not tried again)."""
+        resolved = snapshot.resolve()
+        return self._warmed != resolved and (self.state is None or self.state[0] != resolved)
+
+    def warm(self, into: Path) -> None:
+        """Build the references of the state the replica ``into`` holds, ahead of its next
+        changeset (seconds at the medium scale, which the first changeset after a snapshot pulled
+        whole or a fold otherwise waits for)."""
+        current = current_name(into)
+        held = read_held(into / current) if current is not None else None
+        if current is None or held is None:
+            return
+        self._warmed = (into / current).resolve()
+        started = time.perf_counter()
+        kept = kept_chain(into, current)
+        with self._building:
+            self._held(into, current, held.sequence, kept.changesets if kept is not None else [])
+        log.info("built the references of %s ahead of the next changeset in %.1f s", current, time.perf_counter() - started)
+
+    def _held(self, into: Path, current: str, sequence: int, chain: list[PublishedChangeset]) -> References:
+        """The references of the state held: the snapshot ``current`` at ``sequence`` and ``chain`` kept after it."""
+        state = ((into / current).resolve(), chain[-1].sequence if chain else sequence)
+        if self.references is None or self.state != state:
+            self.references, self.state = None, None
+            references = References.of(state[0])
+            for changeset in kept_changesets(into, chain):
+                references.apply(Change.of(changeset))
+            self.references, self.state = references, state
+        return self.references
 
     def check(self, into: Path, current: str, sequence: int, chain: list[PublishedChangeset],
               fetched: list[tuple[PublishedChangeset, Path]], changesets: list[Changeset]) -> Checked:
         """``changesets`` checked against the state held (the snapshot ``current`` at ``sequence``,
         and ``chain`` kept after it) and those before each: the first that does not follow it, and
         those whose header claims what is false. The references move on to the last that follows."""
+        with self._building:
+            return self._checked(into, current, sequence, chain, fetched, changesets)
+
+    def _checked(self, into: Path, current: str, sequence: int, chain: list[PublishedChangeset],
+                 fetched: list[tuple[PublishedChangeset, Path]], changesets: list[Changeset]) -> Checked:
         state = ((into / current).resolve(), chain[-1].sequence if chain else sequence)
         try:
-            if self.references is None or self.state != state:
-                self.references, self.state = None, None
-                references = References.of(state[0])
-                for changeset in kept_changesets(into, chain):
-                    references.apply(Change.of(changeset))
-                self.references, self.state = references, state
+            references = self._held(into, current, sequence, chain)
             checked = Checked()
             for at, ((entry, path), changeset) in enumerate(zip(fetched, changesets, strict=True)):
                 change = Change.of(changeset)
-                found = self.references.problems(change)
+                found = references.problems(change)
                 if found:  # the references stay at the one before it, which the caller keeps
                     more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
                     checked.refused = at, (f"{path.name} (changeset {entry.sequence}) does not follow the state it applies to: "
                                            f"{found[0]}{more}")
                     return checked
-                if (claim := self.references.false_claim(change)) is not None:
+                if (claim := references.false_claim(change)) is not None:
                     checked.false_claims[at] = claim
-                self.references.apply(change)
+                references.apply(change)
                 self.state = (state[0], entry.sequence)
         except SnapshotError as error:  # a file of the snapshot held that no longer reads
             self.references = self.state = None

@@ -66,19 +66,31 @@ async def pull_every(
 
 
 def tend_warming(into: Path, warming: asyncio.Task[None] | None) -> asyncio.Task[None] | None:
-    """A sidecar's kept state loaded in the background, once ``current`` names a snapshot it is not
-    of (``replica.changeset_index.StateCache.warm``): the first changeset of pages after a start, a
-    snapshot pulled whole or a fold then costs the shards it changes, not a load of the snapshot
-    too. A load that fails is logged in one line; a change of pages then loads the snapshot itself."""
+    """What a sidecar's next changesets need, made in the background once ``current`` names a
+    snapshot it is not of: the references each changeset is checked by (``kept.HeldReferences``),
+    then the kept state (``replica.changeset_index.StateCache.warm``). The first changeset after a
+    start, a snapshot pulled whole or a fold then costs what it changes, not a load of the
+    snapshot too. A load that fails is logged in one line; the changeset then loads it itself."""
     if warming is not None:
         if not warming.done():
             return warming
         if not warming.cancelled() and isinstance(error := warming.exception(), Exception):
-            log.error("loading the snapshot ahead of the next change of pages failed (%s)", describe(error))
+            log.error("loading the snapshot ahead of the next changeset failed (%s)", describe(error))
     current = current_name(into)
-    if current is None or not kept.INDEXED_STATE.cold(into / current):
+    if current is None:
         return None
-    return asyncio.create_task(asyncio.to_thread(kept.INDEXED_STATE.warm, into / current))
+    snapshot = into / current
+    references, state = kept.HELD_REFERENCES.cold(snapshot), kept.INDEXED_STATE.cold(snapshot)
+    if not (references or state):
+        return None
+
+    def warm() -> None:
+        if references:
+            kept.HELD_REFERENCES.warm(into)
+        if state:
+            kept.INDEXED_STATE.warm(snapshot)
+
+    return asyncio.create_task(asyncio.to_thread(warm))
 
 
 class Backoff:

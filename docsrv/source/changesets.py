@@ -107,6 +107,10 @@ class View:
         return self.version(version if isinstance(version, Version) else None, before) is not None
 
     def purge_keys(self) -> Iterator[str]:
+        edited = [c.after.id for c in self.changes if c.kind == "projects" and c.before is not None and c.after is not None]
+        if k.beyond_bound(2 * len(self.state.children("versions_of_project", identity)) for identity in edited):
+            yield from k.EVERY_REPLY  # as ``applied_keys`` says of the same change
+            return
         pages: tuple[list[int], list[int], list[int]] = ([], [], [])
         for change in self.changes:
             before, after = change.before, change.after

@@ -20,7 +20,7 @@ Two rules of the service's own are kept here:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,7 +142,7 @@ class SourceState:
         self._set(kind, identity, record)
         return None
 
-    def children(self, index: str, identity: int) -> Iterable[int]:
+    def children(self, index: str, identity: int) -> Sequence[int]:
         """The ids of the candidates that index ``index`` (``CHILD_INDEXES``) finds under ``identity``."""
         return self._children[index].get(identity, ())
 

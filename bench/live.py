@@ -424,6 +424,15 @@ class Feed:
         return self.others[kind]
 
 
+def whole_lines(path: Path, offset: int) -> tuple[str, int]:
+    """The whole lines a log written by another process holds past ``offset``, and the offset after them."""
+    with open(path, "rb") as log:
+        log.seek(offset)
+        data = log.read()
+    whole = data.rfind(b"\n") + 1
+    return data[:whole].decode(errors="replace"), offset + whole
+
+
 class ServerLog:
     """What the workers of the live server logged of the changesets they applied."""
 
@@ -434,12 +443,8 @@ class ServerLog:
         self.lags: dict[int, dict[int, float]] = {}
 
     def read(self) -> None:
-        with open(self.path, "rb") as log:
-            log.seek(self.offset)
-            data = log.read()
-        whole = data.rfind(b"\n") + 1
-        self.offset += whole
-        for worker, sequence, seconds in APPLIED.findall(data[:whole].decode(errors="replace")):
+        text, self.offset = whole_lines(self.path, self.offset)
+        for worker, sequence, seconds in APPLIED.findall(text):
             self.lags.setdefault(int(sequence), {})[int(worker)] = float(seconds)
 
     def wait(self, sequence: int, workers: int, published: float, served: Callable[[], int], timeout: float = 120.0) -> float:

@@ -50,7 +50,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "tests")]
 import psycopg2  # noqa: E402
 from crawl import crawl  # noqa: E402
-from live import Load, cpu_seconds, first_difference, indexed_snapshot, percentile, without_date  # noqa: E402
+from live import Load, cpu_seconds, first_difference, indexed_snapshot, percentile, whole_lines, without_date  # noqa: E402
 
 from docsrv.snapshot.import_dump import DOCUMENTATION_TYPES  # noqa: E402
 from docsrv.source.pgoutput import lsn_of  # noqa: E402
@@ -312,12 +312,8 @@ class WorkerLog:
     def served(self, sequence: int, workers: int, timeout: float = 120.0) -> float:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            with open(self.path, "rb") as log:
-                log.seek(self.offset)
-                data = log.read()
-            whole = data.rfind(b"\n") + 1
-            self.offset += whole
-            for stamp, worker, number in APPLIED.findall(data[:whole].decode(errors="replace")):
+            text, self.offset = whole_lines(self.path, self.offset)
+            for stamp, worker, number in APPLIED.findall(text):
                 when = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
                 self.applied.setdefault(int(number), {})[int(worker)] = when
             found = self.applied.get(sequence, {})
@@ -398,9 +394,12 @@ def main() -> None:
             processes.append(subprocess.Popen([sys.executable, "-m", "docsrv", "snapshot", "pull", url, "--into", str(replica),
                                                "--every", "0.2"], stdout=subprocess.DEVNULL,
                                               stderr=open(sidecar_log, "wb")))  # noqa: SIM115
-            # A replica in its steady state: the references its sidecar checks each changeset by are built.
-            deadline = time.monotonic() + 600
-            while "ahead of the next changeset" not in sidecar_log.read_text(errors="replace") and time.monotonic() < deadline:
+            # A replica in its steady state: its sidecar has built the references it checks each
+            # changeset by, and loaded the state a change of pages starts from (after a start or a
+            # fold it does both in the background, beside its pulls).
+            deadline = time.monotonic() + 900
+            warmed = ("ahead of the next changeset", "ahead of the next change of pages")
+            while time.monotonic() < deadline and not all(said in sidecar_log.read_text(errors="replace") for said in warmed):
                 time.sleep(0.2)
             load = Load(port)
             workers = WorkerLog(WORK / "docsrv-source.log")

@@ -223,23 +223,30 @@ def django_json(value: object) -> object:
 
 
 def dumpdata(dsn: str, path: Path) -> Path:
-    """What ``manage.py dumpdata`` writes of the database's served models (every column), to ``path``."""
-    records = []
-    with contextlib.closing(psycopg2.connect(dsn, options="-c TimeZone=UTC")) as connection, connection.cursor() as cursor:
-        cursor.execute("SELECT project_id, user_id FROM projects_project_users ORDER BY id")
-        users: dict[int, list[int]] = {}
-        for project, user in cursor.fetchall():
-            users.setdefault(project, []).append(user)
+    """What ``manage.py dumpdata`` writes of the database's served models (every column), to
+    ``path``: a JSON list, written a record at a time (a large database is never held whole)."""
+    with contextlib.closing(psycopg2.connect(dsn, options="-c TimeZone=UTC")) as connection, open(path, "w") as out:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT project_id, user_id FROM projects_project_users ORDER BY id")
+            users: dict[int, list[int]] = {}
+            for project, user in cursor.fetchall():
+                users.setdefault(project, []).append(user)
+        out.write("[")
+        first = True
         for model, table in MODEL_TABLES.items():
-            cursor.execute(f"SELECT * FROM {table} ORDER BY id")
-            names = [column.name for column in cursor.description]
-            for row in cursor.fetchall():
-                fields = {}
-                for name, value in zip(names, row, strict=True):
-                    if name != "id":
-                        fields[name[:-3] if name[:-3] in FOREIGN_KEYS.get(table, ()) else name] = django_json(value)
-                if table == "projects_project":
-                    fields["users"] = users.get(row[0], [])
-                records.append({"model": model, "pk": row[0], "fields": fields})
-    path.write_text(json.dumps(records))
+            with connection.cursor(name=f"dump_{table}") as cursor:
+                cursor.itersize = 10_000
+                cursor.execute(f"SELECT * FROM {table} ORDER BY id")
+                names: list[str] | None = None
+                for row in cursor:
+                    names = names or [column.name for column in cursor.description]
+                    fields = {}
+                    for name, value in zip(names, row, strict=True):
+                        if name != "id":
+                            fields[name[:-3] if name[:-3] in FOREIGN_KEYS.get(table, ()) else name] = django_json(value)
+                    if table == "projects_project":
+                        fields["users"] = users.get(row[0], [])
+                    out.write(("" if first else ",\n") + json.dumps({"model": model, "pk": row[0], "fields": fields}))
+                    first = False
+        out.write("]\n")
     return path

@@ -91,12 +91,10 @@ def published_columns(connection: Any, publication: str, log: Any) -> dict[str, 
                        (publication,))
         streamed = {table: set(columns) for table, columns in cursor.fetchall()}
         connection.commit()
-    for name, table in TABLES.items():
-        if name not in streamed:
-            raise CommandError(f"publication {publication} does not stream table {name}: {SETUP_HINT}")
-        missing = [column for column in table.columns if column not in streamed[name]]
-        if missing:
-            raise CommandError(f"publication {publication} does not stream column {name}.{missing[0]}: {SETUP_HINT}")
+    if (gap := lacking(streamed)) is not None:
+        table, column = gap
+        what = f"column {table}.{column}" if column is not None else f"table {table}"
+        raise CommandError(f"publication {publication} does not stream {what}: {SETUP_HINT}")
     return {name: [column for column in columns if column in streamed[name]] for name, columns in wanted.items()}
 
 
@@ -111,15 +109,24 @@ def mapped_columns(connection: Any) -> dict[str, list[str]]:
         for table, column in cursor.fetchall():
             present.setdefault(table, set()).add(column)
     connection.commit()
-    wanted: dict[str, list[str]] = {}
+    if (gap := lacking(present)) is not None:
+        table, column = gap
+        if column is None:
+            raise CommandError(f"the source database has no table {table}: is it the service's database?")
+        raise CommandError(f"{table}.{column}: no such column in the source database (docsrv maps it)")
+    return {name: [*table.columns, *(column for column in table.optional if column in present[name])] for name, table in TABLES.items()}
+
+
+def lacking(found: dict[str, set[str]]) -> tuple[str, str | None] | None:
+    """The first served table ``found`` (columns by table) lacks, as (table, None), or the first
+    mapped column of one, as (table, column); None when it has them all."""
     for name, table in TABLES.items():
-        if name not in present:
-            raise CommandError(f"the source database has no table {name}: is it the service's database?")
-        missing = [column for column in table.columns if column not in present[name]]
-        if missing:
-            raise CommandError(f"{name}.{missing[0]}: no such column in the source database (docsrv maps it)")
-        wanted[name] = [*table.columns, *(column for column in table.optional if column in present[name])]
-    return wanted
+        if name not in found:
+            return name, None
+        for column in table.columns:
+            if column not in found[name]:
+                return name, column
+    return None
 
 
 def one_line(error: BaseException) -> str:

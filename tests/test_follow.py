@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -72,11 +73,17 @@ class Follower:
         self.dsn, self.origin, self.slot, self.log_path = dsn, origin, slot, log
         self.process: subprocess.Popen | None = None
 
-    def start(self, wrapper: str = "") -> Follower:
+    def start(self, wrapper: str = "", *, file_bytes: int | None = None) -> Follower:
+        """Started; ``file_bytes``: no file it writes may grow past that many bytes (as on a full disk)."""
         arguments = ["snapshot", "follow", self.dsn, str(self.origin), "--slot", self.slot, "--publication", self.slot, "--window", "0.05"]
         code = f"import sys; {wrapper}\nfrom docsrv.cli import main; sys.exit(main({arguments!r}))"
+
+        def limited() -> None:
+            if file_bytes is not None:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=log, stderr=log)
+            self.process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=log, stderr=log, preexec_fn=limited)
         return self
 
     def stop(self) -> None:
@@ -417,6 +424,22 @@ def test_a_follower_killed_and_started_again_publishes_each_commit_once(follower
     assert follower.wait() == -signal.SIGKILL
     follower.start()
     committed_once(follower, tmp_path, 1)
+
+
+def test_a_write_that_fails_stops_the_follower_in_one_line_and_the_commit_is_published_once_started_again(follower, tmp_path):
+    follower.start(file_bytes=2 << 20)  # the base's files fit; a changeset of 20,000 pages does not
+    serves_the_database(follower, tmp_path)
+    before = head(follower.origin)
+    sql(follower.dsn, "INSERT INTO projects_importedfile (project_id, version_id, name, slug, path, md5) "
+                      "SELECT 1, 1, 'more' || i, 'more' || i, 'more/page-' || i || '.html', '' FROM generate_series(1, 20000) AS i")
+    assert follower.wait() == 1
+    last = follower.log.strip().splitlines()[-1]
+    assert last.startswith(f"docsrv: {follower.origin}/") and last.endswith("File too large"), last
+    assert head(follower.origin) == before  # what replicas follow is as it was
+    assert not [p for p in follower.origin.rglob("*") if p.name.endswith(".partial") or p.name.startswith("whole-")]
+    follower.start()
+    expected = serves_the_database(follower, tmp_path)
+    assert len([p for p in expected["pages"].values() if p["path"].startswith("more/")]) == 20_000
 
 
 def test_postgres_restarted_under_the_follower_is_followed_again(follower, tmp_path, cluster: Cluster):

@@ -112,6 +112,8 @@ class Follower:
         # The transaction being received: its rows by (table, id), the last form of each.
         self.rows: dict[tuple[str, int], Fields | None] = {}
         self.truncated: list[str] = []
+        #: Between a Begin and its Commit: no position is confirmed then.
+        self.in_transaction = False
         # Committed transactions whose changes wait for the window to end.
         self.pending: list[list[Change]] = []
         self.pending_links: list[bytes] = []
@@ -186,7 +188,7 @@ class Follower:
     def lost(self) -> None:
         """The connection is gone: what committed and waits is published (it is the database's),
         the transaction under way is dropped (the server sends it again, whole)."""
-        self.rows, self.truncated = {}, []
+        self.rows, self.truncated, self.in_transaction = {}, [], False
         if self.pending and self.state is not None:
             self.publish()
         self.relations = {}
@@ -201,7 +203,7 @@ class Follower:
                 self.publish()
                 self.confirm(cursor, self.published_lsn)
             if message is None:
-                if not self.pending and not self.rows and cursor.wal_end > self.confirmed:
+                if not self.pending and not self.in_transaction and cursor.wal_end > self.confirmed:
                     self.confirm(cursor, cursor.wal_end)  # idle: nothing of ours before the server's position
                 wait = self.settings.window - (now - self.pending_since) if self.pending else 1.0
                 select.select([connection], [], [], max(wait, 0.0))
@@ -210,7 +212,7 @@ class Follower:
 
     def take(self, message: pgoutput.Message, cursor: Any) -> None:
         if isinstance(message, pgoutput.Begin):
-            self.rows, self.truncated = {}, []
+            self.rows, self.truncated, self.in_transaction = {}, [], True
         elif isinstance(message, pgoutput.Relation):
             self.relations[message.relation_id] = self.mapped(message)
         elif isinstance(message, pgoutput.Insert | pgoutput.Update):
@@ -232,7 +234,7 @@ class Follower:
             self.committed(message, cursor)
 
     def committed(self, commit: pgoutput.Commit, cursor: Any) -> None:
-        rows, truncated, self.rows, self.truncated = self.rows, self.truncated, {}, []
+        rows, truncated, self.rows, self.truncated, self.in_transaction = self.rows, self.truncated, {}, [], False
         if commit.end_lsn <= self.published_lsn:
             return  # published before the follower stopped: sent again from the slot's position
         assert self.state is not None
@@ -342,7 +344,10 @@ class Follower:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
         try:
-            write_snapshot(self.state.records(), work, self.name(sequence), self.settings.public_url, None)
+            try:
+                write_snapshot(self.state.records(), work, self.name(sequence), self.settings.public_url, None)
+            except OSError as error:  # a write's error names no file: the snapshot being written
+                raise OSError(error.errno, error.strerror, error.filename or str(work)) from error
             published = publish_whole(work, manifest_of(work), self.origin, head, sequence, started, compacted=why, leading=leading,
                                       durable=True, source_lsn=lsn)
         finally:

@@ -23,9 +23,11 @@ def replace_file(path: Path, data: bytes, *, durable: bool = False) -> None:
         os.replace(partial, path)
         if durable:
             sync_directory(path.parent)
-    except OSError:
+    except OSError as error:
         with contextlib.suppress(OSError):  # a full disk keeps no half-written file
             partial.unlink()
+        if error.filename is None:  # a write's error names no file: this one
+            raise OSError(error.errno, error.strerror, str(path)) from error
         raise
 
 

@@ -122,3 +122,16 @@ def test_a_changeset_names_the_purge_keys_of_what_it_changes_and_every_reply_pas
     few = header_keys(project_with_versions(3))
     assert "project-popular" in few and "big-list-v2-version-project-popular" in few and "v2" not in few
     assert header_keys(project_with_versions(MAX_CHANGE_KEYS // 8 + 1)) == ["search", "v1", "v2"]
+
+
+def test_the_journal_of_project_users_is_read_up_to_the_position_taken_and_a_line_cut_short_is_left(tmp_path):
+    from docsrv.source.follower import LINKS, PRIVATE, append_links, read_links, write_links
+
+    write_links(tmp_path, {1: (10, 100), 2: (10, 200)})
+    append_links(tmp_path, [b"[50,3,11,100]\n", b"[60,1]\n", b"[70,4,12,300]\n"])
+    with open(tmp_path / PRIVATE / LINKS, "ab") as journal:
+        journal.write(b"[80,5,1")  # a crash in the middle of a line: its transaction is sent again
+    assert read_links(tmp_path, 60) == {2: (10, 200), 3: (11, 100)}
+    assert read_links(tmp_path, 100) == {2: (10, 200), 3: (11, 100), 4: (12, 300)}
+    append_links(tmp_path, [b"[90,0]\n"])  # the table truncated
+    assert read_links(tmp_path, 100) == {}

@@ -455,7 +455,11 @@ def write_links(origin: Path, links: dict[int, tuple[int, int]]) -> None:
 
 def append_links(origin: Path, lines: list[bytes]) -> None:
     path = origin / PRIVATE / LINKS
-    with open(path, "ab") as journal:
+    with open(path, "a+b") as journal:
+        if journal.tell() > 0:
+            journal.seek(-1, os.SEEK_END)
+            if journal.read(1) != b"\n":  # a line a crash cut short: ended, so that it stays alone
+                lines = [b"\n", *lines]
         journal.write(b"".join(lines))
         journal.flush()
         os.fsync(journal.fileno())

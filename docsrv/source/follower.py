@@ -294,7 +294,7 @@ class Follower:
         earlier = self.rows.get((mapped.table, identity))
         for place, column, name, kind in mapped.places:
             value = values[place]
-            if value is pgoutput.UNCHANGED:
+            if isinstance(value, pgoutput.Unchanged):
                 assert self.state is not None
                 try:
                     fields[name] = earlier[name] if earlier is not None else self.state.unchanged(mapped.table, identity, column)
@@ -302,7 +302,7 @@ class Follower:
                     raise CommandError(f"{mapped.table}.{column} of row {identity}: an update left it unchanged (TOASTed) and "
                                        "the follower holds no value of it") from None
             else:
-                fields[name] = value_of(kind, value)  # type: ignore[arg-type]
+                fields[name] = value_of(kind, value)
         return fields
 
     # Publishing.

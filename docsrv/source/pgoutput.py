@@ -24,8 +24,12 @@ _U64 = struct.Struct(">Q")
 
 #: A tuple's value: text as the type's output function writes it; None for SQL NULL; UNCHANGED
 #: for a TOASTed value an update left as it was (not sent).
-UNCHANGED = object()
-Value = str | None | object
+class Unchanged:
+    """The value of a TOASTed column an update left as it was (pgoutput's ``u``): not sent."""
+
+
+UNCHANGED = Unchanged()
+Value = str | None | Unchanged
 
 
 class DecodeError(ValueError):

@@ -25,6 +25,7 @@ from conftest import Client, InProcessServer
 from docsrv.serve.served import signature
 from docsrv.snapshot.records import Manifest
 from docsrv.snapshot.write import write_manifest
+from docsrv.store.changes import Applied
 from docsrv.store.loaded import load_store
 from helpers import Origin, docsrv, poll
 
@@ -659,13 +660,21 @@ def test_a_changeset_is_applied_without_a_collection_and_a_worker_freezes_nothin
         return applying(*args, **kwargs)
 
     monkeypatch.setattr(following, "applied", watched)
+    enable = gc.enable
+    applied_alive: list[int] = []
+
+    def enabled() -> None:  # what a collection would read at once: the change applied is gone before it
+        applied_alive.append(sum(isinstance(o, Applied) for o in gc.get_objects()))
+        enable()
+
     connection: list = [load_store(into / "current", page_text=False)]
     connection.append(connection)  # a cycle that holds the state served, as a request under way does
     began_with = weakref.ref(connection[0])
+    monkeypatch.setattr(gc, "enable", enabled)
     assert gc.isenabled()
     done = following.step(into, connection[0])
     assert [entry.sequence for entry in done.entries] == [2] and done.store.name == "snap-1"
-    assert collecting == [False] and gc.isenabled()
+    assert collecting == [False] and gc.isenabled() and applied_alive == [0]
     del connection, done
     gc.collect()
     assert began_with() is None
@@ -674,6 +683,23 @@ def test_a_changeset_is_applied_without_a_collection_and_a_worker_freezes_nothin
     made = [done.store.builds_ordered, done.store.versions_ordered, done.store.builds]
     tracked = {id(o) for o in gc.get_objects()}
     assert not any(id(o) in tracked for o in made)  # frozen: no generation holds them
+
+
+def test_a_worker_notes_the_keys_its_changeset_names_and_every_reply_past_the_bound(tmp_path, origin, monkeypatch):
+    """A worker notes in its reply cache the keys of the replies a changeset applied in memory
+    changes: those its header names for the edge (``purge_keys``). Past MAX_CHANGE_KEYS the
+    header names every reply (``EVERY_REPLY``), and so does the worker, which would otherwise note
+    hundreds of thousands of keys one by one on its event loop for a changeset of the largest size."""
+    from docsrv.edge import keys
+    from docsrv.serve import following
+
+    _first, into = replica_keeping_a_changeset(tmp_path, origin, 3)
+    named = json.loads((into / "changesets" / "2.jsonl").read_bytes().splitlines()[0])["purge_keys"]
+    done = following.step(into, load_store(into / "current", page_text=False))
+    assert sorted(done.touched) == named and len(named) > 20
+    monkeypatch.setattr(keys, "MAX_CHANGE_KEYS", len(named) - 1)
+    done = following.step(into, load_store(into / "current", page_text=False))
+    assert [entry.sequence for entry in done.entries] == [2] and done.touched == ["search", "v1", "v2"]
 
 
 def test_a_kept_changeset_that_fails_its_seal_is_never_applied_and_a_new_worker_serves_what_its_peers_serve(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from typing import NamedTuple
@@ -288,23 +288,34 @@ def flat(grouped: Grouped) -> list[str]:
 
 
 def applied_keys(done: Applied) -> list[str]:
-    """The keys of every reply a changeset applied in memory touches (``EVERY_REPLY`` when the
-    projects it edits show more versions than ``beyond_bound`` allows)."""
+    """The keys of every reply a changeset applied in memory touches, each once; ``EVERY_REPLY``
+    when the projects it edits show more versions than ``beyond_bound`` allows, or past
+    MAX_CHANGE_KEYS, as the changeset's header names them (``change_keys``): a worker notes them
+    in its reply cache on its event loop (``ReplyCache.advance``)."""
+    named = within_bound(_applied_keys(done))
+    return list(EVERY_REPLY) if named is None else list(named)
+
+
+def _applied_keys(done: Applied) -> Iterator[str]:
     edited = [(after or before).id for before, after in done.projects if before is not None and after is not None]
     if beyond_bound(len(store.versions_of_project.get(identity, ())) for identity in edited for store in (done.was, done.store)):
-        return list(EVERY_REPLY)
-    keys = [key for before, after in done.builds.values() for key in build_change_keys(before, after)]
-    keys += [key for slug, before, after in done.versions for key in version_change_keys(slug, before, after)]
+        yield from EVERY_REPLY
+        return
+    for build_before, build_after in done.builds.values():
+        yield from build_change_keys(build_before, build_after)
+    for slug, version_before, version_after in done.versions:
+        yield from version_change_keys(slug, version_before, version_after)
     for before, after in done.projects:
         identity = (after or before).id  # type: ignore[union-attr]
         sides = [ProjectShown(store.versions_of_project.get(identity, []), (b.commit for b in store.builds_of_project.get(identity, [])),
                               identity in store.projects_with_pages) for store in (done.was, done.store)]
-        keys += flat(project_change_keys(before, after, sides))
-    keys += [key for before, after in done.users for key in flat(user_change_keys(before, after))]
+        yield from flat(project_change_keys(before, after, sides))
+    for user_before, user_after in done.users:
+        yield from flat(user_change_keys(user_before, user_after))
     if done.pages:
-        keys += flat(page_change_keys(*page_ids(done.pages)))
-    # Which subprojects a doc search covers, as the diff names it; and a page's words move every score.
-    return [*keys, "search"] if done.relationships or done.pages else keys
+        yield from flat(page_change_keys(*page_ids(done.pages)))
+    if done.relationships or done.pages:
+        yield "search"  # which subprojects a doc search covers, as the diff names it; and a page's words move every score
 
 
 def page_ids(changed: list[tuple[PageHead | None, PageHead | None]]) -> tuple[list[int], list[int], list[int]]:
@@ -356,12 +367,18 @@ def beyond_bound(versions_shown: Iterable[int]) -> bool:
 def change_keys(keys: Iterable[str]) -> list[str]:
     """The purge keys a changeset names for a change whose replies show ``keys``: each once, sorted;
     past MAX_CHANGE_KEYS, ``EVERY_REPLY``."""
+    named = within_bound(keys)
+    return list(EVERY_REPLY) if named is None else sorted(named)
+
+
+def within_bound(keys: Iterable[str]) -> set[str] | None:
+    """``keys``, each once, or None past MAX_CHANGE_KEYS (a generator is not read past it)."""
     named: set[str] = set()
-    for key in keys:  # a generator is not read past the bound
+    for key in keys:
         named.add(key)
         if len(named) > MAX_CHANGE_KEYS:
-            return list(EVERY_REPLY)
-    return sorted(named)
+            return None
+    return named
 
 
 def size(keys: list[str]) -> int:

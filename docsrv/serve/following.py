@@ -148,53 +148,60 @@ def step(directory: Path, store: Store, search: SearchIndex | None = None, *, fr
     kept); when it has none, up to the one before it. Those after the
     last index are applied without it: one that takes pages away all the same (its header says
     otherwise) is not applied, and waits for the pull's snapshot of it. The garbage collector is
-    held meanwhile, and with ``freeze`` what is made is frozen (``uncollected``)."""
+    held meanwhile, and with ``freeze`` what is made is frozen (``uncollected``). What the step
+    made and dropped (the changesets read, each change before and after) is gone before the
+    collector comes back, which would otherwise read it all at its first collection, with the
+    GIL held."""
     with uncollected(freeze):
-        entries: list[PublishedChangeset] = []
-        changesets: list[Changeset] = []
-        waits = error = None
+        return _stepped(directory, store, search)
+
+
+def _stepped(directory: Path, store: Store, search: SearchIndex | None) -> Step:
+    entries: list[PublishedChangeset] = []
+    changesets: list[Changeset] = []
+    waits = error = None
+    try:
+        for entry in pending(directory, store.name, store.manifest.sequence):
+            changeset = read_sealed(directory, entry)
+            if not in_memory(changeset, store.public_url, indexed=True):
+                waits = entry.sequence
+                break
+            entries.append(entry)
+            changesets.append(changeset)
+    except ChainError as problem:
+        error = str(problem)
+    index = None
+    while paged := [at for at, changeset in enumerate(changesets) if changes_index(changeset)]:
+        index = changeset_index(directory, entries[paged[-1]])
+        if index is not None:
+            break
+        waits = entries[paged[-1]].sequence  # its index is not there: it waits for the pull's snapshot of it
+        del entries[paged[-1]:], changesets[paged[-1]:]
+    cut = paged[-1] + 1 if index is not None else 0
+    made = store
+    touched: list[str] = []
+    done_entries: list[PublishedChangeset] = []
+    for part, indexed in ((slice(0, cut), True), (slice(cut, None), False)):
+        if not entries[part]:
+            continue
         try:
-            for entry in pending(directory, store.name, store.manifest.sequence):
-                changeset = read_sealed(directory, entry)
-                if not in_memory(changeset, store.public_url, indexed=True):
-                    waits = entry.sequence
-                    break
-                entries.append(entry)
-                changesets.append(changeset)
-        except ChainError as problem:
-            error = str(problem)
-        index = None
-        while paged := [at for at, changeset in enumerate(changesets) if changes_index(changeset)]:
-            index = changeset_index(directory, entries[paged[-1]])
-            if index is not None:
-                break
-            waits = entries[paged[-1]].sequence  # its index is not there: it waits for the pull's snapshot of it
-            del entries[paged[-1]:], changesets[paged[-1]:]
-        cut = paged[-1] + 1 if index is not None else 0
-        made = store
-        touched: list[str] = []
-        done_entries: list[PublishedChangeset] = []
-        for part, indexed in ((slice(0, cut), True), (slice(cut, None), False)):
-            if not entries[part]:
-                continue
-            try:
-                done = applied(made, composed(changesets[part]), entries[part][-1].published_at, indexed=indexed)
-            except Exception as problem:  # records that do not hold together with the state: kept unchecked, by an older pull
-                sequences = f"{entries[part][0].sequence}" + (f"-{entries[part][-1].sequence}" if len(entries[part]) > 1 else "")
-                error = f"changeset {sequences} cannot be applied to {made.name}: {type(problem).__name__}: {one_line(problem)}"
-                break
-            if done is None:  # one whose header claims what its records do not: waits for the pull's snapshot
-                waits = entries[part][0].sequence
-                break
-            made, touched, done_entries = done.store, touched + applied_keys(done), done_entries + entries[part]
-        if not done_entries:
-            return Step(store, None, [], [], waits, error)
-        leftovers: list[Path] = []
-        try:
-            opened = SearchIndex.open(made, index, search, leftovers) if index is not None else None
-        except (OSError, ValueError) as problem:  # the pull removed it meanwhile (a fold), or it was damaged
-            return Step(store, None, [], [], None, f"{index}: {one_line(problem)}")
-        return Step(made, opened, touched, done_entries, waits, error, leftovers)
+            done = applied(made, composed(changesets[part]), entries[part][-1].published_at, indexed=indexed)
+        except Exception as problem:  # records that do not hold together with the state: kept unchecked, by an older pull
+            sequences = f"{entries[part][0].sequence}" + (f"-{entries[part][-1].sequence}" if len(entries[part]) > 1 else "")
+            error = f"changeset {sequences} cannot be applied to {made.name}: {type(problem).__name__}: {one_line(problem)}"
+            break
+        if done is None:  # one whose header claims what its records do not: waits for the pull's snapshot
+            waits = entries[part][0].sequence
+            break
+        made, touched, done_entries = done.store, touched + applied_keys(done), done_entries + entries[part]
+    if not done_entries:
+        return Step(store, None, [], [], waits, error)
+    leftovers: list[Path] = []
+    try:
+        opened = SearchIndex.open(made, index, search, leftovers) if index is not None else None
+    except (OSError, ValueError) as problem:  # the pull removed it meanwhile (a fold), or it was damaged
+        return Step(store, None, [], [], None, f"{index}: {one_line(problem)}")
+    return Step(made, opened, touched, done_entries, waits, error, leftovers)
 
 
 def one_line(problem: Exception) -> str:

@@ -141,6 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
     follow.add_argument("--publication", default="docsrv", help="the publication of the served tables (default: %(default)s)")
     follow.add_argument("--window", type=float, default=0.1, metavar="SECONDS",
                         help="how long a commit waits for others to share its changeset (default: %(default)s)")
+    follow.add_argument("--metrics-port", type=metrics_port, default=None, metavar="PORT",
+                        help="serve GET /metrics (lag, retained WAL, what was published) on this port (0: any free one; "
+                             "default: not served)")
+    follow.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                        help="the address /metrics is served on (default: %(default)s)")
     follow.add_argument("--print-setup", action="store_true",
                         help="print the SQL that makes the publication (only the columns docsrv maps: with DSN, those that "
                              "database has) and a role that may follow, and exit")
@@ -306,6 +311,17 @@ def run_publish(args: argparse.Namespace) -> int:
     return 0
 
 
+def metrics_port(text: str) -> int:
+    """A TCP port, or 0 for any free one."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: a port is a number from 0 to 65535")
+    return port
+
+
 def slot_name(text: str) -> str:
     """A replication slot's name as Postgres takes one: lower-case letters, digits and ``_``."""
     import re
@@ -334,7 +350,8 @@ def run_follow(args: argparse.Namespace) -> int:
     if args.dsn is None or args.origin is None:
         raise CommandError("snapshot follow takes the source database (DSN) and the origin directory (ORIGIN)")
     follow(FollowSettings(dsn=args.dsn, origin=args.origin, public_url=args.public_url, slot=args.slot,
-                          publication=args.publication, window=args.window))
+                          publication=args.publication, window=args.window, metrics_host=args.metrics_host,
+                          metrics_port=args.metrics_port))
     return 0
 
 

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 import resource
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -73,9 +78,10 @@ class Follower:
         self.dsn, self.origin, self.slot, self.log_path = dsn, origin, slot, log
         self.process: subprocess.Popen | None = None
 
-    def start(self, wrapper: str = "", *, file_bytes: int | None = None) -> Follower:
+    def start(self, wrapper: str = "", *, file_bytes: int | None = None, options: tuple[str, ...] = ()) -> Follower:
         """Started; ``file_bytes``: no file it writes may grow past that many bytes (as on a full disk)."""
-        arguments = ["snapshot", "follow", self.dsn, str(self.origin), "--slot", self.slot, "--publication", self.slot, "--window", "0.05"]
+        arguments = ["snapshot", "follow", self.dsn, str(self.origin), "--slot", self.slot, "--publication", self.slot, "--window", "0.05",
+                     *options]
         code = f"import sys; {wrapper}\nfrom docsrv.cli import main; sys.exit(main({arguments!r}))"
 
         def limited() -> None:
@@ -550,5 +556,82 @@ def test_print_setup_of_a_database_out_of_reach_says_so_in_one_line(tmp_path):
 def test_snapshot_follow_help_names_its_options():
     result = docsrv("snapshot", "follow", "--help")
     assert result.returncode == 0
-    for option in ("--public-url", "--slot", "--publication", "--print-setup", "--window"):
+    for option in ("--public-url", "--slot", "--publication", "--print-setup", "--window", "--metrics-port", "--metrics-host"):
         assert option in result.stdout
+
+
+def scraped(port: int) -> tuple[str, dict[str, float]]:
+    """The follower's /metrics: its text, and each sample's value by its name and labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        assert reply.status == 200 and reply.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        text = reply.read().decode()
+    return text, {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if not line.startswith("#")}
+
+
+def test_the_follower_serves_its_lag_retained_wal_and_what_it_published_as_metrics(follower, tmp_path):
+    """With ``--metrics-port``, ``GET /metrics`` says, in Prometheus's text format (promtool finds
+    nothing to say, when it is installed): the lag of the last changeset (from its last COMMIT to
+    its publish), the WAL the slot retains (asked of the database), what was published (the base
+    whole, then each changeset, with its records and transactions), and the process's own
+    figures. The log says each changeset in a line."""
+    port = free_port()
+    follower.start(options=("--metrics-port", str(port)))
+    serves_the_database(follower, tmp_path)
+    _text, base = poll(lambda: (found := scraped(port)) and "docsrv_source_retained_wal_bytes" in found[1] and found,
+                       what=lambda: f"the retained WAL in /metrics; log:\n{follower.log}")
+    assert base['docsrv_source_published_total{kind="snapshot"}'] == 1 and base['docsrv_source_published_total{kind="changeset"}'] == 0
+    assert base["docsrv_source_retained_wal_bytes"] >= 0 and "docsrv_source_lag_seconds" not in base
+    sql(follower.dsn, "INSERT INTO builds_build (id, project_id, version_id, type, state, date, success, output, error, commit) "
+                      "VALUES (500, 1, 1, 'html', 'triggered', '2026-11-27 10:00:00+00', true, '', '', 'abc')",
+        "INSERT INTO builds_build (id, project_id, version_id, type, state, date, success, output, error, commit) "
+        "VALUES (501, 1, 1, 'html', 'triggered', '2026-11-27 10:00:00+00', true, '', '', 'abd')")
+    text, after = poll(lambda: (found := scraped(port)) and found[1]['docsrv_source_published_total{kind="changeset"}'] == 1 and found,
+                       what=lambda: f"the changeset counted; log:\n{follower.log}")
+    assert after["docsrv_source_records_total"] == base["docsrv_source_records_total"] + 2
+    assert after["docsrv_source_transactions_total"] == 1 and after["docsrv_source_lag_seconds"] >= 0
+    assert after["docsrv_source_last_published_timestamp_seconds"] >= base["docsrv_source_last_published_timestamp_seconds"]
+    assert after["process_resident_memory_bytes"] > 0 and after["process_cpu_seconds_total"] > 0
+    lsn = head(follower.origin)["source_lsn"]
+    assert re.search(rf"published changeset 2: 2 records changed by 1 transaction\(s\) to {lsn}, \d+ ms after its last commit",
+                     follower.log), follower.log
+    with pytest.raises(urllib.error.HTTPError) as elsewhere:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10)
+    assert elsewhere.value.code == 404
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+        assert checked.returncode == 0 and checked.stdout + checked.stderr == "", checked.stdout + checked.stderr
+
+
+def test_a_metrics_port_taken_stops_the_follower_in_one_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = docsrv("snapshot", "follow", f"host={tmp_path} port=1 dbname=none", str(tmp_path / "origin"), "--metrics-port", str(port))
+    assert result.returncode == 1 and result.stderr == f"docsrv: metrics on 127.0.0.1:{port}: Address already in use\n"
+
+
+def test_changesets_published_faster_than_a_line_a_second_are_said_together(caplog):
+    """The follower says each changeset in a line, or, when they come faster, one line a second
+    that says together those published since the last (``source.watched.PublishLog``)."""
+    from docsrv.source.watched import PublishLog
+
+    now = [100.0]
+    said = PublishLog(lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="docsrv"):
+        said.published(2, 5, 1, "0/1A", 0.120)
+        for sequence in range(3, 8):  # a tenth of a second apart
+            now[0] += 0.1
+            said.published(sequence, 10, 2, f"0/{sequence}B", 0.1 * sequence)
+        said.say_if_due()
+        now[0] += 0.6
+        said.say_if_due()
+        said.say_if_due()
+        now[0] += 5
+        said.published(8, 1, 1, "0/8C", 0.050)
+    assert [record.getMessage() for record in caplog.records] == [
+        "published changeset 2: 5 records changed by 1 transaction(s) to 0/1A, 120 ms after its last commit",
+        "published changesets 3-7 (5): 50 records changed by 10 transaction(s) to 0/7B, 300-700 ms after their last commits",
+        "published changeset 8: 1 records changed by 1 transaction(s) to 0/8C, 50 ms after its last commit",
+    ]

@@ -203,12 +203,18 @@ def render(totals: dict, families: Families) -> str:
     ):
         lines += [f"# HELP docsrv_reply_cache_{name} {help_text}", f"# TYPE docsrv_reply_cache_{name} {kind}",
                   f"docsrv_reply_cache_{name} {value}"]
+    return "\n".join(lines) + "\n" + families_text(families)
+
+
+def families_text(families: Families) -> str:
+    """The Prometheus text exposition of ``families`` (name -> type, help, samples)."""
+    lines = []
     for name, (kind, help_text, samples) in families.items():
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
         for labels, value in samples:
             shown = ",".join(f'{k}="{escape(v)}"' for k, v in labels.items())
             lines.append(f"{name}{{{shown}}} {value}" if shown else f"{name} {value}")
-    return "\n".join(lines) + "\n"
+    return "".join(line + "\n" for line in lines)
 
 
 def escape(value: str) -> str:

@@ -53,6 +53,7 @@ from .changesets import changeset_of
 from .setup import Slot, one_line, published_columns, quoted, slot_of
 from .state import KIND_OF_TABLE, Change, Fields, SourceState, coalesced
 from .tables import PROJECT_USERS, TABLES, TYPES, dumped_time, value_of
+from .watched import SLOT_SECONDS, FollowerMetrics, PublishLog, serve_metrics
 
 log = logging.getLogger("docsrv")
 
@@ -79,12 +80,21 @@ class FollowSettings:
     slot: str = "docsrv"
     publication: str = "docsrv"
     window: float = WINDOW_SECONDS
+    #: Where ``GET /metrics`` is served (``source/watched.py``); not at all without a port.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
 
 
 def follow(settings: FollowSettings) -> None:
     """Follow the database for ever: a connection lost (a restart of Postgres, a network failure)
     is tried again with backoff; a problem the follower cannot go past raises CommandError."""
     follower = Follower(settings)
+    if settings.metrics_port is not None:
+        try:
+            server = serve_metrics(follower.metrics, settings.metrics_host, settings.metrics_port)
+        except OSError as error:
+            raise CommandError(f"metrics on {settings.metrics_host}:{settings.metrics_port}: {error.strerror}") from None
+        log.info("metrics at http://%s:%d/metrics", settings.metrics_host, server.server_address[1])
     backoff = Backoff(RETRY_FIRST_SECONDS)
     while True:
         try:
@@ -122,6 +132,11 @@ class Follower:
         self.pending_since = 0.0
         self.pending_records = 0
         self.pending_transactions = 0
+        self.metrics = FollowerMetrics()
+        self.publish_log = PublishLog()
+        #: When the WAL the slot retains was last asked (``check_slot``).
+        self.slot_checked = float("-inf")
+        self.slot_unknown = ""
 
     # Starting.
 
@@ -153,7 +168,7 @@ class Follower:
             log.info("following slot %s of publication %s from %s into %s", settings.slot, settings.publication,
                      pgoutput.lsn_text(start), self.origin)
             backoff.done()
-            self.stream(replication, cursor)
+            self.stream(replication, cursor, database)
 
     def base_needed(self, slot: Slot | None) -> str:
         """Why the follower takes a base now; empty when it follows on from the origin."""
@@ -182,6 +197,7 @@ class Follower:
         self.published_lsn = self.confirmed = pgoutput.lsn_of(consistent_point)
         self.pending, self.pending_links = [], []
         published = self.publish_whole("", [], consistent_point, started)
+        self.metrics.publishing(published.kind, sum(self.state.counts().values()), 0, None)
         log.info("published base %s (sequence %d, %s records) in %.1f s", published.name, published.sequence,
                  sum(self.state.counts().values()), published.seconds)
 
@@ -195,16 +211,20 @@ class Follower:
 
     # Streaming.
 
-    def stream(self, connection: Any, cursor: Any) -> None:
+    def stream(self, connection: Any, cursor: Any, database: Any) -> None:
         while True:
             message = cursor.read_message()
             now = time.monotonic()
+            if now - self.slot_checked >= SLOT_SECONDS:
+                self.check_slot(database)
+                self.slot_checked = now
             if self.pending and (now - self.pending_since >= self.settings.window or self.pending_records >= BATCH_RECORDS):
                 self.publish()
                 self.confirm(cursor, self.published_lsn)
             if message is None:
                 if not self.pending and not self.in_transaction and cursor.wal_end > self.confirmed:
                     self.confirm(cursor, cursor.wal_end)  # idle: nothing of ours before the server's position
+                self.publish_log.say_if_due()
                 wait = self.settings.window - (now - self.pending_since) if self.pending else 1.0
                 select.select([connection], [], [], max(wait, 0.0))
                 continue
@@ -327,9 +347,14 @@ class Follower:
                                           whole=lambda why, leading: self.publish_whole(why, leading, pgoutput.lsn_text(lsn), started))
             self.head = read_head(self.origin)
             lag = (datetime.now(UTC) - committed_at).total_seconds()
-            log.info("published %s %d (%s): %d records changed by %d transaction(s) to %s, %.0f ms after its last commit%s",
-                     published.kind, published.sequence, published.name, len(changes), transactions, pgoutput.lsn_text(lsn),
-                     lag * 1000, f"; whole: {published.compacted}" if published.compacted else "")
+            self.metrics.publishing(published.kind, len(changes), transactions, lag)
+            if published.compacted:
+                self.publish_log.say()
+                log.info("published snapshot %d (%s) whole: %s; %d records changed by %d transaction(s) to %s, %.0f ms after "
+                         "its last commit", published.sequence, published.name, published.compacted, len(changes), transactions,
+                         pgoutput.lsn_text(lsn), lag * 1000)
+            else:
+                self.publish_log.published(published.sequence, len(changes), transactions, pgoutput.lsn_text(lsn), lag)
         self.published_lsn = lsn
 
     def publish_whole(self, why: str, leading: list[Any], lsn: str, started: float) -> Published:
@@ -354,6 +379,26 @@ class Follower:
             shutil.rmtree(work, ignore_errors=True)
         self.head = read_head(self.origin)
         return published
+
+    def check_slot(self, database: Any) -> None:
+        """Ask the database how much WAL the slot retains (``FollowerMetrics.retained``). A database
+        that cannot say (a role without the right, a standby) is said once in the log; a connection
+        lost raises, as the stream's would."""
+        try:
+            with database.cursor() as cursor:
+                cursor.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint FROM pg_replication_slots "
+                               "WHERE slot_name = %s", (self.settings.slot,))
+                row = cursor.fetchone()
+            database.commit()
+        except psycopg2.OperationalError:
+            raise
+        except psycopg2.Error as error:
+            database.rollback()
+            if self.slot_unknown != (said := one_line(error)):
+                self.slot_unknown = said
+                log.warning("the WAL slot %s retains is not known: %s", self.settings.slot, said)
+            row = None
+        self.metrics.retained(int(row[0]) if row is not None and row[0] is not None else None)
 
     def name(self, sequence: int) -> str:
         return f"{self.settings.slot}-{sequence}"

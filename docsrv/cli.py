@@ -141,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     follow.add_argument("--publication", default="docsrv", help="the publication of the served tables (default: %(default)s)")
     follow.add_argument("--window", type=float, default=0.1, metavar="SECONDS",
                         help="how long a commit waits for others to share its changeset (default: %(default)s)")
+    follow.add_argument("--pages-from", type=Path, default=None, metavar="DIR",
+                        help="the service's storage of built HTML (DIR/html/<project>/<version>/): a version's pages are "
+                             "read from its build when one finishes successfully (as import-sphinx reads them), not from "
+                             "the page rows")
     follow.add_argument("--metrics-port", type=metrics_port, default=None, metavar="PORT",
                         help="serve GET /metrics (lag, retained WAL, what was published) on this port (0: any free one; "
                              "default: not served)")
@@ -350,7 +354,7 @@ def run_follow(args: argparse.Namespace) -> int:
     if args.dsn is None or args.origin is None:
         raise CommandError("snapshot follow takes the source database (DSN) and the origin directory (ORIGIN)")
     follow(FollowSettings(dsn=args.dsn, origin=args.origin, public_url=args.public_url, slot=args.slot,
-                          publication=args.publication, window=args.window, metrics_host=args.metrics_host,
+                          publication=args.publication, window=args.window, pages_from=args.pages_from, metrics_host=args.metrics_host,
                           metrics_port=args.metrics_port))
     return 0
 

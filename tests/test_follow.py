@@ -556,8 +556,74 @@ def test_print_setup_of_a_database_out_of_reach_says_so_in_one_line(tmp_path):
 def test_snapshot_follow_help_names_its_options():
     result = docsrv("snapshot", "follow", "--help")
     assert result.returncode == 0
-    for option in ("--public-url", "--slot", "--publication", "--print-setup", "--window", "--metrics-port", "--metrics-host"):
+    for option in ("--public-url", "--slot", "--publication", "--print-setup", "--window", "--pages-from", "--metrics-port",
+                   "--metrics-host"):
         assert option in result.stdout
+
+
+@pytest.fixture(scope="module")
+def sphinx_html(tmp_path_factory) -> Path:
+    """The tests' Sphinx site, built as the service builds a version (the html builder)."""
+    out = tmp_path_factory.mktemp("sphinx") / "html"
+    subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", str(ROOT / "tests" / "sphinx_site"), str(out)],
+                   check=True, capture_output=True, timeout=300)
+    return out
+
+
+def build_row(identity: int, version: int, state: str, success: bool = True) -> str:
+    return ("INSERT INTO builds_build (id, project_id, version_id, type, state, date, success, output, error, commit) "
+            f"VALUES ({identity}, 1, {version}, 'html', '{state}', '2026-11-27 10:00:00+00', {success}, '', '', 'c{identity}') "
+            f"ON CONFLICT (id) DO UPDATE SET state = EXCLUDED.state, success = EXCLUDED.success")
+
+
+def test_with_pages_from_a_build_that_finishes_gives_its_version_the_pages_of_its_html(follower, tmp_path, sphinx_html):
+    """With ``--pages-from DIR``, pages come from the service's storage of built HTML
+    (``DIR/html/<project>/<version>/``), not from the page rows: when a build of a version finishes
+    successfully, the version's pages are those ``import-sphinx`` reads of its HTML (text,
+    sections, named entries, document names), in one changeset that replaces those it had. A build
+    that fails, or whose HTML is not there, leaves them as they were (said in one line); page rows
+    publish nothing."""
+    storage = tmp_path / "storage"
+    built = storage / "html" / "umbrella" / "latest"
+    follower.start(options=("--pages-from", str(storage)))
+    poll(lambda: head(follower.origin) is not None, what=lambda: f"the base; log:\n{follower.log}")
+    assert records(published(follower.origin, tmp_path))["pages"] == {}  # the rows' pages are not read, and no build is there
+    sql(follower.dsn, build_row(600, 1, "finished"))
+    poll(lambda: "no HTML at" in follower.log, what=lambda: f"the missing build said; log:\n{follower.log}")
+    assert f"no HTML at {built}: the pages of umbrella latest are as they were" in follower.log
+
+    shutil.copytree(sphinx_html, built)
+    sql(follower.dsn, build_row(601, 1, "building"))
+    sql(follower.dsn, build_row(601, 1, "finished", success=False))
+    sql(follower.dsn, build_row(601, 1, "finished"))
+    poll(lambda: records(published(follower.origin, tmp_path))["pages"], what=lambda: f"the pages read; log:\n{follower.log}")
+    imported = tmp_path / "imported"
+    assert docsrv("snapshot", "import-dump", str(dumpdata(follower.dsn, tmp_path / "dump.json")), "--out", str(imported)).returncode == 0
+    assert docsrv("snapshot", "import-sphinx", str(built), "--into", str(imported), "--project", "umbrella",
+                  "--version", "latest").returncode == 0
+
+    def pages_of_version(snapshot: Path) -> dict[str, dict]:
+        return {page["path"]: {k: v for k, v in page.items() if k != "id"}
+                for page in records(snapshot)["pages"].values() if page["version"] == 1}
+
+    served = records(published(follower.origin, tmp_path))["pages"]
+    assert pages_of_version(published(follower.origin, tmp_path)) == pages_of_version(imported) and len(served) > 5
+    assert all(page["version"] == 1 for page in served.values())
+    assert any(page["text"] and page["sections"] for page in served.values())
+    last = changesets(follower.origin)[-1]
+    assert {line["kind"] for line in last} == {"builds", "pages"}  # the build that finished, and its version's pages
+
+    (built / "install.html").unlink()  # the next build has one page fewer
+    sql(follower.dsn, build_row(602, 1, "finished"))
+    poll(lambda: len(records(published(follower.origin, tmp_path))["pages"]) == len(served) - 1,
+         what=lambda: f"the pages read again; log:\n{follower.log}")
+    again = records(published(follower.origin, tmp_path))["pages"]
+    assert not set(again) & set(served) and "install.html" not in {page["path"] for page in again.values()}
+    before = len(changesets(follower.origin))
+    sql(follower.dsn, "INSERT INTO projects_importedfile (project_id, version_id, name, slug, path, md5) "
+                      "VALUES (1, 1, 'row', 'row', 'row.html', '')", build_row(603, 1, "triggered"))
+    poll(lambda: len(changesets(follower.origin)) == before + 1, what=lambda: f"the build published; log:\n{follower.log}")
+    assert [line["kind"] for line in changesets(follower.origin)[-1]] == ["builds"]
 
 
 def scraped(port: int) -> tuple[str, dict[str, float]]:

@@ -319,7 +319,10 @@ def filed_under(item: Any, version: Version) -> Any:
 
 def with_document(page: Page, project: Project) -> Page:
     """A page with its Sphinx document name: a dump records none, so it is derived from the
-    path, as the project's builder laid it out."""
+    path, as the project's builder laid it out; a page read from its build (``snapshot follow
+    --pages-from``) keeps the name the build gives it."""
+    if page.document:
+        return page
     dirhtml = project.documentation_type == DOCUMENTATION_TYPES["sphinx_htmldir"]
     return msgspec.structs.replace(page, document=document_of(page.path, dirhtml))
 

@@ -249,14 +249,35 @@ def import_sphinx(
         problems.add("versions.jsonl", None, f"project {project_slug!r} has no version {version_slug!r}")
         raise SnapshotError(str(directory), list(problems))
 
+    kept = [p for p in pages if p.version != version.id]
+    imported, report = read_build(root, project.id, version.id, max((p.id for p in pages), default=0) + 1, layout=layout,
+                                  progress=progress)
+    report.replaced = len(pages) - len(kept)
+    compress = next(kind for kind, suffix in SUFFIX.items() if pages_file.name.endswith(suffix))
+    # The new snapshot is built beside the old one (its other files linked, not copied) and swapped in.
+    target = Path(os.path.realpath(directory))
+    with built_aside(target, replace=True) as partial:
+        for path in record_files(target):
+            if path.name != pages_file.name:
+                link_or_copy(path, partial / path.name)
+        with RecordWriter(partial, "pages", compress) as writer:
+            writer.write(kept)
+            writer.write(imported)
+        write_manifest(partial, msgspec.structs.replace(manifest, counts={**manifest.counts, "pages": len(kept) + len(imported)}))
+    return report
+
+
+def read_build(
+    root: Path, project: int, version: int, first_id: int, *, layout: str = "auto", progress: bool | None = False
+) -> tuple[list[Page], ImportReport]:
+    """The pages of the Sphinx build in ``root``, as pages of ``version`` of ``project`` with ids
+    from ``first_id`` on, and what was read and skipped. CommandError when it holds no page that
+    can be read."""
     report = ImportReport(detect_layout(root) if layout == "auto" else layout)
     files, generated = content_files(root)
     report.generated.update(generated.values())
     if not files:
         raise CommandError(f"{root}: no HTML pages found (not the output directory of a Sphinx build?); the snapshot is unchanged")
-    kept = [p for p in pages if p.version != version.id]
-    report.replaced = len(pages) - len(kept)
-    next_id = max((p.id for p in pages), default=0) + 1
     entries: dict[str, list[Entry]] = defaultdict(list)
     for located in named_entries(root, generated, report.layout, report.skipped):
         entries[located.page].append(located.entry)
@@ -274,29 +295,17 @@ def import_sphinx(
                 named = tuple(entries.pop(path_in_version, ()))
                 report.entries.update(map(entry_kind, named))
                 imported.append(
-                    Page(id=next_id, project=project.id, version=version.id, path=path_in_version,
+                    Page(id=first_id + len(imported), project=project, version=version, path=path_in_version,
                          title=title, sections=sections, text=text, entries=named,
                          document=document_name(relative, report.layout, listed))
                 )
-                next_id += 1
             if bar is not None:
                 bar.update(1)
     if not imported:
         raise CommandError(f"{root}: none of its {len(files)} HTML files could be read as a page; the snapshot is unchanged")
     report.pages = len(imported)
     report.unplaced = sum(map(len, entries.values()))
-    compress = next(kind for kind, suffix in SUFFIX.items() if pages_file.name.endswith(suffix))
-    # The new snapshot is built beside the old one (its other files linked, not copied) and swapped in.
-    target = Path(os.path.realpath(directory))
-    with built_aside(target, replace=True) as partial:
-        for path in record_files(target):
-            if path.name != pages_file.name:
-                link_or_copy(path, partial / path.name)
-        with RecordWriter(partial, "pages", compress) as writer:
-            writer.write(kept)
-            writer.write(imported)
-        write_manifest(partial, msgspec.structs.replace(manifest, counts={**manifest.counts, "pages": len(kept) + len(imported)}))
-    return report
+    return imported, report
 
 
 def read_kind(directory: Path, kind: str, cls: type[Record], problems: ProblemList) -> list[Any]:

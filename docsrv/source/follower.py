@@ -44,6 +44,7 @@ from ..replica.sidecar import Backoff
 from ..snapshot.changeset import read_listed
 from ..snapshot.errors import ProblemList
 from ..snapshot.import_dump import record_of, write_snapshot
+from ..snapshot.import_sphinx import read_build
 from ..snapshot.load import manifest_of, read_records, record_file
 from ..snapshot.origin import SNAPSHOTS, Head, changeset_path
 from ..snapshot.records import KINDS
@@ -52,7 +53,7 @@ from . import pgoutput
 from .changesets import changeset_of
 from .setup import Slot, one_line, published_columns, quoted, slot_of
 from .state import KIND_OF_TABLE, Change, Fields, SourceState, coalesced
-from .tables import PROJECT_USERS, TABLES, TYPES, dumped_time, value_of
+from .tables import BUILD_TABLE, PAGE_TABLE, PROJECT_USERS, TABLES, TYPES, dumped_time, value_of
 from .watched import SLOT_SECONDS, FollowerMetrics, PublishLog, serve_metrics
 
 log = logging.getLogger("docsrv")
@@ -80,6 +81,9 @@ class FollowSettings:
     slot: str = "docsrv"
     publication: str = "docsrv"
     window: float = WINDOW_SECONDS
+    #: The service's storage of built HTML (``html/<project>/<version>/``): pages are read from a
+    #: version's build when one finishes successfully, not from the page rows.
+    pages_from: Path | None = None
     #: Where ``GET /metrics`` is served (``source/watched.py``); not at all without a port.
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
@@ -160,7 +164,8 @@ class Follower:
                 assert self.head is not None and slot is not None
                 self.confirmed = pgoutput.lsn_of(slot.confirmed_flush_lsn or "0/0")
                 self.published_lsn = pgoutput.lsn_of(self.head.source_lsn)
-                self.state = load_state(self.origin, self.head, max(self.published_lsn, self.confirmed))
+                self.state = load_state(self.origin, self.head, max(self.published_lsn, self.confirmed),
+                                        pages_read=settings.pages_from is not None)
             start = max(self.published_lsn, self.confirmed)
             cursor = replication.cursor()
             cursor.start_replication(slot_name=settings.slot, decode=False, start_lsn=start, status_interval=10,
@@ -192,8 +197,13 @@ class Follower:
             cursor.execute(f"CREATE_REPLICATION_SLOT {quoted(self.settings.slot)} LOGICAL pgoutput EXPORT_SNAPSHOT")
             _slot, consistent_point, snapshot, _plugin = cursor.fetchone()
         log.info("made slot %s at %s", self.settings.slot, consistent_point)
+        skipped = {PAGE_TABLE} if self.settings.pages_from is not None else set()
         with connected(self.settings.dsn) as database:
-            self.state = read_base(database, snapshot, self.columns)
+            self.state = read_base(database, snapshot, {name: found for name, found in self.columns.items() if name not in skipped})
+        if self.settings.pages_from is not None:
+            for version in list(self.state.kept["versions"]):
+                self.read_pages(version, missing_said=False)
+            self.state.commit()
         self.published_lsn = self.confirmed = pgoutput.lsn_of(consistent_point)
         self.pending, self.pending_links = [], []
         published = self.publish_whole("", [], consistent_point, started)
@@ -261,6 +271,7 @@ class Follower:
         for table in truncated:
             self.state.truncate(table)
         links = []
+        built = [identity for (table, identity), fields in rows.items() if table == BUILD_TABLE and self.built(identity, fields)]
         for (table, identity), fields in rows.items():
             skipped = self.state.row(table, identity, fields)
             if skipped is not None:
@@ -270,6 +281,8 @@ class Follower:
                 links.append(msgspec.json.encode(link) + b"\n")
         if PROJECT_USERS in truncated:
             links.append(msgspec.json.encode([commit.end_lsn, 0]) + b"\n")  # id 0: every row
+        for identity in built:
+            self.read_pages(self.state.candidates["builds"][identity].version)
         changes = self.state.commit()
         if not changes and not links and not self.pending:
             self.published_lsn = commit.end_lsn
@@ -287,7 +300,7 @@ class Follower:
         """Where the mapped columns of a table stand in its rows; None for a table docsrv does not
         serve. A mapped column missing, or of another type, stops the follower (CommandError)."""
         table = TABLES.get(relation.name) if relation.namespace == "public" else None
-        if table is None:
+        if table is None or (table.name == PAGE_TABLE and self.settings.pages_from is not None):
             return None
         at = {column.name: (place, column) for place, column in enumerate(relation.columns)}
         places = []
@@ -304,6 +317,38 @@ class Follower:
                                    f"oid), where docsrv maps a {kind} column: the follower stops")
             places.append((place, name, table.field(name), kind))
         return Mapped(table.name, at["id"][0], tuple(places))
+
+    def built(self, identity: int, fields: Fields | None) -> bool:
+        """Whether a build's row, as it is now (``fields``), finishes it successfully: with
+        ``--pages-from``, its version's pages are then read from its HTML."""
+        if self.settings.pages_from is None or fields is None or fields.get("state") != "finished" or fields.get("success") is not True:
+            return False
+        assert self.state is not None
+        before = self.state.candidates["builds"].get(identity)
+        return before is None or before.state != "finished" or not before.success
+
+    def read_pages(self, version: int, *, missing_said: bool = True) -> None:
+        """The pages of ``version`` read from its build in ``--pages-from`` (``html/<project>/<version>/``,
+        by slug), through ``import-sphinx``'s reading, in place of those it had. A build that is not
+        there, or holds no page that can be read, leaves them as they were, said in one line."""
+        assert self.state is not None and self.settings.pages_from is not None
+        found = self.state.candidates["versions"].get(version)
+        project = self.state.candidates["projects"].get(found.project) if found is not None else None
+        if found is None or project is None:
+            return
+        root = self.settings.pages_from / "html" / project.slug / found.slug
+        if not root.is_dir():
+            if missing_said:
+                log.warning("no HTML at %s: the pages of %s %s are as they were", root, project.slug, found.slug)
+            return
+        try:
+            pages, report = read_build(root, project.id, version, self.state.next_page_id())
+        except (CommandError, OSError) as error:
+            log.warning("the pages of %s %s are as they were: %s", project.slug, found.slug, one_line(error))
+            return
+        self.state.pages_read(version, pages)
+        log.info("read %d pages of %s %s from %s%s", len(pages), project.slug, found.slug, root,
+                 f" ({len(report.skipped)} files skipped)" if report.skipped else "")
 
     def stopping(self) -> None:
         if self.pending:
@@ -444,7 +489,7 @@ def read_base(database: Any, snapshot: str, columns: dict[str, list[str]]) -> So
         users.setdefault(project, []).append(user)
     candidates: dict[str, list] = {kind: [] for kind in KINDS}
     for name, table in TABLES.items():
-        if name == PROJECT_USERS:
+        if name == PROJECT_USERS or name not in columns:
             continue
         kind = KIND_OF_TABLE[name]
         mapped = [(column, table.field(column), table.kind(column) == "time") for column in columns[name]]
@@ -465,9 +510,11 @@ def read_base(database: Any, snapshot: str, columns: dict[str, list[str]]) -> So
     return SourceState.of_candidates(candidates, links)
 
 
-def load_state(origin: Path, head: Head, taken_lsn: int) -> SourceState:
+def load_state(origin: Path, head: Head, taken_lsn: int, *, pages_read: bool = False) -> SourceState:
     """The state the origin publishes: its base and every changeset after it, with the rows of
-    project users the follower kept up to ``taken_lsn``."""
+    project users the follower kept up to ``taken_lsn``. Pages from rows have their document names
+    derived again as they change (``import_dump.with_document``); with ``pages_read``, pages keep
+    the names their builds gave them."""
     base = origin / SNAPSHOTS / head.base
     problems = ProblemList(str(base))
     by_id: dict[str, dict[int, Any]] = {}
@@ -484,6 +531,8 @@ def load_state(origin: Path, head: Head, taken_lsn: int) -> SourceState:
                 by_id[kind].pop(identity, None)
             for identity, line in changeset.upserts[kind].items():
                 by_id[kind][identity] = decoders[kind].decode(line)
+    if not pages_read:
+        by_id["pages"] = {identity: msgspec.structs.replace(page, document="") for identity, page in by_id["pages"].items()}
     return SourceState.of_candidates({kind: found.values() for kind, found in by_id.items()}, read_links(origin, taken_lsn))
 
 

@@ -142,6 +142,18 @@ class SourceState:
         self._set(kind, identity, record)
         return None
 
+    def pages_read(self, version: int, pages: Iterable[Page]) -> None:
+        """The pages of ``version`` are now ``pages`` (read from its build: ``snapshot follow
+        --pages-from``): those it had are deleted. Judged at ``commit``."""
+        for identity in list(self._children["pages_of_version"].get(version, ())):
+            self._set("pages", identity, None)
+        for page in pages:
+            self._set("pages", page.id, page)
+
+    def next_page_id(self) -> int:
+        """An id above every page's."""
+        return max(self.candidates["pages"], default=0) + 1
+
     def children(self, index: str, identity: int) -> Sequence[int]:
         """The ids of the candidates that index ``index`` (``CHILD_INDEXES``) finds under ``identity``."""
         return self._children[index].get(identity, ())

@@ -43,6 +43,9 @@ class Table:
 PAGE_MODEL = "projects.importedfile"
 #: The table of a project's maintainers (a many-to-many field of projects.project).
 PROJECT_USERS = "projects_project_users"
+#: The tables of builds and of pages (``snapshot follow --pages-from`` reads pages from a build's HTML instead).
+BUILD_TABLE = "builds_build"
+PAGE_TABLE = "projects_importedfile"
 
 TABLES: dict[str, Table] = {table.name: table for table in (
     Table("auth_user", "auth.user",
@@ -61,14 +64,14 @@ TABLES: dict[str, Table] = {table.name: table for table in (
           {"id": "integer", "project_id": "integer", "type": "text", "identifier": "text", "verbose_name": "text", "slug": "text",
            "active": "boolean", "built": "boolean", "uploaded": "boolean", "privacy_level": "text"},
           {"has_pdf": "boolean", "has_htmlzip": "boolean", "has_epub": "boolean"}),
-    Table("builds_build", "builds.build",
+    Table(BUILD_TABLE, "builds.build",
           {"id": "integer", "project_id": "integer", "version_id": "integer", "type": "text", "state": "text", "date": "time",
            "success": "boolean", "setup": "text", "setup_error": "text", "output": "text", "error": "text", "commit": "text",
            "length": "integer"}, {}),
     Table("builds_buildcommandresult", "builds.buildcommandresult",
           {"id": "integer", "build_id": "integer", "command": "text", "description": "text", "output": "text", "exit_code": "integer",
            "start_time": "time", "end_time": "time"}, {}),
-    Table("projects_importedfile", PAGE_MODEL,
+    Table(PAGE_TABLE, PAGE_MODEL,
           {"id": "integer", "project_id": "integer", "version_id": "integer", "name": "text", "path": "text"}, {"title": "text"}),
 )}
 

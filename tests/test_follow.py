@@ -27,7 +27,7 @@ import pytest
 
 from conftest import ROOT, free_port
 from docsrv.snapshot.changeset import apply, read_listed
-from docsrv.snapshot.origin import PublishedChangeset
+from docsrv.snapshot.origin import Head, PublishedChangeset
 from docsrv.snapshot.records import KINDS
 from docsrv.source import pgoutput
 from helpers import docsrv, poll
@@ -111,6 +111,10 @@ def follower(service, tmp_path, name):
     found = Follower(service, tmp_path / "origin", name, tmp_path / "follow.log")
     yield found
     found.stop()
+    # Its slot goes with it: the cluster's slots are few, and each holds WAL back.
+    poll(lambda: not sql(service, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = "
+                                  f"'{name}' AND NOT active", f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{name}'",
+                         fetch=True), what=f"slot {name} dropped")
 
 
 def head(origin: Path) -> dict | None:
@@ -624,6 +628,40 @@ def test_with_pages_from_a_build_that_finishes_gives_its_version_the_pages_of_it
                       "VALUES (1, 1, 'row', 'row', 'row.html', '')", build_row(603, 1, "triggered"))
     poll(lambda: len(changesets(follower.origin)) == before + 1, what=lambda: f"the build published; log:\n{follower.log}")
     assert [line["kind"] for line in changesets(follower.origin)[-1]] == ["builds"]
+
+
+def test_a_base_is_built_in_the_background_and_the_changesets_published_meanwhile_follow_it(follower, tmp_path):
+    """Once the changesets after the base reach half of what a base may have after it (here 3),
+    the follower writes its state as a new base in a child process while each commit goes on being
+    published as its changeset; once laid, it is the origin's base (the changesets up to it lead to
+    it, those after it follow it), and what the origin publishes is still the database. A follower
+    started again follows on from it, and nothing of the child's work is left."""
+    lower = "import docsrv.source.follower as f; f.BACKGROUND_CHANGESETS = 3"
+    follower.start(lower)
+    serves_the_database(follower, tmp_path)
+    first = head(follower.origin)["base"]
+
+    def sequence() -> int:
+        now = head(follower.origin)
+        return max(entry["sequence"] for entry in now["changesets"]) if now["changesets"] else now["base_sequence"]
+
+    for build in range(700, 708):  # each its own changeset
+        before = sequence()
+        sql(follower.dsn, build_row(build, 1, "triggered"))
+        poll(lambda: sequence() > before, what=lambda: f"build {build} published; log:\n{follower.log}")  # noqa: B023
+    poll(lambda: head(follower.origin)["base"] != first, what=lambda: f"a new base; log:\n{follower.log}")
+    now = head(follower.origin)
+    assert msgspec.convert(now, Head).problem() is None
+    assert now["base"] == f"{follower.slot}-{now['base_sequence']}" and now["leading"][-1]["product"] == now["base"]
+    assert re.search(rf"published base {now['base']} \(sequence {now['base_sequence']}\), built in the background", follower.log)
+    assert "published snapshot" not in follower.log  # none was written inline
+    serves_the_database(follower, tmp_path)
+    follower.stop()
+    follower.start(lower)
+    sql(follower.dsn, build_row(720, 1, "finished"))
+    expected = serves_the_database(follower, tmp_path)
+    assert 720 in expected["builds"]
+    poll(lambda: not list((follower.origin / ".follower").glob("base-*")), what="the child's work removed")
 
 
 def scraped(port: int) -> tuple[str, dict[str, float]]:

@@ -167,6 +167,19 @@ def publish_whole(snapshot: Path, manifest: Manifest, origin: Path, head: Head |
     """Publish ``snapshot`` whole on ``origin`` as the base of sequence ``sequence``, after ``head``
     (None: the origin publishes nothing yet); ``leading``: the changesets that lead to it.
     ``durable``: its files on disk before ``head.json`` is written, and that too."""
+    target = lay_snapshot(snapshot, manifest, origin, sequence, durable=durable)
+    history = head.history if head is not None and head.history else new_history()
+    write_head(origin, Head(format=FORMAT, format_version=FORMAT_VERSION, base=manifest.name, base_sequence=sequence,
+                            changesets=[], published_at=datetime.now(UTC), leading=leading or [], history=history,
+                            source_lsn=source_lsn), durable=durable)
+    if head is not None:
+        prune(origin, keep_base=head)
+    return Published(manifest.name, sequence, "snapshot", snapshot_bytes(target), time.perf_counter() - started, compacted)
+
+
+def lay_snapshot(snapshot: Path, manifest: Manifest, origin: Path, sequence: int, *, durable: bool = False) -> Path:
+    """Copy ``snapshot`` onto ``origin`` (``snapshots/<name>``, built aside), its manifest stamped
+    with ``sequence``; where it is. No head names it yet. ``durable``: on disk when it returns."""
     target = origin / SNAPSHOTS / manifest.name
     if target.exists():
         raise CommandError(f"{target} exists: a snapshot is published whole once, under a name of its own")
@@ -179,13 +192,22 @@ def publish_whole(snapshot: Path, manifest: Manifest, origin: Path, head: Head |
         replace_file(partial / "manifest.json", msgspec.json.format(msgspec.json.encode(stamped), indent=2) + b"\n")
     if durable:
         os.sync()
-    history = head.history if head is not None and head.history else new_history()
-    write_head(origin, Head(format=FORMAT, format_version=FORMAT_VERSION, base=manifest.name, base_sequence=sequence,
-                            changesets=[], published_at=datetime.now(UTC), leading=leading or [], history=history,
-                            source_lsn=source_lsn), durable=durable)
-    if head is not None:
-        prune(origin, keep_base=head)
-    return Published(manifest.name, sequence, "snapshot", snapshot_bytes(target), time.perf_counter() - started, compacted)
+    return target
+
+
+def rebase(origin: Path, head: Head, base: str, sequence: int, *, durable: bool = False) -> Head:
+    """Make ``base``, laid on ``origin`` (``lay_snapshot``) as the state of ``sequence`` (one
+    ``head`` lists, named as that changeset's product), the origin's base: the changesets ``head``
+    lists up to it lead to it, those after it follow it, and what is older is pruned. A base
+    built in the background while changesets were published after its state
+    (``snapshot follow``). The new head."""
+    now = datetime.now(UTC)
+    rebased = msgspec.structs.replace(head, base=base, base_sequence=sequence, published_at=now,
+                                      leading=[entry for entry in head.changesets if entry.sequence <= sequence],
+                                      changesets=[entry for entry in head.changesets if entry.sequence > sequence])
+    write_head(origin, rebased, durable=durable)
+    prune(origin, keep_base=head)
+    return rebased
 
 
 def prune(origin: Path, keep_base: Head) -> None:

@@ -39,17 +39,18 @@ import psycopg2.extensions
 import psycopg2.extras
 
 from ..errors import CommandError
-from ..replica.publish import Published, publish_changeset, publish_whole, read_head
+from ..replica.publish import COMPACT_SHARE, Published, publish_changeset, publish_whole, read_head, rebase, snapshot_bytes
 from ..replica.sidecar import Backoff
 from ..snapshot.changeset import read_listed
 from ..snapshot.errors import ProblemList
 from ..snapshot.import_dump import record_of, write_snapshot
 from ..snapshot.import_sphinx import read_build
 from ..snapshot.load import manifest_of, read_records, record_file
-from ..snapshot.origin import SNAPSHOTS, Head, changeset_path
+from ..snapshot.origin import MAX_CHANGESETS, SNAPSHOTS, Head, changeset_path
 from ..snapshot.records import KINDS
 from ..utils.files import replace_file, sync_directory
 from . import pgoutput
+from .bases import BaseBuild
 from .changesets import changeset_of
 from .setup import Slot, one_line, published_columns, quoted, slot_of
 from .state import KIND_OF_TABLE, Change, Fields, SourceState, coalesced
@@ -71,6 +72,13 @@ LINKS = "project-users.jsonl"
 BASE_ROWS = 5_000
 #: Pauses between tries to reach the database: from the first, doubling.
 RETRY_FIRST_SECONDS = 1.0
+#: A base is built in the background (``bases.py``) once the changesets after the base reach this
+#: many, or this share of the base's bytes: half of where a publish would write the base inline,
+#: with the stream paused (``replica.publish.publish_changeset``), so that it comes before.
+BACKGROUND_CHANGESETS = MAX_CHANGESETS // 2
+BACKGROUND_SHARE = COMPACT_SHARE / 2
+#: After a base that failed in the background, the next is not tried for this long.
+BASE_RETRY_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,8 @@ def follow(settings: FollowSettings) -> None:
     """Follow the database for ever: a connection lost (a restart of Postgres, a network failure)
     is tried again with backoff; a problem the follower cannot go past raises CommandError."""
     follower = Follower(settings)
+    for stale in (settings.origin / PRIVATE).glob("base-*"):  # of a follower stopped while it built a base
+        shutil.rmtree(stale, ignore_errors=True)
     if settings.metrics_port is not None:
         try:
             server = serve_metrics(follower.metrics, settings.metrics_host, settings.metrics_port)
@@ -141,6 +151,10 @@ class Follower:
         #: When the WAL the slot retains was last asked (``check_slot``).
         self.slot_checked = float("-inf")
         self.slot_unknown = ""
+        #: The base being built in the background, if one is (``bases.py``).
+        self.building: BaseBuild | None = None
+        self.next_base_at = 0.0
+        self._base_bytes: tuple[str, int] = ("", 0)
 
     # Starting.
 
@@ -225,6 +239,8 @@ class Follower:
         while True:
             message = cursor.read_message()
             now = time.monotonic()
+            if self.building is not None:
+                self.tend_base()
             if now - self.slot_checked >= SLOT_SECONDS:
                 self.check_slot(database)
                 self.slot_checked = now
@@ -401,10 +417,59 @@ class Follower:
             else:
                 self.publish_log.published(published.sequence, len(changes), transactions, pgoutput.lsn_text(lsn), lag)
         self.published_lsn = lsn
+        if self.base_due():  # the state is that of the head now: nothing waits to be published
+            self.start_base()
+
+    def base_due(self) -> bool:
+        """Whether a base is to be built in the background now."""
+        head = self.head
+        if self.building is not None or head is None or not head.changesets or time.monotonic() < self.next_base_at:
+            return False
+        if len(head.changesets) >= BACKGROUND_CHANGESETS:
+            return True
+        if self._base_bytes[0] != head.base:
+            self._base_bytes = (head.base, snapshot_bytes(self.origin / SNAPSHOTS / head.base))
+        return sum(entry.size for entry in head.changesets) >= BACKGROUND_SHARE * self._base_bytes[1]
+
+    def start_base(self) -> None:
+        assert self.state is not None and self.head is not None
+        self.building = BaseBuild.start(self.state, self.origin, self.origin / PRIVATE, self.head.name, self.head.sequence,
+                                        self.settings.public_url)
+        log.info("building base %s (sequence %d) in the background: %d changesets follow base %s", self.head.name,
+                 self.head.sequence, len(self.head.changesets), self.head.base)
+
+    def tend_base(self) -> None:
+        """Once the base built in the background is laid, make it the origin's base, between two
+        changesets: those published meanwhile follow it."""
+        assert self.building is not None and self.state is not None
+        why = self.building.outcome()
+        if why is None:
+            return
+        built, self.building = self.building, None
+        head = read_head(self.origin)
+        if why:
+            self.next_base_at = time.monotonic() + BASE_RETRY_SECONDS
+            built.discard()
+            log.warning("base %s was not built: %s; the next is tried in %.0f s", built.name, " ".join(why.split()), BASE_RETRY_SECONDS)
+            return
+        if head is None or built.sequence not in {entry.sequence for entry in head.changesets}:
+            built.discard()  # a base was published whole meanwhile
+            return
+        write_links(self.origin, self.state.links)
+        self.head = rebase(self.origin, head, built.name, built.sequence, durable=True)
+        self.metrics.publishing("snapshot", 0, 0, None)
+        log.info("published base %s (sequence %d), built in the background in %.1f s: %d changesets follow it", built.name,
+                 built.sequence, time.perf_counter() - built.started, len(self.head.changesets))
+
+    def stop_base(self) -> None:
+        if self.building is not None:
+            self.building.stop()
+            self.building = None
 
     def publish_whole(self, why: str, leading: list[Any], lsn: str, started: float) -> Published:
         """Publish the state whole (a base, or a compaction), the rows of project users beside it."""
         assert self.state is not None
+        self.stop_base()
         head = self.head
         sequence = head.sequence + 1 if head is not None else 1
         private = self.origin / PRIVATE

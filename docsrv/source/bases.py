@@ -15,6 +15,7 @@ changeset whose state it holds.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import time
@@ -53,6 +54,7 @@ class BaseBuild:
             code = 1
             # Nothing of the parent's stays open in it: its connections, its metrics' listening socket.
             os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+            gc.disable()  # a collection would write to every container it reads: each page it is on copied
             try:
                 write_snapshot(state.records(), work / "snapshot", name, public_url, None)
                 lay_snapshot(work / "snapshot", manifest_of(work / "snapshot"), origin, sequence, durable=True)

@@ -156,7 +156,7 @@ def measure(corpus: str, show_misses: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", choices=[*CORPORA, "all"], default="all",
-                        help="all: the judged sets ranking may be tuned on, then the held-out Celery docs")
+                        help="all: the judged sets ranking may be tuned on, then the held-out ones (Celery, doit)")
     parser.add_argument("--show-misses", action="store_true", help="name each query docsrv does not put first")
     parser.add_argument("--out", type=Path, help="also write the figures to this JSON file")
     args = parser.parse_args()

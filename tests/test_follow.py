@@ -30,7 +30,7 @@ from docsrv.snapshot.changeset import apply, read_listed
 from docsrv.snapshot.origin import Head, PublishedChangeset
 from docsrv.snapshot.records import KINDS
 from docsrv.source import pgoutput
-from helpers import docsrv, poll
+from helpers import Origin, docsrv, poll
 from source_db import Cluster, dumpdata, load_dump, running_cluster
 
 FIXTURE = ROOT / "tests" / "fixtures" / "rtd@2017.json"
@@ -640,6 +640,10 @@ def test_a_base_is_built_in_the_background_and_the_changesets_published_meanwhil
     follower.start(lower)
     serves_the_database(follower, tmp_path)
     first = head(follower.origin)["base"]
+    served = Origin(follower.origin)  # a replica that keeps up pulls the origin before each new base and after it
+    replica = tmp_path / "replica"
+    assert docsrv("snapshot", "pull", served.url, "--into", str(replica)).returncode == 0
+    served.requests.clear()
 
     def sequence() -> int:
         now = head(follower.origin)
@@ -649,6 +653,7 @@ def test_a_base_is_built_in_the_background_and_the_changesets_published_meanwhil
         before = sequence()
         sql(follower.dsn, build_row(build, 1, "triggered"))
         poll(lambda: sequence() > before, what=lambda: f"build {build} published; log:\n{follower.log}")  # noqa: B023
+        assert docsrv("snapshot", "pull", served.url, "--into", str(replica)).returncode == 0  # it keeps up
     poll(lambda: head(follower.origin)["base"] != first, what=lambda: f"a new base; log:\n{follower.log}")
     now = head(follower.origin)
     assert msgspec.convert(now, Head).problem() is None
@@ -656,6 +661,15 @@ def test_a_base_is_built_in_the_background_and_the_changesets_published_meanwhil
     assert re.search(rf"published base {now['base']} \(sequence {now['base_sequence']}\), built in the background", follower.log)
     assert "published snapshot" not in follower.log  # none was written inline
     serves_the_database(follower, tmp_path)
+    pulled = docsrv("snapshot", "pull", served.url, "--into", str(replica))
+    served.close()
+    assert pulled.returncode == 0, pulled.stderr
+    assert not [path for path, _headers in served.requests if path.startswith("snapshots/")]  # across new bases: by changesets
+
+    def name(listed: dict) -> str:
+        return listed["changesets"][-1]["product"] if listed["changesets"] else listed["base"]
+
+    assert name(json.loads((replica / "head.json").read_text())) == name(head(follower.origin))
     follower.stop()
     follower.start(lower)
     sql(follower.dsn, build_row(720, 1, "finished"))

@@ -623,6 +623,9 @@ def test_with_pages_from_a_build_that_finishes_gives_its_version_the_pages_of_it
          what=lambda: f"the pages read again; log:\n{follower.log}")
     again = records(published(follower.origin, tmp_path))["pages"]
     assert not set(again) & set(served) and "install.html" not in {page["path"] for page in again.values()}
+    # A build that finishes in a row that makes no build (a negative length) is not served, and reads nothing.
+    sql(follower.dsn, build_row(604, 1, "finished"), "UPDATE builds_build SET length = -1 WHERE id = 604")
+    poll(lambda: "builds_build 604 is not served" in follower.log, what=lambda: f"the row refused; log:\n{follower.log}")
     before = len(changesets(follower.origin))
     sql(follower.dsn, "INSERT INTO projects_importedfile (project_id, version_id, name, slug, path, md5) "
                       "VALUES (1, 1, 'row', 'row', 'row.html', '')", build_row(603, 1, "triggered"))

@@ -298,7 +298,9 @@ class Follower:
         if PROJECT_USERS in truncated:
             links.append(msgspec.json.encode([commit.end_lsn, 0]) + b"\n")  # id 0: every row
         for identity in built:
-            self.read_pages(self.state.candidates["builds"][identity].version)
+            build = self.state.candidates["builds"].get(identity)
+            if build is not None:  # a row that makes no build is not served (said above)
+                self.read_pages(build.version)
         changes = self.state.commit()
         if not changes and not links and not self.pending:
             self.published_lsn = commit.end_lsn

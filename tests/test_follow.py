@@ -681,6 +681,35 @@ def test_a_base_is_built_in_the_background_and_the_changesets_published_meanwhil
     poll(lambda: not list((follower.origin / ".follower").glob("base-*")), what="the child's work removed")
 
 
+def test_a_background_base_that_fails_is_said_and_tried_again_while_changesets_go_on(follower, tmp_path):
+    """A base written in the background that fails (here a full disk, while a file says so) is
+    said in one line, the stream goes on publishing each commit, and the base is tried again after
+    its pause (here half a second): once the disk has room, it is laid and made the base."""
+    full = tmp_path / "disk-full"
+    full.touch()
+    follower.start("import os, docsrv.source.follower as f, docsrv.source.bases as b\n"
+                   "f.BACKGROUND_CHANGESETS = 2; f.BASE_RETRY_SECONDS = 0.5\n"
+                   "write = b.write_snapshot\n"
+                   "def written(*args):\n"
+                   f"    if os.path.exists({str(full)!r}): raise OSError(28, 'No space left on device')\n"
+                   "    return write(*args)\n"
+                   "b.write_snapshot = written")
+    serves_the_database(follower, tmp_path)
+    first = head(follower.origin)["base"]
+    for build in range(800, 803):
+        sql(follower.dsn, build_row(build, 1, "triggered"))
+        poll(lambda: build in records(published(follower.origin, tmp_path))["builds"],  # noqa: B023
+             what=lambda: f"build {build} published; log:\n{follower.log}")  # noqa: B023
+    poll(lambda: "was not built: OSError: [Errno 28] No space left on device; the next is tried in 0 s" in follower.log,
+         what=lambda: f"the failure said; log:\n{follower.log}")
+    assert head(follower.origin)["base"] == first and not list((follower.origin / ".follower").glob("base-*"))
+    full.unlink()
+    sql(follower.dsn, build_row(803, 1, "triggered"))
+    poll(lambda: head(follower.origin)["base"] != first, what=lambda: f"a new base; log:\n{follower.log}")
+    assert msgspec.convert(head(follower.origin), Head).problem() is None
+    assert 803 in serves_the_database(follower, tmp_path)["builds"]
+
+
 def scraped(port: int) -> tuple[str, dict[str, float]]:
     """The follower's /metrics: its text, and each sample's value by its name and labels."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:

@@ -251,6 +251,8 @@ class Follower:
                 if not self.pending and not self.in_transaction and cursor.wal_end > self.confirmed:
                     self.confirm(cursor, cursor.wal_end)  # idle: nothing of ours before the server's position
                 self.publish_log.say_if_due()
+                if not self.pending and self.base_due():  # one that failed, tried again once its pause is over
+                    self.start_base()
                 wait = self.settings.window - (now - self.pending_since) if self.pending else 1.0
                 select.select([connection], [], [], max(wait, 0.0))
                 continue

@@ -1,7 +1,7 @@
 """A base built in the background: the follower's state as of one changeset, written whole by a
-child process while the stream goes on (issue of compaction: at one changeset a second, the
-bound of changesets after a base comes every quarter of an hour, and a base written inline
-pauses every commit behind it for as long as the write).
+child process while the stream goes on. At one changeset a second, the bound of changesets
+after a base comes every quarter of an hour, and a base written inline pauses every commit
+behind it for as long as the write.
 
 The child is forked: it holds the state exactly as it was when the base was asked for, without
 a copy, and its writing takes none of the follower's time (a thread would share the

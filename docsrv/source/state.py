@@ -83,6 +83,8 @@ class SourceState:
         for name, (kind, fields) in CHILD_INDEXES.items():
             self._indexed[kind] += [(self._children[name], field) for field in fields]
         self._dirty: dict[str, set[int]] = {kind: set() for kind in KINDS}
+        #: An id above every page candidate's, kept as they come (``next_page_id``).
+        self._next_page = 1
         #: Commands whose rows were deleted since the last commit: kept if their build stays.
         self._deleted_commands: set[int] = set()
 
@@ -100,6 +102,7 @@ class SourceState:
             for record in records:
                 state._index(kind, record)
                 state.candidates[kind][record.id] = record
+        state._next_page = max(state.candidates["pages"], default=0) + 1
         by_pk = {kind: {identity: (kind, record) for identity, record in found.items()} for kind, found in state.candidates.items()}
         kept = keep_what_can_be_served(by_pk, DumpReport())
         state.kept = {kind: {record.id: record for record in kept[kind]} for kind in KINDS}
@@ -151,8 +154,9 @@ class SourceState:
             self._set("pages", page.id, page)
 
     def next_page_id(self) -> int:
-        """An id above every page's."""
-        return max(self.candidates["pages"], default=0) + 1
+        """An id above every page candidate's (a deleted page's id is not given again while the
+        follower runs)."""
+        return self._next_page
 
     def children(self, index: str, identity: int) -> Sequence[int]:
         """The ids of the candidates that index ``index`` (``CHILD_INDEXES``) finds under ``identity``."""
@@ -217,6 +221,8 @@ class SourceState:
         else:
             self.candidates[kind][identity] = record
             self._index(kind, record)
+            if kind == "pages" and identity >= self._next_page:
+                self._next_page = identity + 1
         self._dirty[kind].add(identity)
         for record_now in (old, record):
             if record_now is not None and kind in UNIQUE:

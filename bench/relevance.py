@@ -10,7 +10,8 @@ server opens, queried in process: the ranking is the one ``/api/v2/docsearch/`` 
 and for SQLite FTS5 over the same pages (title, headings and body weighted 10/5/1 by ``bm25``,
 the query escaped as Datasette escapes it), it prints the share of queries whose page comes
 first (top-1), comes in the first three (top-3), and the mean reciprocal rank of the first right
-page within ten (MRR@10).
+page within ten (MRR@10); and, of docsrv, the size of the corpus's index and the p50 and p99 of
+the time a search of its version takes (its judged queries, in process).
 
 The Django, Sphinx, SQLAlchemy and Python sets are tuning sets (issue 34 made the Python set one);
 so are Flask (a library) and behave (a tool), written for issue 62 where docsrv had not yet been
@@ -30,6 +31,7 @@ import re
 import sqlite3
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +58,9 @@ CORPORA = {
 #: The sets ranking is never tuned on.
 HELD_OUT = frozenset({"celery", "doit"})
 DEPTH = 10
+#: Each judged query is searched this many times for its latency (in process, one thread: the
+#: search's own time, without HTTP), before the search whose ranking counts.
+LATENCY_ROUNDS = 5
 #: Datasette's escaping of a full-text query: each bare word quoted, quoted phrases kept.
 _FTS_BITS = re.compile(r'\s+|(".*?")')
 
@@ -135,8 +140,15 @@ def measure(corpus: str, show_misses: bool) -> dict:
         searched = store.version_of(store.project_by_slug[project].id, version)
         assert searched is not None
         scopes = [Scope(version_scope(project, version), searched.id)]
+        index_bytes = sum(path.stat().st_size for path in Path(directory).rglob("*") if path.is_file())
         ranks: dict[str, list[int | None]] = {"docsrv": [], "fts5": []}
         misses = []
+        took = []
+        for _round in range(LATENCY_ROUNDS):
+            for judged_query in queries:
+                started = time.perf_counter()
+                index.search_pages(judged_query.query, scopes=scopes)
+                took.append(time.perf_counter() - started)
         for judged_query in queries:
             found = index.search_pages(judged_query.query, scopes=scopes)
             ours = [store.pages[hit.page_id].path for hit in found.hits]
@@ -149,7 +161,10 @@ def measure(corpus: str, show_misses: bool) -> dict:
             if show_misses and ranks["docsrv"][-1] != 1 and corpus not in HELD_OUT:  # a held-out set's misses stay unread
                 print(f"  {corpus}: {judged_query.query!r} ({judged_query.kind}) at {ranks['docsrv'][-1]}; "
                       f"first {ours[:3]}; want {sorted(judged_query.pages)}", file=sys.stderr)
+    took.sort()
     return {"queries": len(queries), "held_out": corpus in HELD_OUT, **{system: scores(r) for system, r in ranks.items()},
+            "pages": len(store.pages), "index_mb": round(index_bytes / 1e6, 2),
+            "search_ms": {"p50": round(1000 * took[len(took) // 2], 3), "p99": round(1000 * took[int(len(took) * 0.99)], 3)},
             "misses": misses}
 
 
@@ -166,7 +181,9 @@ def main() -> None:
         role = "held out" if result["held_out"] else "tuning "
         print(f"{corpus:10} {role} {result['queries']:3} queries   " + "   ".join(
             f"{system}: top-1 {result[system]['top1']:5.1f} %  top-3 {result[system]['top3']:5.1f} %  MRR@10 {result[system]['mrr10']:.3f}"
-            for system in ("docsrv", "fts5")))
+            for system in ("docsrv", "fts5"))
+            + f"   index {result['index_mb']:.1f} MB ({result['pages']} pages), search p50 {result['search_ms']['p50']:.2f} ms"
+            f" p99 {result['search_ms']['p99']:.2f} ms")
     if args.out:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
 

@@ -261,14 +261,14 @@ def test_a_version_uploaded_again_under_new_ids_keeps_its_shards_entries(tmp_pat
     rebuilt = tmp_path / "rebuilt"
     rebuild_index(store, plan, rebuilt)
     same = text == "the same"  # its files linked, the ids written anew
-    for part, kept in (("entries", True), ("pages", same), ("highlight", same)):
+    for part, kept in (("entries", True), ("pages", same), ("sections", same), ("highlight", same)):
         for path in (shard_path(rebuilt, shard) / part).iterdir():
             earlier = shard_path(old / "index", shard) / part / path.name
             assert (earlier.exists() and earlier.stat().st_ino == path.stat().st_ino) == (kept and path.name != "page-ids"), path
     whole = tmp_path / "whole"
     build_index(load_store(new, progress=False), whole, print_progress=False)
     files = sorted(path.relative_to(shard_path(whole, shard)) for path in shard_path(whole, shard).rglob("*")
-                   if path.is_file() and path.parts[-2] not in ("pages", "entries"))
+                   if path.is_file() and path.parts[-2] not in ("pages", "entries", "sections"))
     assert DERIVED_FILE in map(str, files) and "highlight/page-ids" in map(str, files)
     for path in files:
         assert (shard_path(rebuilt, shard) / path).read_bytes() == (shard_path(whole, shard) / path).read_bytes(), path
@@ -360,10 +360,10 @@ def test_a_shard_built_again_after_a_changeset_takes_what_it_held_of_its_unchang
     build_index(load_store(new, progress=False), whole, print_progress=False)
     for shard in plan.changed:
         files = sorted(path.relative_to(shard_path(whole, shard)) for path in shard_path(whole, shard).rglob("*")
-                       if path.is_file() and path.parts[-2] not in ("pages", "entries"))
+                       if path.is_file() and path.parts[-2] not in ("pages", "entries", "sections"))
         assert DERIVED_FILE in map(str, files) and b"@reticulate" in (shard_path(whole, shard) / DERIVED_FILE).read_bytes()
         assert files == sorted(path.relative_to(shard_path(rebuilt, shard)) for path in shard_path(rebuilt, shard).rglob("*")
-                               if path.is_file() and path.parts[-2] not in ("pages", "entries"))
+                               if path.is_file() and path.parts[-2] not in ("pages", "entries", "sections"))
         for path in files:
             assert (shard_path(rebuilt, shard) / path).read_bytes() == (shard_path(whole, shard) / path).read_bytes(), (shard, path)
 
@@ -604,8 +604,8 @@ def test_the_links_an_index_was_opened_through_can_go_once_it_serves(tmp_path):
     store = load_store(snapshot, page_text=False, progress=False)
     leftovers: list[Path] = []
     index = SearchIndex.open(store, snapshot / "index", leftovers=leftovers)
-    # each shard's pages' and entries'
-    assert len(leftovers) == 2 * len(index.pages) > 2 and all(any(directory.iterdir()) for directory in leftovers)
+    # each shard's pages', entries' and sections'
+    assert len(leftovers) == 3 * len(index.pages) > 3 and all(any(directory.iterdir()) for directory in leftovers)
     assert {directory.parent for directory in leftovers} == {Path(links_root())}
     before = [index.search_pages(query) for query in VOCABULARY]
     remove_links(leftovers)

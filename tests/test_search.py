@@ -125,6 +125,56 @@ def test_a_theme_without_a_main_content_marker_is_narrowed_to_the_documents_sect
     assert [(s.id, s.title) for s in sections] == [("s-making-queries", "Making queries")]
 
 
+def test_each_section_says_where_its_text_starts_in_the_pages_text():
+    """Issue 62: a section's text is the page's from its start to the next section's: the import
+    records where each starts, in characters of the text as it is kept (unchanged by the marks)."""
+    from docsrv.snapshot.import_sphinx import read_page
+
+    html = ('<div role="main"><section id="top"><h1>Top</h1><p>  Intro   text. </p><section id="one"><h2>One</h2>'
+            '<p>First\n  body&nbsp;café.</p></section><section id="empty"><h2>Empty</h2></section>'
+            '<section id="two"><h2>Two</h2> <pre>code   here</pre></section></section></div>').encode()
+    title, sections, text = read_page(html)
+    assert title == "Top" and text == "Intro text. First body café. code here"
+    starts = [(s.id, s.title, s.start) for s in sections]
+    assert starts == [("top", "Top", 0), ("one", "One", 12), ("empty", "Empty", 29), ("two", "Two", 29)]
+    assert [text[start:] for _id, _title, start in starts][1:] == ["First body café. code here", "code here", "code here"]
+
+
+def test_the_text_kept_with_section_marks_is_the_text_kept_without():
+    """The marks ``page_text`` puts where sections start change nothing of the text ``clean``
+    makes, wherever spaces stand around them; each start is where the text after its mark begins."""
+    import random
+
+    from docsrv.snapshot.import_sphinx import SECTION_MARK, clean, cleaned_text
+
+    rng = random.Random(62)
+    for _ in range(2000):
+        parts = [rng.choice(["a", "bc", " ", "  ", "\n", "\t ", SECTION_MARK, "d e", " f "]) for _ in range(rng.randint(0, 12))]
+        text, starts = cleaned_text(parts)
+        assert text == clean("".join(part for part in parts if part != SECTION_MARK)), parts
+        assert len(starts) == parts.count(SECTION_MARK)
+        for at, start in zip([i for i, part in enumerate(parts) if part == SECTION_MARK], starts, strict=True):
+            after = clean("".join(part for part in parts[at:] if part != SECTION_MARK))
+            assert text[start:] == after or (not after and start == len(text)), (parts, start)
+
+
+def test_a_page_is_cut_into_the_sections_it_searches_by():
+    """Issue 62: the text before the first section is one with no heading; a section runs to the
+    next one's start; a snapshot that says no start (written before sections had one) makes the
+    whole text one section with no heading; a start past the text is its end."""
+    from docsrv.search.sections import cut
+    from docsrv.snapshot.records import Page, Section
+
+    def page(*sections: Section) -> Page:
+        return Page(id=1, project=1, version=1, path="p.html", text="Intro. Body one. Body two.", sections=sections)
+
+    assert list(cut(page(Section("a", "A", 7), Section("b", "B", 17)))) == [("", 0, 7), ("A", 7, 17), ("B", 17, 26)]
+    assert list(cut(page(Section("top", "Top", 0), Section("a", "A", 0), Section("b", "B", 99)))) == [
+        ("Top", 0, 0), ("A", 0, 26), ("B", 26, 26)]
+    assert list(cut(page(Section("a", "A"), Section("b", "B")))) == [("", 0, 26)]
+    assert list(cut(page())) == [("", 0, 26)]
+
+
 def inventory(lines: bytes, header: bytes = b"# Sphinx inventory version 2") -> bytes:
     import zlib
 
@@ -611,6 +661,26 @@ def test_a_task_phrase_finds_the_passage_that_holds_its_words_together(server):
     )
 
 
+def test_a_page_whose_section_is_about_a_querys_words_ranks_before_a_page_naming_them_in_passing(server):
+    """Issue 62: "chart table": the glossary names a chart and a table in passing, in a line of a
+    short page, where the API page's section on composing widgets is about drawing a chart into a
+    table. A page ranks by its best section with its whole: the API page first, its fragment that
+    section's sentence."""
+    found = hits(search(server, "chart table"))
+    assert [hit["fields"]["path"][0] for hit in found][:2] == ["api", "glossary"]
+    assert found[0]["highlight"]["content"][0] == (
+        "Widgets compose with an operator: <em>chart</em> |&gt; <em>table</em> draws the <em>chart</em> into the <em>table</em>."
+    )
+
+
+def test_a_hit_without_a_passage_has_its_highlight_start_at_its_best_section(server):
+    """Issue 62: "memory" is said first in the frobnication guide's tuning section, in passing;
+    its section headed "Memory use" is about it, and is where the hit's fragment starts."""
+    found = hits(search(server, "memory"))
+    assert found[0]["fields"]["path"] == ["guide/frobnication"]
+    assert found[0]["highlight"]["content"][0] == "nest. Frobnication needs little <em>memory</em>: a widget is frobnicated in place."
+
+
 def test_a_concept_ranks_first_at_the_section_that_defines_it_before_the_glossary(server):
     """Issue 34: "dirty region" is a glossary term and the heading of an API section that the
     general index also names: that section defines it, the glossary's line comes second. "stale
@@ -629,7 +699,11 @@ def test_a_word_of_where_a_page_sits_counts_with_its_own(server):
 
 def test_an_operator_the_general_index_names_is_searched_as_written(server):
     """Issue 34: the general index names "|>", so the build's text is searched for it as written:
-    "chart |> table" finds the API page, where the glossary, holding "chart" and "table" in a
-    shorter text, would rank first on the words alone."""
-    assert paths(search(server, "chart table"))[0] == "glossary"
-    assert paths(search(server, "chart |> table"))[0] == "api"
+    "|>" alone finds the API page, the one page that writes it, and "chart |> table" finds it
+    first, its fragment the sentence that writes it (the API's section on composing widgets)."""
+    assert paths(search(server, "|>")) == ["api"]
+    found = search(server, "chart |> table")["results"]["hits"]["hits"]
+    assert [hit["fields"]["path"][0] for hit in found][:2] == ["api", "glossary"]
+    assert found[0]["highlight"]["content"][0] == (
+        "Widgets compose with an operator: <em>chart</em> |&gt; <em>table</em> draws the <em>chart</em> into the <em>table</em>."
+    )

@@ -60,7 +60,7 @@ from ..snapshot.records import Page, PageHead, Version
 from ..store.loaded import Store
 from ..utils.files import link_or_copy
 from ..utils.progress import progress_bar, wanted
-from . import code_syntax, named_entries
+from . import code_syntax, named_entries, sections
 from .changelogs import is_changelog
 from .highlight import Highlights, HighlightWriter, relabel, slot_of
 from .index_files import (
@@ -69,6 +69,7 @@ from .index_files import (
     LISTING,
     PAGES,
     SCHEMA_VERSION,
+    SECTIONS,
     SHARD_FILE,
     Listing,
     build_schema,
@@ -384,10 +385,11 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
         (directory / ENTRIES).mkdir()
         entries_index = named_entries.register_tokenizers(quiet(tantivy.Index(named_entries.build_schema(), path=str(directory / ENTRIES))))
         entries = entries_index.writer(heap_size=64 << 20, num_threads=1)
-    documents = None
+    documents = parts = None
     if same is not None:
         earlier, before = same
         link_files(earlier / PAGES, directory / PAGES)
+        link_files(earlier / SECTIONS, directory / SECTIONS)
         ids = [page.id for page in pages]
         relabel(earlier / HIGHLIGHT, directory / HIGHLIGHT, ids)
         renamed = dict(zip(before.ids, ids, strict=True))
@@ -399,7 +401,9 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
                     entries.add_json(document)
     else:
         (directory / PAGES).mkdir()
+        (directory / SECTIONS).mkdir()
         documents = quiet(tantivy.Index(build_schema(), path=str(directory / PAGES))).writer(heap_size=WRITER_HEAP, num_threads=1)
+        parts = quiet(tantivy.Index(sections.build_schema(), path=str(directory / SECTIONS))).writer(heap_size=WRITER_HEAP, num_threads=1)
         derived = Derived([], [], [], [], {identity: sorted(names) for identity, names in named.items()})
         with HighlightWriter(directory / HIGHLIGHT) as highlights:
             for page in pages:
@@ -427,13 +431,15 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
                         symbols=symbols,
                     )
                 )
+                for section in sections.documents(page, scope, slot, symbols):
+                    parts.add_document(section)
                 if entries is not None:
                     for document in named_entries.documents(page, scope, slot, changelog):
                         entries.add_json(document)
     (directory / DERIVED_FILE).write_bytes(_derived_encoder.encode(derived))
 
     def commit() -> None:
-        for writer in (documents, entries):
+        for writer in (documents, parts, entries):
             if writer is not None:
                 writer.commit()
                 writer.wait_merging_threads()

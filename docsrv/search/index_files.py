@@ -20,11 +20,11 @@ from ..utils import held_calls
 from .highlight import Highlights
 
 #: Changes whenever what the index holds changes: an index of another schema is rebuilt.
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 20
 
 #: Where an index keeps its shards (``build.py``), and where a shard keeps its pages'
-#: tantivy index, its named entries' and its highlight files.
-SHARDS_DIRECTORY, PAGES, ENTRIES, HIGHLIGHT = "shards", "pages", "entries", "highlight"
+#: tantivy index, its named entries', its sections' (``sections.py``) and its highlight files.
+SHARDS_DIRECTORY, PAGES, ENTRIES, SECTIONS, HIGHLIGHT = "shards", "pages", "entries", "sections", "highlight"
 #: The file tantivy locks while it reads or writes an index's meta.json.
 META_LOCK = ".tantivy-meta.lock"
 #: What a server opens of an index, listed in one file (``Listing``).
@@ -62,11 +62,11 @@ def shard_directories(index: Path) -> dict[int, Path]:
 
 #: A file of a shard's pages or entries index, by its path from the index's directory: nothing
 #: a listing names is opened outside the index.
-ShardFile = Annotated[str, msgspec.Meta(pattern=r"^shards/[0-9]+/(pages|entries)/[A-Za-z0-9][A-Za-z0-9._-]*$")]
+ShardFile = Annotated[str, msgspec.Meta(pattern=r"^shards/[0-9]+/(pages|entries|sections)/[A-Za-z0-9][A-Za-z0-9._-]*$")]
 
 
 class Listed(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """One tantivy index of a shard (its ``PAGES`` or its ``ENTRIES``): its ``meta.json`` and its
+    """One tantivy index of a shard (its ``PAGES``, ``ENTRIES`` or ``SECTIONS``): its ``meta.json`` and its
     files, by path from the index's directory."""
 
     meta: dict[str, Any]
@@ -75,11 +75,15 @@ class Listed(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 class ListedShard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What a server opens of one shard: what it is made of (its ``shard.json``'s digest) and its
-    pages' and entries' indexes (``Listed``)."""
+    pages', entries' and sections' indexes (``Listed``)."""
 
     digest: str
     pages: Listed
     entries: Listed
+    sections: Listed
+
+    def parts(self) -> tuple[Listed, Listed, Listed]:
+        return self.pages, self.entries, self.sections
 
 
 class Listing(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -124,8 +128,7 @@ def listing_of(index: Path) -> Listing:
         raise ValueError(f"{index}: shards of blocks of other widths")
     first = shards[min(shards)][1]
     for key, (_width, shard) in shards.items():
-        pairs = ((shard.pages, first.pages), (shard.entries, first.entries))
-        if any(mine.meta.get("schema") != theirs.meta.get("schema") for mine, theirs in pairs):
+        if any(mine.meta.get("schema") != theirs.meta.get("schema") for mine, theirs in zip(shard.parts(), first.parts(), strict=True)):
             raise ValueError(f"{shard_path(index, key)}: another schema than the index's other shards")
     return Listing(widths.pop(), {key: shard for key, (_width, shard) in shards.items()})
 
@@ -133,7 +136,7 @@ def listing_of(index: Path) -> Listing:
 def listed_shard(shard: Path) -> tuple[int, ListedShard]:
     """The block width of the shard in ``shard`` and what a listing holds of it."""
     recorded = _recorded.decode((shard / SHARD_FILE).read_bytes())
-    return recorded.width, ListedShard(recorded.digest, listed(shard, PAGES), listed(shard, ENTRIES))
+    return recorded.width, ListedShard(recorded.digest, listed(shard, PAGES), listed(shard, ENTRIES), listed(shard, SECTIONS))
 
 
 def read_listing(index: Path) -> Listing | None:
@@ -249,7 +252,7 @@ def index_problem(directory: Path) -> str | None:
     hold (``checked_listing``)."""
     try:
         for key, listed_shard in checked_listing(directory).shards.items():
-            for part in (listed_shard.pages, listed_shard.entries):
+            for part in listed_shard.parts():
                 answering(open_index(directory, part))
             Highlights(shard_path(directory, key) / HIGHLIGHT)
     except (OSError, ValueError) as error:

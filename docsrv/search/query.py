@@ -19,11 +19,17 @@ not, unless the query asks what changed. Code syntax in a query (``__init__``, `
 is written, in the syntax each page's text holds (the ``symbols`` field), where the words alone
 would match any page.
 
-Passages are found in the highlight files (``Highlights.passage``), in the pages a search ranks:
-no index of sections, so the index stays the size it was. Of the ways to find them measured on
-the tuning sets (issue 34), a window of PASSAGE_BYTES holding the words, in proportion to how
-many it holds, is what moved them; a wider window, a larger boost, more candidates, and leaving
-stop words out of the page score moved none or cost some.
+Passages are found in the highlight files (``Highlights.passage``), in the pages a search ranks.
+Of the ways to find them measured on the tuning sets (issue 34), a window of PASSAGE_BYTES
+holding the words, in proportion to how many it holds, is what moved them; a wider window, a
+larger boost, more candidates, and leaving stop words out of the page score moved none or cost
+some.
+
+Each section of a page is also scored, in an index of its own (``search/sections.py``): a page
+ranks by its own score (all of the above) and its best section's together (``rank_score``), and
+a hit without a passage has its fragments start at that section. A page holds "every" word of a
+query when it holds every word but the stop words (issue 62: a long page holds "how", "do" and
+"I" too).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from typing import NamedTuple
 import tantivy
 
 from ..store.loaded import Store
-from . import code_syntax, named_entries
+from . import code_syntax, named_entries, sections
 from .changelogs import asks_for_changes
 from .code_syntax import MAX_TOKEN_BYTES
 from .highlight import Highlights, ShardedHighlights, Words, query_words
@@ -76,6 +82,8 @@ PASSAGE_BOOST = 2.0
 PASSAGE_PAGES = 5
 #: What a page without a passage has.
 NO_PASSAGE = (0, -1)
+#: What a page none of whose sections a search found has.
+NO_SECTION = (0.0, -1)
 #: Suffixes a query word may have that ``word_forms`` takes off, and what replaces them.
 _INFLECTIONS = (("ies", ("y",)), ("es", ("", "e")), ("s", ("",)), ("ing", ("", "e")), ("ed", ("", "e")))
 #: A page's score is multiplied by 1 + HEADING_BOOST x the share of a heading's words the query's
@@ -87,6 +95,10 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 #: What tantivy's default tokenizer makes of a word: runs of letters and digits (so
 #: "snake_case" is two tokens), lower-cased, and none of MAX_TOKEN_BYTES bytes or more.
 _ALNUM = re.compile(r"[^\W_]+")
+
+
+#: A tantivy index a new index keeps of an earlier one's, or None (``SearchIndex.kept``).
+Opened = tantivy.Index | None
 
 
 class Scope(NamedTuple):
@@ -156,6 +168,14 @@ def word_forms(word: str) -> tuple[str, ...]:
     return tuple(forms)
 
 
+def rank_score(page: float, section: float, best_page: float) -> float:
+    """A page's score from its own ``page`` score and its best section's (as a share of the best
+    section's in the search: ``search/sections.py``): its own as a share of the ``best_page`` of
+    its ranking, and the section's, weighed together, in the scale of the page scores (the
+    best page's of a ranking)."""
+    return ((1 - sections.SECTION_WEIGHT) * page / best_page + sections.SECTION_WEIGHT * section) * best_page
+
+
 def index_tokens(text: str) -> list[str]:
     """The tokens tantivy indexed for ``text`` (already lower-case)."""
     return [token for token in _ALNUM.findall(text) if len(token.encode()) < MAX_TOKEN_BYTES]
@@ -191,34 +211,40 @@ class SearchIndex:
             opened = open_index(directory, part, leftovers)
             return answering(opened) if check else opened
 
-        pages, entries, highlights = {}, {}, {}
+        pages, entries, parts, highlights = {}, {}, {}, {}
         for key, shard in sorted(listing.shards.items()):
-            kept_pages, kept_entries, kept_files = earlier.kept(key, shard) if earlier is not None else (None, None, None)
+            kept_pages, kept_entries, kept_parts, kept_files = earlier.kept(key, shard) if earlier is not None else (None, None, None, None)
             pages[key] = kept_pages if kept_pages is not None else opening(shard.pages)
             entries[key] = kept_entries if kept_entries is not None else opening(shard.entries)
+            parts[key] = kept_parts if kept_parts is not None else opening(shard.sections)
             highlights[key] = kept_files if kept_files is not None else Highlights(shard_path(directory, key) / HIGHLIGHT)
         sharded = ShardedHighlights(highlights)
-        return cls(store, listing, pages, named_entries.NamedEntries(entries, sharded.page_id), sharded)
+        return cls(store, listing, pages, named_entries.NamedEntries(entries, sharded.page_id), parts, sharded)
 
     def __init__(self, store: Store, listing: Listing, pages: dict[int, tantivy.Index], named: named_entries.NamedEntries,
-                 highlights: ShardedHighlights) -> None:
+                 parts: dict[int, tantivy.Index], highlights: ShardedHighlights) -> None:
         self.listing = listing
         #: Each shard's pages index and its searcher, by key.
         self.pages = pages
         self.searchers = {key: index.searcher() for key, index in pages.items()}
         self.schema = pages[min(pages)].schema
+        #: Each shard's sections index (``search/sections.py``) and its searcher, by key.
+        self.parts = parts
+        self.part_searchers = {key: index.searcher() for key, index in parts.items()}
+        self.parts_schema = parts[min(parts)].schema
         self.layout = Layout(listing.width, store.versions_with_pages)
         self.named = named
         self.highlights = highlights
 
-    def kept(self, key: int, shard: ListedShard) -> tuple[tantivy.Index | None, tantivy.Index | None, Highlights | None]:
-        """What an index listing ``shard`` as its shard ``key`` keeps of this one's: its pages'
-        and its entries' indexes, if they are the same files, and its highlight files, if it is
-        made of the same (None for each it opens)."""
+    def kept(self, key: int, shard: ListedShard) -> tuple[Opened, Opened, Opened, Highlights | None]:
+        """What an index listing ``shard`` as its shard ``key`` keeps of this one's: its pages',
+        entries' and sections' indexes, if they are the same files, and its highlight files, if it
+        is made of the same (None for each it opens)."""
         was = self.listing.shards.get(key)
         if was is None:
-            return None, None, None
+            return None, None, None, None
         return (self.pages[key] if was.pages == shard.pages else None, self.named.indexes[key] if was.entries == shard.entries else None,
+                self.parts[key] if was.sections == shard.sections else None,
                 self.highlights.shards[key] if was.digest == shard.digest else None)
 
     def shards_of(self, scopes: list[Scope] | None) -> list[int]:
@@ -262,16 +288,37 @@ class SearchIndex:
         found, total = named_entries.best([self.searchers[key] for key in shards], query, MAX_HITS, count)
         return [(score, shards[at], address) for score, at, address in found], total
 
-    def _fast_values(self, found: list[Scored], field: str) -> list[int]:
-        """The fast field ``field`` of each page ``found`` (``_top``), one call a shard."""
+    def _fast_values(self, found: list[Scored], field: str, searchers: dict[int, tantivy.Searcher] | None = None) -> list[int]:
+        """The fast field ``field`` of each page ``found`` (``_top``; of each section, with the
+        sections' ``searchers``), one call a shard."""
         by_shard: dict[int, list[int]] = {}
         for at, (_score, key, _address) in enumerate(found):
             by_shard.setdefault(key, []).append(at)
         values = [0] * len(found)
+        searchers = self.searchers if searchers is None else searchers
         for key, places in by_shard.items():
-            for at, value in zip(places, self.searchers[key].fast_field_values(field, [found[at][2] for at in places]), strict=True):
+            for at, value in zip(places, searchers[key].fast_field_values(field, [found[at][2] for at in places]), strict=True):
                 values[at] = int(value or 0)
         return values
+
+    def _best_sections(self, parts: list[list[str]], written: list[str], shards: list[int],
+                       scope: tuple | None) -> dict[int, tuple[float, int]]:
+        """Of each page one of the SECTION_HITS best sections for ``parts`` (the query's words
+        and phrases) and ``written`` (its code syntax) is of, by slot: the best one's score, and
+        where its text starts in the page's highlight text (``search/sections.py``)."""
+        stemmed = [found for found in (sections.stems(tokens) for tokens in parts) if found]
+        if not stemmed and not written:
+            return {}
+        searchers = [self.part_searchers[key] for key in shards]
+        query = sections.query(self.parts_schema, stemmed, written, scope)
+        found, _total = named_entries.best(searchers, query, sections.SECTION_HITS)
+        found = [(score, shards[at], address) for score, at, address in found]
+        best: dict[int, tuple[float, int]] = {}
+        for (score, _key, _address), slot, at in zip(found, self._fast_values(found, "slot", self.part_searchers),
+                                                      self._fast_values(found, "at", self.part_searchers), strict=True):
+            if slot not in best:  # best first
+                best[slot] = (score, at)
+        return best
 
     def _symbol(self, symbol: str) -> tantivy.Query:
         return tantivy.Query.const_score_query(tantivy.Query.term_query(self.schema, "symbols", symbol), SYMBOL_SCORE)
@@ -303,8 +350,10 @@ class SearchIndex:
         )
         results = []
         if len(parts) + len(as_written) > 1:  # with one word or phrase, "every" and "some" are the same search
+            # A page holds "every" word but the stop words, unless they are all the query has.
+            needed = [tokens for tokens in parts if len(tokens) > 1 or tokens[0] not in STOP_WORDS] or parts
             every = tantivy.Query.boolean_query(
-                [*((tantivy.Occur.Must, tantivy.Query.boolean_query(self._in_fields(tokens))) for tokens in parts),
+                [*((tantivy.Occur.Must, tantivy.Query.boolean_query(self._in_fields(tokens))) for tokens in needed),
                  *((tantivy.Occur.Must, symbol) for symbol in as_written),
                  *([scope] if scope is not None else [])]
             )
@@ -318,12 +367,15 @@ class SearchIndex:
         groups = self._passage_words(content, shards) if len(content) > 1 else []
         #: Of each page looked at: how many of the words its passage holds, and where it starts.
         passages: dict[int, tuple[int, int]] = {}
+        best_sections = self._best_sections(parts, written, shards, scope)
+        best_section = max((score for score, _at in best_sections.values()), default=0.0)
+        starts: dict[int, int] = {}  # where each page's highlight starts
         scored: list[Hit] = []
         seen: set[int] = set()
         for found in results:
             slots = self._fast_values(found, "slot")
             changelogs = self._fast_values(found, "changelog") if changelogs_last else [0] * len(found)
-            ranked = []
+            weighed_pages = []
             for place, ((score, _shard, _address), slot, changelog) in enumerate(zip(found, slots, changelogs, strict=True)):
                 page_id = page_id_of(slot)
                 weighed = score * (1 + HEADING_BOOST * headed.get(page_id, 0.0))
@@ -333,18 +385,23 @@ class SearchIndex:
                         passage = passages[page_id] = self.highlights.passage(slot, groups, PASSAGE_BYTES)
                     if passage[0] > 1:
                         weighed *= 1 + PASSAGE_BOOST * (passage[0] - 1) / (len(groups) - 1)
-                # Equal scores come back in no set order across index segments: the page id decides.
-                ranked.append((bool(changelog), -weighed, page_id, slot))
-            ranked.sort()
+                section_score, section_at = best_sections.get(slot, NO_SECTION)
+                passage = passages.get(page_id, NO_PASSAGE)
+                starts[page_id] = passage[1] if passage[0] > 1 or section_at <= 0 else section_at
+                weighed_pages.append((bool(changelog), weighed, section_score, page_id, slot))
+            best_page = max((weighed for _changelog, weighed, _section, _page, _slot in weighed_pages), default=0.0) or 1.0
+            # Equal scores come back in no set order across index segments: the page id decides.
+            ranked = sorted((changelog, -rank_score(weighed, section / best_section if best_section else 0.0, best_page), page_id, slot)
+                            for changelog, weighed, section, page_id, slot in weighed_pages)
             for _changelog, negated, page_id, slot in ranked:
                 if page_id not in seen:
                     seen.add(page_id)
-                    scored.append(Hit(page_id, slot, -negated, passages.get(page_id, NO_PASSAGE)[1]))
+                    scored.append(Hit(page_id, slot, -negated, starts[page_id]))
         named = self.named.pages_named(q, terms, shards)
         if named:
             scores = {hit.page_id: hit.score for hit in scored}
             first = sorted(named.items(), key=lambda item: (item[1].rank, item[1].depth, -scores.get(item[0], 0.0), item[0]))
-            hits = [Hit(page_id, name.slot, scores.get(page_id, 0.0), passages.get(page_id, NO_PASSAGE)[1])
+            hits = [Hit(page_id, name.slot, scores.get(page_id, 0.0), starts.get(page_id, -1))
                     for page_id, name in first[:MAX_HITS]]
             hits += [hit for hit in scored if hit.page_id not in named][: MAX_HITS - len(hits)]
         else:

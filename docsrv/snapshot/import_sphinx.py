@@ -13,6 +13,7 @@ import json
 import os
 import re
 from collections import Counter, defaultdict
+from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -46,6 +47,8 @@ NOISE = (
     "div.toctree-wrapper"
 )
 _SPACE = re.compile(r"\s+")
+#: What ``page_text`` puts where a section starts: a character no page's text holds as it is read.
+SECTION_MARK = "\x00"
 #: The list of document names in a ``searchindex.js`` (keys quoted or not, as Sphinx versions write them).
 _DOCNAMES = re.compile(r'"?docnames"?\s*:\s*(\[[^\]]*\])')
 #: The largest searchindex.js read for document names (a large build's is a few MB).
@@ -184,15 +187,18 @@ def read_page(html: bytes) -> tuple[str, tuple[Section, ...], str]:
     if not title:
         head_title = tree.css_first("title")
         title = clean(head_title.text()).split(" — ")[0].split(" - ")[0] if head_title is not None else ""
-    sections = []
+    headed = []
     for node in main.css("section[id], div.section[id]"):
         section_heading = node.css_first("h1, h2, h3, h4, h5, h6")
         if section_heading is not None:
-            sections.append(Section(id=node.attributes["id"] or "", title=clean(section_heading.text())))
+            headed.append((node.mem_id, node.attributes["id"] or "", clean(section_heading.text())))
     # Headings are indexed as the title and section headings, with their own weights.
     for node in main.css("h1, h2, h3, h4, h5, h6"):
         node.decompose()
-    return title, tuple(sections), clean(page_text(main))
+    text, starts = cleaned_text(page_text(main, {mem_id for mem_id, _id, _title in headed}))
+    sections = tuple(Section(id=anchor, title=heading, start=start)
+                     for (_mem_id, anchor, heading), start in zip(headed, starts, strict=True))
+    return title, sections, text
 
 
 #: Elements that a browser lays out as blocks (or breaks a line at): their text is apart from
@@ -203,18 +209,43 @@ BLOCKS = frozenset(
 )
 
 
-def page_text(main: Any) -> str:
-    """The text of ``main`` as a reader sees it: a space where a block starts, and nothing added
-    between inline elements, so that ``<span>--</span><span>broker</span>`` (Pygments' tokens)
-    stays ``--broker`` and fragments of it are exact (DECISIONS.md section 3)."""
+def page_text(main: Any, marked: Container[int] = ()) -> list[str]:
+    """The text of ``main`` as a reader sees it, in parts: a space where a block starts, and
+    nothing added between inline elements, so that ``<span>--</span><span>broker</span>``
+    (Pygments' tokens) stays ``--broker`` and fragments of it are exact (DECISIONS.md section 3).
+    Where an element of ``marked`` (by ``mem_id``) starts, a part of its own is ``SECTION_MARK``."""
     parts = []
     for node in main.traverse(include_text=True):
         tag = node.tag
         if tag == "-text":
             parts.append(node.text_content)
         elif tag in BLOCKS:
+            if node.mem_id in marked:
+                parts.append(SECTION_MARK)
             parts.append(" ")
-    return "".join(parts)
+    return parts
+
+
+def cleaned_text(parts: list[str]) -> tuple[str, list[int]]:
+    """The text of ``parts`` (``page_text``) as ``clean`` makes it, and where in it the text
+    after each ``SECTION_MARK`` part starts: the text is the one ``clean`` makes of the other
+    parts joined."""
+    pieces: list[str] = []
+    starts: list[int] = []
+    length = 0
+    ends_in_space = True  # at the start, as after a space: leading spaces are dropped
+    for run in "".join(parts).split(SECTION_MARK):
+        piece = _SPACE.sub(" ", run)
+        if ends_in_space and piece.startswith(" "):
+            piece = piece[1:]
+        if piece:
+            pieces.append(piece)
+            length += len(piece)
+            ends_in_space = piece.endswith(" ")
+        starts.append(length)
+    text = "".join(pieces).rstrip(" ")
+    # A section's text starts at its first word: past the space a block's start made, if any.
+    return text, [min(start + (text[start : start + 1] == " "), len(text)) for start in starts[:-1]]
 
 
 def import_sphinx(

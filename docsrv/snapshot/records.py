@@ -125,10 +125,14 @@ class BuildCommand(Record, frozen=True, gc=False):
 
 
 class Section(msgspec.Struct, frozen=True, gc=False, array_like=True):
-    """A section of a page: its anchor id and heading text, stored as ``[id, title]``."""
+    """A section of a page: its anchor id, heading text and where its text starts in the page's
+    (in characters; its text runs to the next section's start), stored as ``[id, title, start]``.
+    A snapshot written before sections had their place says ``[id, title]``: such a section has
+    no text of its own (``start`` -1)."""
 
     id: str
     title: str
+    start: Annotated[int, msgspec.Meta(ge=-1)] = -1
 
 
 #: Roles of named entries that are not objects of a Sphinx domain: a document (its title), a

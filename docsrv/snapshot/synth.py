@@ -336,11 +336,14 @@ class Synthesizer:
             if (vid, document) in used:
                 document = f"{document}-{pgid}"
             used.add((vid, document))
-            sections = tuple(
-                Section(id="-".join(words), title=" ".join(words).capitalize())
-                for words in (self.words(rng.randint(1, 3), vocabulary=SECTION_WORDS) for _ in range(rng.randint(1, 5)))
-            )
-            text = ". ".join(" ".join(self.words(rng.randint(6, 18))).capitalize() for _ in range(rng.randint(4, 12))) + "."
+            headings = [self.words(rng.randint(1, 3), vocabulary=SECTION_WORDS) for _ in range(rng.randint(1, 5))]
+            sentences = [" ".join(self.words(rng.randint(6, 18))).capitalize() for _ in range(rng.randint(4, 12))]
+            text = ". ".join(sentences) + "."
+            # Section k starts at the page's k-th sentence (the last ones at its end, as empty sections).
+            starts = list(itertools.accumulate((len(sentence) + 2 for sentence in sentences[:-1]), initial=0))
+            sections = tuple(Section(id="-".join(words), title=" ".join(words).capitalize(),
+                                     start=starts[k] if k < len(starts) else len(text))
+                             for k, words in enumerate(headings))
             yield Page(
                 id=pgid,
                 project=index + 1,

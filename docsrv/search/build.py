@@ -385,7 +385,7 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
         (directory / ENTRIES).mkdir()
         entries_index = named_entries.register_tokenizers(quiet(tantivy.Index(named_entries.build_schema(), path=str(directory / ENTRIES))))
         entries = entries_index.writer(heap_size=64 << 20, num_threads=1)
-    documents = parts = None
+    documents = section_writer = None
     if same is not None:
         earlier, before = same
         link_files(earlier / PAGES, directory / PAGES)
@@ -403,7 +403,8 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
         (directory / PAGES).mkdir()
         (directory / SECTIONS).mkdir()
         documents = quiet(tantivy.Index(build_schema(), path=str(directory / PAGES))).writer(heap_size=WRITER_HEAP, num_threads=1)
-        parts = quiet(tantivy.Index(sections.build_schema(), path=str(directory / SECTIONS))).writer(heap_size=WRITER_HEAP, num_threads=1)
+        section_writer = quiet(tantivy.Index(sections.build_schema(), path=str(directory / SECTIONS))).writer(
+            heap_size=WRITER_HEAP, num_threads=1)
         derived = Derived([], [], [], [], {identity: sorted(names) for identity, names in named.items()})
         with HighlightWriter(directory / HIGHLIGHT) as highlights:
             for page in pages:
@@ -432,14 +433,14 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
                     )
                 )
                 for section in sections.documents(page, scope, slot, symbols):
-                    parts.add_document(section)
+                    section_writer.add_document(section)
                 if entries is not None:
                     for document in named_entries.documents(page, scope, slot, changelog):
                         entries.add_json(document)
     (directory / DERIVED_FILE).write_bytes(_derived_encoder.encode(derived))
 
     def commit() -> None:
-        for writer in (documents, parts, entries):
+        for writer in (documents, section_writer, entries):
             if writer is not None:
                 writer.commit()
                 writer.wait_merging_threads()

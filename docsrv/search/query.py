@@ -211,27 +211,27 @@ class SearchIndex:
             opened = open_index(directory, part, leftovers)
             return answering(opened) if check else opened
 
-        pages, entries, parts, highlights = {}, {}, {}, {}
+        pages, entries, sectioned, highlights = {}, {}, {}, {}
         for key, shard in sorted(listing.shards.items()):
-            kept_pages, kept_entries, kept_parts, kept_files = earlier.kept(key, shard) if earlier is not None else (None, None, None, None)
+            kept_pages, kept_entries, kept_sections, kept_files = earlier.kept(key, shard) if earlier is not None else (None,) * 4
             pages[key] = kept_pages if kept_pages is not None else opening(shard.pages)
             entries[key] = kept_entries if kept_entries is not None else opening(shard.entries)
-            parts[key] = kept_parts if kept_parts is not None else opening(shard.sections)
+            sectioned[key] = kept_sections if kept_sections is not None else opening(shard.sections)
             highlights[key] = kept_files if kept_files is not None else Highlights(shard_path(directory, key) / HIGHLIGHT)
         sharded = ShardedHighlights(highlights)
-        return cls(store, listing, pages, named_entries.NamedEntries(entries, sharded.page_id), parts, sharded)
+        return cls(store, listing, pages, named_entries.NamedEntries(entries, sharded.page_id), sectioned, sharded)
 
     def __init__(self, store: Store, listing: Listing, pages: dict[int, tantivy.Index], named: named_entries.NamedEntries,
-                 parts: dict[int, tantivy.Index], highlights: ShardedHighlights) -> None:
+                 sectioned: dict[int, tantivy.Index], highlights: ShardedHighlights) -> None:
         self.listing = listing
         #: Each shard's pages index and its searcher, by key.
         self.pages = pages
         self.searchers = {key: index.searcher() for key, index in pages.items()}
         self.schema = pages[min(pages)].schema
         #: Each shard's sections index (``search/sections.py``) and its searcher, by key.
-        self.parts = parts
-        self.part_searchers = {key: index.searcher() for key, index in parts.items()}
-        self.parts_schema = parts[min(parts)].schema
+        self.sectioned = sectioned
+        self.section_searchers = {key: index.searcher() for key, index in sectioned.items()}
+        self.sections_schema = sectioned[min(sectioned)].schema
         self.layout = Layout(listing.width, store.versions_with_pages)
         self.named = named
         self.highlights = highlights
@@ -244,7 +244,7 @@ class SearchIndex:
         if was is None:
             return None, None, None, None
         return (self.pages[key] if was.pages == shard.pages else None, self.named.indexes[key] if was.entries == shard.entries else None,
-                self.parts[key] if was.sections == shard.sections else None,
+                self.sectioned[key] if was.sections == shard.sections else None,
                 self.highlights.shards[key] if was.digest == shard.digest else None)
 
     def shards_of(self, scopes: list[Scope] | None) -> list[int]:
@@ -309,13 +309,13 @@ class SearchIndex:
         stemmed = [found for found in (sections.stems(tokens) for tokens in parts) if found]
         if not stemmed and not written:
             return {}
-        searchers = [self.part_searchers[key] for key in shards]
-        query = sections.query(self.parts_schema, stemmed, written, scope)
+        searchers = [self.section_searchers[key] for key in shards]
+        query = sections.query(self.sections_schema, stemmed, written, scope)
         found, _total = named_entries.best(searchers, query, sections.SECTION_HITS)
         found = [(score, shards[at], address) for score, at, address in found]
         best: dict[int, tuple[float, int]] = {}
-        for (score, _key, _address), slot, at in zip(found, self._fast_values(found, "slot", self.part_searchers),
-                                                      self._fast_values(found, "at", self.part_searchers), strict=True):
+        for (score, _key, _address), slot, at in zip(found, self._fast_values(found, "slot", self.section_searchers),
+                                                      self._fast_values(found, "at", self.section_searchers), strict=True):
             if slot not in best:  # best first
                 best[slot] = (score, at)
         return best

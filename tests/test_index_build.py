@@ -130,7 +130,8 @@ def test_an_index_built_again_from_an_earlier_one_answers_every_search_as_one_bu
     # index is kept where only a page's text changed: no name, no page, no scope.
     edited = layout.shard_of(next(p["version"] for p in read(new, "pages") if "Zephyrine" in p.get("text", "")))
     for shard in plan.digests:
-        for part, kept in (("pages", shard not in plan.changed), ("entries", shard not in plan.changed or shard == edited)):
+        for part, kept in (("pages", shard not in plan.changed), ("sections", shard not in plan.changed),
+                           ("entries", shard not in plan.changed or shard == edited)):
             for path in (shard_path(rebuilt, shard) / part).iterdir():
                 earlier = shard_path(old / "index", shard) / part / path.name
                 assert (earlier.exists() and earlier.stat().st_ino == path.stat().st_ino) == kept, path
@@ -592,6 +593,24 @@ def test_an_index_whose_listing_is_not_what_its_shards_hold_is_not_served(tmp_pa
         (index / LISTING).write_bytes(msgspec.json.encode(listing))
     problem = index_problem(index)
     assert problem is not None and "\n" not in problem and f"{index}/{LISTING}" in problem, problem
+
+
+@pytest.mark.parametrize("lost", ["a file of its sections", "its sections"])
+def test_an_index_whose_shard_lost_its_sections_is_not_served(tmp_path, lost):
+    """Issue 62: a shard's sections index (``search/sections.py``) is a part of it a server
+    opens: a file of it gone, or all of it, is named in one line and the index is not used."""
+    import shutil
+
+    index = indexed_demo(tmp_path / "demo") / "index"
+    assert index_problem(index) is None
+    sections = next(path for path in sorted((index / "shards").glob("*/sections")) if any(path.glob("*.idx")))
+    if lost == "its sections":
+        shutil.rmtree(sections)
+    else:
+        next(sections.glob("*.idx")).unlink()
+    problem = index_problem(index)
+    named = sections / "meta.json" if lost == "its sections" else index / "segments.json"
+    assert problem is not None and "\n" not in problem and str(named) in problem, problem
 
 
 def test_the_links_an_index_was_opened_through_can_go_once_it_serves(tmp_path):

@@ -673,6 +673,17 @@ def test_a_page_whose_section_is_about_a_querys_words_ranks_before_a_page_naming
     )
 
 
+def test_a_page_holding_the_words_in_other_forms_holds_every_word(server):
+    """Issue 62: "exported palettes": the installation page says "export" and "palette", in the
+    section on moving a dashboard, never "exported" nor "palettes"; it holds every word of the
+    query in some form and is found, after the frobnication guide, whose "Palettes" hold them, its
+    fragment marking the words in the forms it holds them."""
+    found = hits(search(server, "exported palettes"))
+    assert [hit["fields"]["path"][0] for hit in found] == ["guide/frobnication", "install"]
+    assert found[1]["highlight"]["content"][0] == (
+        "other machine, then run widgetry <em>export</em> on this one: it writes the colour <em>palette</em> beside the widgets, and")
+
+
 def test_a_hit_without_a_passage_has_its_highlight_start_at_its_best_section(server):
     """Issue 62: "memory" is said first in the frobnication guide's tuning section, in passing;
     its section headed "Memory use" is about it, and is where the hit's fragment starts."""

@@ -420,16 +420,18 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
                 derived.chars.append(len(page.text))
                 derived.changelog.append(changelog)
                 derived.symbols.append(symbols)
+                headings = " ".join(section.title for section in page.sections)
                 documents.add_document(
                     tantivy.Document(
                         scope=scope,
                         slot=slot,
                         changelog=int(changelog),
                         title=page.title,
-                        headings=" ".join(section.title for section in page.sections),
+                        headings=headings,
                         body=page.text,
                         path=page.document_name,
                         symbols=symbols,
+                        stems=[page.title, headings, page.text, page.document_name],
                     )
                 )
                 for section in sections.documents(page, scope, slot, symbols):

@@ -20,7 +20,7 @@ from ..utils import held_calls
 from .highlight import Highlights
 
 #: Changes whenever what the index holds changes: an index of another schema is rebuilt.
-SCHEMA_VERSION = 20
+SCHEMA_VERSION = 21
 
 #: Where an index keeps its shards (``build.py``), and where a shard keeps its pages'
 #: tantivy index, its named entries', its sections' (``sections.py``) and its highlight files.
@@ -45,6 +45,10 @@ def build_schema() -> tantivy.Schema:
     builder.add_text_field("path")
     #: The code syntax of the page's text (``symbols``), one token each.
     builder.add_text_field("symbols", tokenizer_name="whitespace")
+    #: Every word of the page (title, headings, text, document name) stemmed, for which pages
+    #: hold every word of a query in some form (``search.query.SearchIndex.search_pages``): no
+    #: frequencies or positions, it scores nothing.
+    builder.add_text_field("stems", tokenizer_name="en_stem", index_option="basic")
     return builder.build()
 
 

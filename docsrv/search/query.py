@@ -80,6 +80,9 @@ PASSAGE_BOOST = 2.0
 #: best first: a passage lifts a page a few places, not from the bottom of fifty. On the tuning
 #: sets more ranked alike, and each page looked at costs time.
 PASSAGE_PAGES = 5
+#: The words a page need not hold to hold every word of a query: ours (``STOP_WORDS``) and
+#: Lucene's English stop words.
+OPTIONAL_WORDS = STOP_WORDS | frozenset("but no not such that their then there these they was will".split())
 #: What a page without a passage has.
 NO_PASSAGE = (0, -1)
 #: What a page none of whose sections a search found has.
@@ -276,8 +279,9 @@ class SearchIndex:
         return code_syntax.is_operator(key) and self.named.holds_name(key)
 
     def _passage_words(self, words: list[str], shards: list[int]) -> list[Words]:
-        """Each of ``words`` in the forms some page of ``shards`` holds in its text (``word_forms``):
-        a form no page holds costs a lookup in every page looked at, and finds nothing."""
+        """Each of ``words`` in the forms some page of ``shards`` holds in its text (``word_forms``;
+        the word itself always): a form no page holds costs a lookup in every page looked at, and
+        finds nothing."""
         searchers = [self.searchers[key] for key in shards]
         return [query_words([form for form in word_forms(word) if form == word or any(s.doc_freq("body", form) for s in searchers)])
                 for word in words]
@@ -320,6 +324,10 @@ class SearchIndex:
                 best[slot] = (score, at)
         return best
 
+    def _stem(self, stem: str) -> tantivy.Query:
+        """Pages that hold a word of this stem, in any form; scoring nothing."""
+        return tantivy.Query.const_score_query(tantivy.Query.term_query(self.schema, "stems", stem), 0.0)
+
     def _symbol(self, symbol: str) -> tantivy.Query:
         return tantivy.Query.const_score_query(tantivy.Query.term_query(self.schema, "symbols", symbol), SYMBOL_SCORE)
 
@@ -350,10 +358,12 @@ class SearchIndex:
         )
         results = []
         if len(parts) + len(as_written) > 1:  # with one word or phrase, "every" and "some" are the same search
-            # A page holds "every" word but the stop words, unless they are all the query has.
-            needed = [tokens for tokens in parts if len(tokens) > 1 or tokens[0] not in STOP_WORDS] or parts
+            # A page holds "every" word but the stop words, unless they are all the query has, in
+            # some form ("running" holds "run"): scored as it holds them as written.
+            needed = [tokens for tokens in parts if len(tokens) > 1 or tokens[0] not in OPTIONAL_WORDS] or parts
             every = tantivy.Query.boolean_query(
-                [*((tantivy.Occur.Must, tantivy.Query.boolean_query(self._in_fields(tokens))) for tokens in needed),
+                [*((tantivy.Occur.Must, self._stem(stem)) for tokens in needed for stem in sections.stems(tokens)),
+                 *((tantivy.Occur.Should, tantivy.Query.boolean_query(self._in_fields(tokens))) for tokens in needed),
                  *((tantivy.Occur.Must, symbol) for symbol in as_written),
                  *([scope] if scope is not None else [])]
             )
@@ -407,7 +417,10 @@ class SearchIndex:
         else:
             hits = scored[:MAX_HITS]
         total = max(counted, len(seen | named.keys()))
-        return Found(hits, total, query_words(words + [word for phrase in phrases for word in phrase]))
+        # Highlighted: the query's words in each form its pages hold ("export" for "exported"), as
+        # a page holds them in some form to hold every word.
+        said = self._passage_words(list(dict.fromkeys(words + [word for phrase in phrases for word in phrase])), shards)
+        return Found(hits, total, query_words(term for forms in said for term in forms.terms))
 
     def search_anchors(self, q: str) -> list[tuple[int, str]]:
         """(page id, anchor id) of sections, objects and glossary terms whose heading (or name) or

@@ -373,8 +373,11 @@ class SearchIndex:
         page_id_of = self.highlights.page_id
         changelogs_last = not asks_for_changes(q)
         headed = self.named.pages_with_heading(words, terms, shards) if len(words) > 1 else {}
+        # Each word of the query in the forms the pages hold: a passage's groups, and what is highlighted.
+        said_words = list(dict.fromkeys(words + [word for phrase in phrases for word in phrase]))
+        said = dict(zip(said_words, self._passage_words(said_words, shards), strict=True))
         content = [word for word in words if word not in STOP_WORDS]
-        groups = self._passage_words(content, shards) if len(content) > 1 else []
+        groups = [said[word] for word in content] if len(content) > 1 else []
         #: Of each page looked at: how many of the words its passage holds, and where it starts.
         passages: dict[int, tuple[int, int]] = {}
         best_sections = self._best_sections(parts, written, shards, scope)
@@ -419,8 +422,7 @@ class SearchIndex:
         total = max(counted, len(seen | named.keys()))
         # Highlighted: the query's words in each form its pages hold ("export" for "exported"), as
         # a page holds them in some form to hold every word.
-        said = self._passage_words(list(dict.fromkeys(words + [word for phrase in phrases for word in phrase])), shards)
-        return Found(hits, total, query_words(term for forms in said for term in forms.terms))
+        return Found(hits, total, query_words(term for forms in said.values() for term in forms.terms))
 
     def search_anchors(self, q: str) -> list[tuple[int, str]]:
         """(page id, anchor id) of sections, objects and glossary terms whose heading (or name) or

@@ -8,11 +8,10 @@ page by its whole and by its best section together (``SearchIndex.search_pages``
 service's own search ranks pages by their nested sections; a hit is still a page, its highlight
 starting at its best section when no passage of the query's words says better.
 
-Proximity is scored here too, at no cost at query time beyond tantivy's own: each pair of the
-query's consecutive content words adds a phrase that lets SECTION_SLOP words between them, in
-either order, so a section where they stand close together scores more. (Last round's phrase
-queries over the pages' regexes cost much and found little; the positions tantivy keeps anyway
-answer it.)
+Proximity is scored here too, with the positions tantivy keeps anyway: each pair of the query's
+content words at most NEAR_PAIRS apart in it adds a phrase of the two with SECTION_SLOP moves
+allowed, in either order, so a section where they stand close together scores more. (Last
+round's phrase queries over the pages' regexes cost much and found little.)
 
 The text before a page's first section, and the whole text of a page whose snapshot says no
 section's start (written before sections had one), is a section of its own with no heading:
@@ -33,8 +32,10 @@ from .named_entries import STOP_WORDS
 #: document name (which every section of the page shares), and its text. Measured on the tuning
 #: sets.
 SECTION_BOOSTS = {"heading": 2.0, "page": 2.0, "body": 1.0, "path": 0.4}
-#: How many words may stand between two consecutive words of a query for their pair to count as
-#: near (``near_clauses``), and what a pair adds.
+#: How far from standing together two words of a query may be in a section's text for their
+#: pair to count as near (tantivy's slop: a word between them is a move, the other order two),
+#: what a pair adds, and how far apart in the query the words of a pair may be
+#: (``near_clauses``).
 SECTION_SLOP = 8
 NEAR_BOOST = 0.5
 NEAR_PAIRS = 3
@@ -104,7 +105,8 @@ def documents(page: Page, scope: str, slot: int, symbols: str) -> Iterator[tanti
 
 
 def stems(tokens: list[str]) -> list[str]:
-    """The stems of a query's tokens (``search.query.index_tokens``), as the sections index holds them."""
+    """The stems of a query's tokens (``search.query.index_tokens``), as ``en_stem`` makes them:
+    as the sections index and the pages' ``stems`` field hold them."""
     return _STEMS.analyze(" ".join(tokens))
 
 

@@ -22,6 +22,8 @@ import re
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 
+import tantivy
+
 from ..snapshot.records import Page
 from .named_entries import entry_key
 
@@ -35,6 +37,9 @@ _WORD_CHARACTER = re.compile(r"\w")
 _PUNCTUATION = re.compile(r"[^\w\s]+")
 #: The longest operator kept: longer all-punctuation names are not operators anyone types.
 MAX_OPERATOR_CHARS = 4
+#: What a symbol of a query found as it is written in a page's (or a section's) text adds to its
+#: score (its presence: the number of symbols a page holds says nothing of what it is about).
+SYMBOL_SCORE = 5.0
 #: Quotes: a query's mark a phrase and an apostrophe is part of a word, so none alone is an operator.
 _QUOTES = "'\"`"
 #: tantivy takes terms shorter than this, in bytes.
@@ -97,3 +102,8 @@ def operator_pattern(operators: frozenset[str]) -> re.Pattern[str]:
 def kept(found: list[str]) -> list[str]:
     """The tokens ``found``, each once, but those tantivy would not take."""
     return [token for token in dict.fromkeys(found) if len(token.encode()) < MAX_TOKEN_BYTES]
+
+
+def symbol_query(schema: tantivy.Schema, symbol: str) -> tantivy.Query:
+    """The documents of ``schema``'s index whose ``symbols`` field holds ``symbol``, each scoring SYMBOL_SCORE."""
+    return tantivy.Query.const_score_query(tantivy.Query.term_query(schema, "symbols", symbol), SYMBOL_SCORE)

@@ -67,9 +67,6 @@ from .shards import Layout
 #: the tuning sets 0.3 to 0.5 ranked alike; 0.1 lost a query of the Python set, 1 and more one of
 #: Sphinx's ("glossary directive" then found the glossary).
 BOOSTS = {"title": 10.0, "headings": 5.0, "body": 1.0, "path": 0.4}
-#: What a symbol of the query found as it is written in a page's text adds to its score (its
-#: presence: the number of symbols a page holds says nothing of what it is about).
-SYMBOL_SCORE = 5.0
 MAX_HITS = 50
 #: Passages: a page whose text holds the query's words (two or more, but stop words) within
 #: PASSAGE_BYTES of each other weighs 1 + PASSAGE_BOOST times more (in proportion for some of
@@ -328,9 +325,6 @@ class SearchIndex:
         """Pages that hold a word of this stem, in any form; scoring nothing."""
         return tantivy.Query.const_score_query(tantivy.Query.term_query(self.schema, "stems", stem), 0.0)
 
-    def _symbol(self, symbol: str) -> tantivy.Query:
-        return tantivy.Query.const_score_query(tantivy.Query.term_query(self.schema, "symbols", symbol), SYMBOL_SCORE)
-
     def search_pages(self, q: str, *, scopes: list[Scope] | None = None) -> Found:
         """Pages naming ``q`` (``search/named_entries.py``), best name first; then pages matching any
         word of ``q``, those holding every word and phrase first.
@@ -347,7 +341,7 @@ class SearchIndex:
         terms = [scope.term for scope in scopes] if scopes else None
         scope = filter_clause(self.schema, "scope", terms) if terms else None
         parts = [tokens for tokens in map(index_tokens, words + [" ".join(p) for p in phrases]) if tokens]
-        as_written = [self._symbol(symbol) for symbol in written]
+        as_written = [code_syntax.symbol_query(self.schema, symbol) for symbol in written]
         # The filter goes inside each word of "some": tantivy runs a union of long posting lists
         # through every document before it meets the filter. "Every" is led by the filter as it is.
         # One union of every word in every field: each union tantivy runs has buffers of its own.

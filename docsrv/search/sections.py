@@ -26,6 +26,7 @@ from collections.abc import Iterator
 import tantivy
 
 from ..snapshot.records import Page
+from . import code_syntax
 from .named_entries import STOP_WORDS
 
 #: A section's weights, as ``search.query.BOOSTS`` a page's: its heading, its page's title and
@@ -39,9 +40,6 @@ SECTION_BOOSTS = {"heading": 2.0, "page": 2.0, "body": 1.0, "path": 0.4}
 SECTION_SLOP = 8
 NEAR_BOOST = 0.5
 NEAR_PAIRS = 3
-#: What a symbol of the query found as written in a section's text adds to its score (as
-#: ``search.query.SYMBOL_SCORE`` to a page's).
-SYMBOL_SCORE = 5.0
 #: The best sections a search looks at, per search: a page outside them has no section score.
 SECTION_HITS = 50
 #: A page's rank is (1 - SECTION_WEIGHT) x its own score and SECTION_WEIGHT x its best section's,
@@ -114,7 +112,7 @@ def query(schema: tantivy.Schema, parts: list[list[str]], written: list[str],
           scope: tuple[tantivy.Occur, tantivy.Query] | None) -> tantivy.Query:
     """The sections holding any of ``parts`` (each the stems of a query's word or phrase), by
     field weight, or any of the code syntax ``written`` in the query as it is written (each
-    adding SYMBOL_SCORE), and of its consecutive content words near each other (``near_clauses``); with
+    adding ``search.code_syntax.SYMBOL_SCORE``), and of its consecutive content words near each other (``near_clauses``); with
     ``scope`` (a filter clause), narrowed by it inside each clause, as ``SearchIndex._in_fields``
     narrows a page's."""
     clauses = []
@@ -124,7 +122,7 @@ def query(schema: tantivy.Schema, parts: list[list[str]], written: list[str],
                        else tantivy.Query.phrase_query(schema, field, list(tokens)))
             clauses.append(tantivy.Query.boost_query(matched, boost))
     clauses += near_clauses(schema, parts)
-    clauses += [tantivy.Query.const_score_query(tantivy.Query.term_query(schema, "symbols", symbol), SYMBOL_SCORE) for symbol in written]
+    clauses += [code_syntax.symbol_query(schema, symbol) for symbol in written]
     if scope is not None:
         clauses = [tantivy.Query.boolean_query([(tantivy.Occur.Must, clause), scope]) for clause in clauses]
     return tantivy.Query.boolean_query([(tantivy.Occur.Should, clause) for clause in clauses])

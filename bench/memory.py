@@ -57,11 +57,16 @@ ENCODINGS = ("gzip", "br", "identity")
 
 
 def memory_of(pid: int) -> dict[str, float]:
-    """A process's RSS, USS (its private pages) and PSS, in MB."""
+    """A process's RSS, USS (its private pages) and PSS, in MB; of its RSS, what is anonymous (its
+    heaps: Python's objects, tantivy's readers) and what is mapped from files (the index's, the
+    snapshot's); and how many mappings it has (an index opened and never let go keeps its files'
+    mappings)."""
     text = Path(f"/proc/{pid}/smaps_rollup").read_text()
     kb = {name: int(value) for name, value in re.findall(r"^(\w+):\s+(\d+) kB", text, re.MULTILINE)}
+    mappings = len(Path(f"/proc/{pid}/maps").read_text().splitlines())
     return {"rss_mb": round(kb["Rss"] / 1024, 1), "uss_mb": round((kb["Private_Clean"] + kb["Private_Dirty"]) / 1024, 1),
-            "pss_mb": round(kb["Pss"] / 1024, 1)}
+            "pss_mb": round(kb["Pss"] / 1024, 1), "anonymous_mb": round(kb["Anonymous"] / 1024, 1),
+            "file_mb": round((kb["Rss"] - kb["Anonymous"]) / 1024, 1), "mappings": mappings}
 
 
 def worker_pids(server: System, count: int) -> list[int]:

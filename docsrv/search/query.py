@@ -302,12 +302,12 @@ class SearchIndex:
                 values[at] = int(value or 0)
         return values
 
-    def _best_sections(self, parts: list[list[str]], written: list[str], shards: list[int],
+    def _best_sections(self, stemmed: list[list[str]], written: list[str], shards: list[int],
                        scope: tuple | None) -> dict[int, tuple[float, int]]:
-        """Of each page one of the SECTION_HITS best sections for ``parts`` (the query's words
-        and phrases) and ``written`` (its code syntax) is of, by slot: the best one's score, and
-        where its text starts in the page's highlight text (``search/sections.py``)."""
-        stemmed = [found for found in (sections.stems(tokens) for tokens in parts) if found]
+        """Of each page one of the SECTION_HITS best sections for ``stemmed`` (the stems of the
+        query's words and phrases) and ``written`` (its code syntax) is of, by slot: the best
+        one's score, and where its text starts in the page's highlight text (``search/sections.py``)."""
+        stemmed = [stems for stems in stemmed if stems]
         if not stemmed and not written:
             return {}
         searchers = [self.section_searchers[key] for key in shards]
@@ -341,6 +341,7 @@ class SearchIndex:
         terms = [scope.term for scope in scopes] if scopes else None
         scope = filter_clause(self.schema, "scope", terms) if terms else None
         parts = [tokens for tokens in map(index_tokens, words + [" ".join(p) for p in phrases]) if tokens]
+        stemmed = [sections.stems(tokens) for tokens in parts]
         as_written = [code_syntax.symbol_query(self.schema, symbol) for symbol in written]
         # The filter goes inside each word of "some": tantivy runs a union of long posting lists
         # through every document before it meets the filter. "Every" is led by the filter as it is.
@@ -354,10 +355,10 @@ class SearchIndex:
         if len(parts) + len(as_written) > 1:  # with one word or phrase, "every" and "some" are the same search
             # A page holds "every" word but the stop words, unless they are all the query has, in
             # some form ("running" holds "run"): scored as it holds them as written.
-            needed = [tokens for tokens in parts if len(tokens) > 1 or tokens[0] not in OPTIONAL_WORDS] or parts
+            needed = [at for at, tokens in enumerate(parts) if len(tokens) > 1 or tokens[0] not in OPTIONAL_WORDS] or range(len(parts))
             every = tantivy.Query.boolean_query(
-                [*((tantivy.Occur.Must, self._stem(stem)) for tokens in needed for stem in sections.stems(tokens)),
-                 *((tantivy.Occur.Should, tantivy.Query.boolean_query(self._in_fields(tokens))) for tokens in needed),
+                [*((tantivy.Occur.Must, self._stem(stem)) for at in needed for stem in stemmed[at]),
+                 *((tantivy.Occur.Should, tantivy.Query.boolean_query(self._in_fields(parts[at]))) for at in needed),
                  *((tantivy.Occur.Must, symbol) for symbol in as_written),
                  *([scope] if scope is not None else [])]
             )
@@ -374,7 +375,7 @@ class SearchIndex:
         groups = [said[word] for word in content] if len(content) > 1 else []
         #: Of each page looked at: how many of the words its passage holds, and where it starts.
         passages: dict[int, tuple[int, int]] = {}
-        best_sections = self._best_sections(parts, written, shards, scope)
+        best_sections = self._best_sections(stemmed, written, shards, scope)
         best_section = max((score for score, _at in best_sections.values()), default=0.0)
         starts: dict[int, int] = {}  # where each page's highlight starts
         scored: list[Hit] = []

@@ -112,9 +112,9 @@ def query(schema: tantivy.Schema, parts: list[list[str]], written: list[str],
           scope: tuple[tantivy.Occur, tantivy.Query] | None) -> tantivy.Query:
     """The sections holding any of ``parts`` (each the stems of a query's word or phrase), by
     field weight, or any of the code syntax ``written`` in the query as it is written (each
-    adding ``search.code_syntax.SYMBOL_SCORE``), and of its consecutive content words near each other (``near_clauses``); with
-    ``scope`` (a filter clause), narrowed by it inside each clause, as ``SearchIndex._in_fields``
-    narrows a page's."""
+    adding ``search.code_syntax.SYMBOL_SCORE``), and of its content words near each other
+    (``near_clauses``); with ``scope`` (a filter clause), narrowed by it inside each clause, as
+    ``SearchIndex._in_fields`` narrows a page's."""
     clauses = []
     for tokens in parts:
         for field, boost in SECTION_BOOSTS.items():
@@ -130,8 +130,8 @@ def query(schema: tantivy.Schema, parts: list[list[str]], written: list[str],
 
 def near_clauses(schema: tantivy.Schema, parts: list[list[str]]) -> list[tantivy.Query]:
     """Each pair of content words of the query (one-word parts, stop words left out) at most
-    NEAR_PAIRS apart in it, as phrases of the section's text with SECTION_SLOP words between
-    them allowed, in either order."""
+    NEAR_PAIRS apart in it, as phrases of the section's text with SECTION_SLOP moves allowed, in
+    either order."""
     words = [tokens[0] for tokens in parts if len(tokens) == 1 and tokens[0] not in STOP_WORDS]
     return [tantivy.Query.boost_query(tantivy.Query.phrase_query(schema, "body", list(pair), SECTION_SLOP), NEAR_BOOST)
             for at, first in enumerate(words) for second in words[at + 1 : at + 1 + NEAR_PAIRS]

@@ -168,6 +168,12 @@ def word_forms(word: str) -> tuple[str, ...]:
     return tuple(forms)
 
 
+def needed_parts(parts: list[list[str]]) -> list[int]:
+    """Which of a query's words and phrases (their tokens) a page must hold, in some form, to hold
+    every word (DECISIONS.md section 3): all but the optional words, unless they are all it has."""
+    return [at for at, tokens in enumerate(parts) if len(tokens) > 1 or tokens[0] not in OPTIONAL_WORDS] or list(range(len(parts)))
+
+
 def rank_score(page: float, section: float, best_page: float) -> float:
     """A page's score from its own ``page`` score and its best section's (as a share of the best
     section's in the search: ``search/sections.py``): its own as a share of the ``best_page`` of
@@ -355,7 +361,7 @@ class SearchIndex:
         if len(parts) + len(as_written) > 1:  # with one word or phrase, "every" and "some" are the same search
             # A page holds "every" word but the stop words, unless they are all the query has, in
             # some form ("running" holds "run"): scored as it holds them as written.
-            needed = [at for at, tokens in enumerate(parts) if len(tokens) > 1 or tokens[0] not in OPTIONAL_WORDS] or range(len(parts))
+            needed = needed_parts(parts)
             every = tantivy.Query.boolean_query(
                 [*((tantivy.Occur.Must, self._stem(stem)) for at in needed for stem in stemmed[at]),
                  *((tantivy.Occur.Should, tantivy.Query.boolean_query(self._in_fields(parts[at]))) for at in needed),

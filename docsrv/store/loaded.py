@@ -23,6 +23,7 @@ from ..snapshot.load import RawSnapshot, read_snapshot
 from ..snapshot.records import Build, BuildCommand, Manifest, PageHead, Project, ProjectRelationship, User, Version
 from ..snapshot.validate import check_snapshot
 from ..snapshot.verified import record_check
+from ..utils.heap import give_back_free_memory
 from ..utils.sequences import Grouping, PatchedOrder, SortedOrder, chunked
 
 log = logging.getLogger("docsrv")
@@ -291,6 +292,7 @@ def load_store(
         if enabled:
             gc.enable()
     gc.freeze()
+    give_back_free_memory()  # what the load made and let go: before a generation forks, or a worker writes into it
     store.load_seconds = time.perf_counter() - started
     if trust and not keep and not store.trusted:
         level = logging.WARNING if store.load_seconds >= UNPREPARED_WARNING_SECONDS else logging.INFO

@@ -1,5 +1,5 @@
-"""Free memory given back to the system (``utils/heap.py``): what a worker's allocator keeps of a
-state it let go, in holes between objects still alive, is resident until given back."""
+"""Free memory given back to the system (``utils/heap.py``): what the allocator keeps of what a
+load let go, in holes between objects still alive, is resident until given back."""
 
 from __future__ import annotations
 

@@ -49,7 +49,6 @@ from ..snapshot.errors import SnapshotError
 from ..snapshot.origin import HEAD, PublishedChangeset, changeset_path, decode_head
 from ..store.changes import applied, changes_index, in_memory
 from ..store.loaded import Store
-from ..utils.heap import give_back_free_memory
 from .served import Served
 
 log = logging.getLogger("docsrv")
@@ -205,14 +204,6 @@ def _stepped(directory: Path, store: Store, search: SearchIndex | None) -> Step:
     return Step(made, opened, touched, done_entries, waits, error, leftovers)
 
 
-def let_go(leftovers: list[Path]) -> None:
-    """Once a new state serves: remove the links its index was opened through, and give back to
-    the system the memory the state before it held, which the allocator keeps otherwise
-    (``utils/heap.py``)."""
-    remove_links(leftovers)
-    give_back_free_memory()
-
-
 def one_line(problem: Exception) -> str:
     return " ".join(str(problem).split())[:200]
 
@@ -272,7 +263,7 @@ class Follower:
         if done.entries:
             state = state.following(done.store, done.touched, done.search)
             self.holder.serve(state)
-            await offload(let_go, done.leftovers)
+            await offload(remove_links, done.leftovers)
             now = datetime.now(UTC)
             for entry in done.entries:
                 log.info("worker %d applied changeset %d: serving %s%s", os.getpid(), entry.sequence, state.store.name,

@@ -1,15 +1,16 @@
 """Free memory given back to the system: ``malloc_trim(3)`` of every arena of glibc's allocator.
 
-A worker that applies a changeset makes the pieces of a new state beside the old one, then lets
-the old go. glibc's allocator keeps what is freed: only free memory at the top of a heap goes
-back by itself, so the pages the old state held stay resident in holes between live objects,
-and the next changeset's pieces rarely fit them exactly. Over hundreds of changesets a worker's
-resident memory creeps above that of a worker started fresh on the same state
-(``bench/memory.py``). ``malloc_trim(0)`` gives back the whole free pages of every arena, holes
-included (``madvise``): the addresses stay, the pages are the system's until written again.
+A load decodes and checks far more than it keeps (pieces of MessagePack, the lists a check
+builds, the records a page's text is dropped from), and glibc's allocator keeps what is freed:
+only free memory at the top of a heap goes back by itself, the rest stays resident in holes
+between the objects kept. A generation that forks its workers with those holes hands each of
+them the pages, and a worker's first allocations write into them, copying them.
+``malloc_trim(0)`` gives back the whole free pages of every arena, holes included (``madvise``):
+the addresses stay, the pages are the system's until written again.
 
-It walks the allocator's free lists, so it runs in the heavy-work thread: ctypes lets go of the
-GIL for the call. Where the C library has no ``malloc_trim`` (musl, macOS), nothing happens.
+Not after each changeset a worker applies: what it gives back then the requests that follow take
+again (``bench/memory.py``), and it holds each arena's lock while it walks the free lists.
+Where the C library has no ``malloc_trim`` (musl, macOS), nothing happens.
 """
 
 from __future__ import annotations

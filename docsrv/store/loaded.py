@@ -292,7 +292,7 @@ def load_store(
         if enabled:
             gc.enable()
     gc.freeze()
-    give_back_free_memory()  # what the load made and let go: before a generation forks, or a worker writes into it
+    give_back_free_memory()  # the pages of what the load made and let go, before a generation forks (utils/heap.py)
     store.load_seconds = time.perf_counter() - started
     if trust and not keep and not store.trusted:
         level = logging.WARNING if store.load_seconds >= UNPREPARED_WARNING_SECONDS else logging.INFO

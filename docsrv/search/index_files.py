@@ -64,7 +64,7 @@ def shard_directories(index: Path) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
-#: A file of a shard's pages or entries index, by its path from the index's directory: nothing
+#: A file of a shard's pages, entries or sections index, by its path from the index's directory: nothing
 #: a listing names is opened outside the index.
 ShardFile = Annotated[str, msgspec.Meta(pattern=r"^shards/[0-9]+/(pages|entries|sections)/[A-Za-z0-9][A-Za-z0-9._-]*$")]
 

@@ -11,7 +11,7 @@ from itertools import pairwise
 import pytest
 
 from docsrv.utils import sequences as positions
-from docsrv.utils.sequences import LEAVE_OUT, PUT_IN, REPLACE, Chunked, assembled
+from docsrv.utils.sequences import LEAVE_OUT, PUT_IN, REPLACE, Chunked, Grouping, assembled
 
 
 @pytest.fixture(autouse=True)
@@ -32,11 +32,26 @@ def random_edits(length: int, rng: random.Random) -> list:
     return edits
 
 
+def group_of(plain: list, rng: random.Random) -> Chunked:
+    """``plain`` as a store's long group is: the group of one key of a ``Grouping`` of a list where
+    other keys' items stand between its items (pieces that are views of the grouping's positions)."""
+    items, keys = [], []
+    for item in plain:
+        for _other in range(rng.randrange(3)):
+            items.append("other")
+            keys.append(rng.choice(("a", "b")))
+        items.append(item)
+        keys.append("mine")
+    found = Grouping.of(keys).groups(items).get("mine", [])
+    return found if isinstance(found, Chunked) else Chunked.of(found)
+
+
 @pytest.mark.parametrize("seed", range(30))
-def test_a_chunked_list_reads_and_edits_as_a_plain_list(seed):
+@pytest.mark.parametrize("grouped", [False, True])
+def test_a_chunked_list_reads_and_edits_as_a_plain_list(seed, grouped):
     rng = random.Random(seed)
     plain = [f"i{number}" for number in range(rng.randrange(0, 60))]
-    chunked = Chunked.of(plain)
+    chunked = group_of(plain, rng) if grouped else Chunked.of(plain)
     for _round in range(6):
         assert len(chunked) == len(plain) and list(chunked) == plain
         lengths = [stop - start for _items, start, stop in chunked.pieces]

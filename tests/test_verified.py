@@ -162,7 +162,7 @@ def test_records_are_kept_in_pieces_and_read_back_whole(snapshot, monkeypatch, c
 
 @pytest.mark.parametrize("piece", [3, 16384])
 def test_messagepack_records_an_earlier_docsrv_wrote_in_one_array_are_read(snapshot, monkeypatch, caplog, piece):
-    """The files of the layout before (each kind's records in one array) are still decoded, a
+    """The files of a layout before (each kind's records in one array) are still decoded, a
     piece at a time, not read again from the JSON Lines."""
     import msgspec
 
@@ -173,16 +173,53 @@ def test_messagepack_records_an_earlier_docsrv_wrote_in_one_array_are_read(snaps
         path = binary.binary_path(snapshot, kind)
         served = msgspec.msgpack.decode(path.read_bytes(), type=binary.ServedRecords[list[cls]])
         flat = [record for records in served.records for record in records]
-        path.write_bytes(msgspec.msgpack.encode(binary.ServedRecords(binary.EARLIER_LAYOUT, flat, served.derived)))
+        path.write_bytes(msgspec.msgpack.encode(binary.ServedRecords(binary.ONE_ARRAY_LAYOUT, flat, served.derived)))
     seal_messagepack_as_it_is(snapshot)
     monkeypatch.setattr(binary, "DECODE_PIECE", piece)
     with caplog.at_level(logging.WARNING, logger="docsrv"):
         store = load_store(snapshot, progress=False, page_text=False)
     assert store.trusted and served_records(store) == expected and not caplog.records
-    # A prepare writes them in this docsrv's layout, and seals them anew.
+    assert_written_again_by_a_prepare(snapshot, expected)
+
+
+def test_messagepack_records_without_the_pages_groupings_are_read_and_counted(snapshot, caplog):
+    """The files of the layout before the pages' groupings by project and version: the store
+    counts each one's pages itself, and a prepare writes the files again with them."""
+    import msgspec
+
+    from docsrv.snapshot import binary
+
+    prepared = load_store(snapshot, progress=False, keep=True, page_text=False)
+    expected, counts = served_records(prepared), (dict(prepared.projects_with_pages), dict(prepared.versions_with_pages))
+    assert counts[0] and counts[1]
+    for kind, cls in binary.BINARY_KINDS.items():
+        path = binary.binary_path(snapshot, kind)
+        served = msgspec.msgpack.decode(path.read_bytes(), type=binary.ServedRecords[list[cls]])
+        groupings = {name: grouping for name, grouping in served.derived.groupings.items() if kind != "pages"}
+        assert kind != "pages" or set(served.derived.groupings) == {"project", "version"}
+        derived = binary.Derived(groupings, served.derived.orders)
+        path.write_bytes(msgspec.msgpack.encode(binary.ServedRecords(binary.UNGROUPED_PAGES_LAYOUT, served.records, derived)))
+    seal_messagepack_as_it_is(snapshot)
+    with caplog.at_level(logging.WARNING, logger="docsrv"):
+        store = load_store(snapshot, progress=False, page_text=False)
+    assert store.trusted and served_records(store) == expected and not caplog.records
+    assert (dict(store.projects_with_pages), dict(store.versions_with_pages)) == counts
+    assert_written_again_by_a_prepare(snapshot, expected)
+    pages = msgspec.msgpack.decode(binary.binary_path(snapshot, "pages").read_bytes(), type=binary.ServedRecords[msgspec.Raw])
+    assert set(pages.derived.groupings) == {"project", "version"}
+
+
+def assert_written_again_by_a_prepare(snapshot, expected) -> None:
+    """A prepare writes the records in this docsrv's layout, and seals them anew."""
+    import msgspec
+
+    from docsrv.snapshot import binary
+
     prepared = load_store(snapshot, progress=False, page_text=False, keep=True)
     assert prepared.trusted and served_records(prepared) == expected
-    assert msgspec.msgpack.decode(binary.binary_path(snapshot, "users").read_bytes(), type=binary.ServedRecords[msgspec.Raw]).layout_version == binary.LAYOUT_VERSION
+    for kind in binary.BINARY_KINDS:
+        found = msgspec.msgpack.decode(binary.binary_path(snapshot, kind).read_bytes(), type=binary.ServedRecords[msgspec.Raw])
+        assert found.layout_version == binary.LAYOUT_VERSION
     assert load_store(snapshot, progress=False, page_text=False).trusted
 
 
@@ -294,9 +331,14 @@ def test_groupings_and_sorted_orders_read_back_give_each_key_its_items_in_order(
     for item in items:
         expected.setdefault(item[0], []).append(item)
     grouping = msgspec.msgpack.decode(msgspec.msgpack.encode(Grouping.of(keys)), type=Grouping)
-    assert grouping.lists(items) == expected
-    with mock.patch.object(positions_module, "GATHER_PIECE", 3):  # gathered a few at a time
-        assert grouping.lists(items) == expected
+    assert grouping.sizes() == {key: len(group) for key, group in expected.items()}
+    for chunk in (positions_module.CHUNK, 2):  # a long group in pieces that are views of the positions
+        with mock.patch.object(positions_module, "CHUNK", chunk):
+            groups = grouping.groups(items)
+            assert len(groups) == len(expected) and list(groups) == list(expected)
+            assert {key: list(group) for key, group in groups.items()} == expected
+            assert all(groups[key][1:] == expected[key][1:] and groups.get(key) is groups[key] for key in expected)
+        assert "c" not in groups and groups.get("c", ()) == ()
     comparable = [key for key in expected if isinstance(key, str)]
     texts = [item for item in items if isinstance(item[0], str)]
     order = SortedOrder(texts, lambda item: item[0])

@@ -19,8 +19,9 @@ them as they are, and rewritten after any change. JSON Lines stays the snapshot'
 A kind's records are kept in pieces of DECODE_PIECE, decoded one at a time: msgspec holds the GIL
 while it decodes, and a process that loads a store beside a loop of its own (a sidecar loading
 its state ahead of the next change of pages, while it goes on pulling) would have that loop wait
-as long. The files of an earlier docsrv (EARLIER_LAYOUT: the records in one array) are read too,
-split into each record's bytes first.
+as long. The files of an earlier docsrv (ONE_ARRAY_LAYOUT: the records in one array) are read too,
+split into each record's bytes first, and so are those without the pages' groupings
+(UNGROUPED_PAGES_LAYOUT), which the store then makes; a prepare writes either again.
 """
 
 from __future__ import annotations
@@ -51,9 +52,11 @@ BINARY_KINDS: dict[str, type] = {
     "pages": PageHead,
 }
 #: Raised when what the files hold changes, so that older files are not read as newer ones.
-LAYOUT_VERSION = 3
-#: The layout before, still read: each kind's records in one array.
-EARLIER_LAYOUT = 2
+LAYOUT_VERSION = 4
+#: Earlier layouts, still read: each kind's records in one array; and this one's without the
+#: pages' groupings by project and by version (how many pages each has).
+ONE_ARRAY_LAYOUT = 2
+UNGROUPED_PAGES_LAYOUT = 3
 #: The records of a piece, decoded in one call, which holds the GIL: a kind's records in one call
 #: held it for seconds at the large scale, and a sidecar's pulls beside the load waited as long.
 DECODE_PIECE = 16384
@@ -103,8 +106,8 @@ _split = msgspec.msgpack.Decoder(ServedRecords[msgspec.Raw])
 
 def read_binary(directory: Path) -> tuple[dict[str, list], dict[str, Derived], bool] | None:
     """The served records of every kind and what was derived from them, decoded from maps of the
-    files (not copied into memory first), a piece at a time, and whether any file is of the
-    EARLIER_LAYOUT (a prepare writes them again); None, with the file named in the log, when one
+    files (not copied into memory first), a piece at a time, and whether any file is of an
+    earlier layout (a prepare writes them again); None, with the file named in the log, when one
     cannot be read, does not decode, or does not match its records."""
     records: dict[str, list] = {}
     derived: dict[str, Derived] = {}
@@ -117,10 +120,11 @@ def read_binary(directory: Path) -> tuple[dict[str, list], dict[str, Derived], b
             split = _split.decode(mapped)  # the bytes of each piece (each record, in the earlier layout), in the map
             decoder = msgspec.msgpack.Decoder(list[cls])  # type: ignore[valid-type]
             found: list = []
-            if split.layout_version == LAYOUT_VERSION:
+            if split.layout_version in (LAYOUT_VERSION, UNGROUPED_PAGES_LAYOUT):
                 for piece in split.records:
                     found += decoder.decode(piece)
-            elif split.layout_version == EARLIER_LAYOUT:
+                earlier = earlier or split.layout_version != LAYOUT_VERSION
+            elif split.layout_version == ONE_ARRAY_LAYOUT:
                 found, earlier = in_pieces(split.records, decoder), True
             else:
                 raise ValueError(f"layout version {split.layout_version}, not {LAYOUT_VERSION}")

@@ -48,7 +48,7 @@ class RawSnapshot:
     #: When the records were decoded from their MessagePack form (``binary.py``): what the store
     #: derived from them. The records are then the served ones (public, in served order).
     derived: dict[str, Derived] | None = None
-    #: When those files were of an earlier docsrv's layout (``binary.EARLIER_LAYOUT``).
+    #: When those files were of an earlier docsrv's layout (``binary.ONE_ARRAY_LAYOUT``, ``binary.UNGROUPED_PAGES_LAYOUT``).
     earlier_layout: bool = False
     #: The identity of each record file, taken before any was read (``verified.record_check``).
     identities: dict[str, Identity] = field(default_factory=dict)

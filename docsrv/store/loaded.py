@@ -10,7 +10,6 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from operator import attrgetter
@@ -123,8 +122,8 @@ class Store:
         #: index of the state it makes (``store/changes.py``), and a change of a project's language
         #: moves its hits (``edge/keys.py``). Counted, so that a page that leaves says whether it
         #: was the last.
-        self.projects_with_pages: Mapping[int, int] = Counter(p.project for p in pages)
-        self.versions_with_pages: Mapping[int, int] = Counter(p.version for p in pages)
+        self.projects_with_pages: Mapping[int, int] = self._counted("pages", pages, "project")
+        self.versions_with_pages: Mapping[int, int] = self._counted("pages", pages, "version")
 
         #: How many public records of each kind are served.
         self.counts = {
@@ -137,13 +136,20 @@ class Store:
             "pages": len(self.pages),
         }
 
-    def _grouped(self, kind: str, items: list[T], *fields: str) -> dict[Any, Sequence[T]]:
+    def _grouped(self, kind: str, items: list[T], *fields: str) -> Mapping[Any, Sequence[T]]:
         """The served ``items`` of ``kind`` grouped by ``fields``, in served order within a group
-        (a long group in chunks: ``chunked``)."""
+        (each made when first asked for: ``Groups``)."""
+        return self._grouping(kind, items, *fields).groups(items)
+
+    def _counted(self, kind: str, items: list[T], field: str) -> dict[Any, int]:
+        """How many of the served ``items`` of ``kind`` each value of ``field`` has."""
+        return self._grouping(kind, items, field).sizes()
+
+    def _grouping(self, kind: str, items: list[T], *fields: str) -> Grouping:
         derived, name = self.derived[kind], ",".join(fields)
         if name not in derived.groupings:
             derived.groupings[name] = Grouping.of(list(map(attrgetter(*fields), items)))
-        return {key: chunked(group) for key, group in derived.groupings[name].lists(items).items()}
+        return derived.groupings[name]
 
     def _sorted(self, kind: str, items: list[T], *fields: str) -> SortedOrder[T]:
         """The served ``items`` of ``kind`` sorted by ``fields``, for lookups."""

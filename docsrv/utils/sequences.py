@@ -3,10 +3,11 @@ instead of computing them again.
 
 Grouping a million records by a key in Python touches every record and appends to a list per
 record: at the large scale the store's groupings were a large part of a load. Kept as positions
-(one array of 32-bit positions, grouped, and where each group ends), a grouping is read back by
-gathering the records in that order (``map`` over the list, in C) and slicing it, many times
-faster. A sorted order answers a lookup by key with a binary search, where a dict would have to
-be built at each load (millions of builds by commit: time and memory).
+(one array of 32-bit positions, grouped, and where each group ends), a grouping is read back as
+it is: a group is the records at its positions, read there when a request asks for them
+(``Groups``), never gathered into lists at the load. A sorted order answers a lookup by key
+with a binary search, where a dict would have to be built at each load (millions of builds by
+commit: time and memory).
 
 Positions are 32-bit in the machine's byte order: they are a private cache of one directory, never
 published (``snapshot/binary.py``).
@@ -14,11 +15,12 @@ published (``snapshot/binary.py``).
 
 from __future__ import annotations
 
+import operator
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from itertools import accumulate, chain, pairwise
+from itertools import accumulate, chain
 from typing import Any, Generic, TypeVar, overload
 
 import msgspec
@@ -28,10 +30,6 @@ K = TypeVar("K")
 #: Positions are unsigned 32-bit integers (``array`` type code "I").
 POSITION = "I"
 POSITION_BYTES = array(POSITION).itemsize
-#: The most records a grouping gathers in one call (in C, the GIL held): at the large scale, the
-#: builds of every version in one call held it long enough to stall a sidecar's loop beside a
-#: load of its state.
-GATHER_PIECE = 65536
 #: The keys a grouping may have: an id, a slug, a flag, or one of these with a flag.
 Key = int | str | bool | tuple[int | str, bool]
 
@@ -62,14 +60,88 @@ class Grouping(msgspec.Struct, array_like=True, frozen=True):
             groups[key].append(position)
         return cls(list(groups), positions(chain.from_iterable(groups.values())), positions(accumulate(map(len, groups.values()))))
 
-    def lists(self, items: Sequence[T]) -> dict[Any, list[T]]:
+    def groups(self, items: Sequence[T]) -> Groups[Any, T]:
         """The items of each key, in the order of ``items`` (the list the grouping was made of)."""
-        order = positions_of(self.order)
-        gathered: list[T] = []
-        for start in range(0, len(order), GATHER_PIECE):
-            gathered += map(items.__getitem__, order[start:start + GATHER_PIECE])
+        return Groups(Gathered(items, positions_of(self.order)), self.keys, positions_of(self.ends))
+
+    def sizes(self) -> dict[Any, int]:
+        """How many items each key has."""
         ends = positions_of(self.ends)
-        return {key: gathered[start:end] for key, (start, end) in zip(self.keys, pairwise(chain((0,), ends)), strict=True)}
+        return dict(zip(self.keys, map(operator.sub, ends, chain((0,), ends)), strict=True))
+
+
+class Gathered(Sequence[T]):
+    """The items of a list in the order of ``positions`` in it, read from the list when asked: a
+    slice is a new list of those items, made in C."""
+
+    __slots__ = ("items", "positions")
+
+    def __init__(self, items: Sequence[T], positions: array) -> None:
+        self.items = items
+        self.positions = positions
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | list[T]:
+        if isinstance(index, slice):
+            return list(map(self.items.__getitem__, self.positions[index]))
+        return self.items[self.positions[index]]
+
+
+class Groups(Mapping[K, Sequence[T]]):
+    """The groups of a ``Grouping`` by key, each made when first asked for: a short one as a list, a
+    long one as a ``Chunked`` list whose pieces are views of the grouped positions.
+
+    Gathering every group at a load touched every record of the list once per grouping (seconds
+    at the large scale, and memory for a list of references per group); made on demand, a group
+    costs only in the workers that serve it, and a long one holds no references to its items."""
+
+    __slots__ = ("_ends", "_gathered", "_index", "_made")
+
+    def __init__(self, gathered: Gathered[T], keys: Sequence[K], ends: array) -> None:
+        self._gathered = gathered
+        self._ends = ends
+        #: Each key's place among the groups.
+        self._index = dict(zip(keys, range(len(keys)), strict=True))
+        self._made: dict[int, Sequence[T]] = {}
+
+    def get(self, key: K, default: Any = None) -> Any:
+        place = self._index.get(key)
+        if place is None:
+            return default
+        found = self._made.get(place)
+        if found is None:
+            found = self._made[place] = self._group(place)
+        return found
+
+    def _group(self, place: int) -> Sequence[T]:
+        start, end = self._ends[place - 1] if place else 0, self._ends[place]
+        if end - start <= CHUNK:
+            return self._gathered[start:end]
+        gathered = self._gathered
+        return Chunked([(gathered, first, min(first + CHUNK, end)) for first in range(start, end, CHUNK)])
+
+    def __getitem__(self, key: K) -> Sequence[T]:
+        found = self.get(key, _MISSING)
+        if found is _MISSING:
+            raise KeyError(key)
+        return found
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._index
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
 
 
 class SortedOrder(Generic[T]):
@@ -247,8 +319,9 @@ CHUNK = 512
 #: A piece shorter than this is copied into a neighbour as short (``Chunked.edited``): no two
 #: short pieces stand side by side, so a list of n items keeps fewer than 2n / SHORT + 1 pieces.
 SHORT = 32
-#: A piece of a ``Chunked`` list: the items ``items[start:stop]`` of a list no one changes.
-Piece = tuple[list[Any], int, int]
+#: A piece of a ``Chunked`` list: the items ``items[start:stop]`` of a list no one changes (or of
+#: the positions of a grouping: ``Gathered``, whose slices are lists too).
+Piece = tuple[Sequence[Any], int, int]
 
 
 class Chunked(Sequence[T]):
@@ -390,7 +463,7 @@ def put(made: list[Piece], piece: Piece) -> None:
     if made and stop - start < SHORT:
         before, first, end = made[-1]
         if end - first < SHORT:
-            joined = before[first:end] + items[start:stop]
+            joined = [*before[first:end], *items[start:stop]]
             made[-1] = (joined, 0, len(joined))
             return
     made.append(piece)

@@ -96,37 +96,37 @@ class Gathered(Sequence[T]):
 
 
 class Groups(Mapping[K, Sequence[T]]):
-    """The groups of a ``Grouping`` by key, each made when first asked for: a short one as a list, a
-    long one as a ``Chunked`` list whose pieces are views of the grouped positions.
+    """The groups of a ``Grouping`` by key, each a ``Chunked`` list whose pieces are views of the
+    grouped positions: a slice of one reads only the items it holds.
 
-    Gathering every group at a load touched every record of the list once per grouping (seconds
-    at the large scale, and memory for a list of references per group); made on demand, a group
-    costs only in the workers that serve it, and a long one holds no references to its items."""
+    Gathering every group into lists at a load touched every record of the list once per
+    grouping (seconds at the large scale, and a list of references per group, in each worker
+    that reads it); a group read this way holds no reference to its items. A long group's pieces
+    are made once, when it is first asked for; a short one's single piece costs less to make
+    again than to keep."""
 
-    __slots__ = ("_ends", "_gathered", "_index", "_made")
+    __slots__ = ("_ends", "_gathered", "_index", "_long")
 
     def __init__(self, gathered: Gathered[T], keys: Sequence[K], ends: array) -> None:
         self._gathered = gathered
         self._ends = ends
         #: Each key's place among the groups.
         self._index = dict(zip(keys, range(len(keys)), strict=True))
-        self._made: dict[int, Sequence[T]] = {}
+        #: The long groups made so far, by place.
+        self._long: dict[int, Chunked[T]] = {}
 
     def get(self, key: K, default: Any = None) -> Any:
         place = self._index.get(key)
         if place is None:
             return default
-        found = self._made.get(place)
-        if found is None:
-            found = self._made[place] = self._group(place)
-        return found
-
-    def _group(self, place: int) -> Sequence[T]:
-        start, end = self._ends[place - 1] if place else 0, self._ends[place]
+        found = self._long.get(place)
+        if found is not None:
+            return found
+        gathered, start, end = self._gathered, self._ends[place - 1] if place else 0, self._ends[place]
         if end - start <= CHUNK:
-            return self._gathered[start:end]
-        gathered = self._gathered
-        return Chunked([(gathered, first, min(first + CHUNK, end)) for first in range(start, end, CHUNK)])
+            return Chunked([(gathered, start, end)])
+        found = self._long[place] = Chunked([(gathered, first, min(first + CHUNK, end)) for first in range(start, end, CHUNK)])
+        return found
 
     def __getitem__(self, key: K) -> Sequence[T]:
         found = self.get(key, _MISSING)

@@ -42,7 +42,8 @@ def group_of(plain: list, rng: random.Random) -> Chunked:
             keys.append(rng.choice(("a", "b")))
         items.append(item)
         keys.append("mine")
-    return Grouping.of(keys).groups(items).get("mine", Chunked([]))
+    found = Grouping.of(keys).groups(items).get("mine", [])
+    return found if isinstance(found, Chunked) else Chunked.of(list(found))
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -62,7 +62,7 @@ class Grouping(msgspec.Struct, array_like=True, frozen=True):
 
     def groups(self, items: Sequence[T]) -> Groups[Any, T]:
         """The items of each key, in the order of ``items`` (the list the grouping was made of)."""
-        return Groups(Gathered(items, positions_of(self.order)), self.keys, positions_of(self.ends))
+        return Groups(Gathered(items, memoryview(positions_of(self.order))), self.keys, positions_of(self.ends))
 
     def sizes(self) -> dict[Any, int]:
         """How many items each key has."""
@@ -71,14 +71,17 @@ class Grouping(msgspec.Struct, array_like=True, frozen=True):
 
 
 class Gathered(Sequence[T]):
-    """The items of a list in the order of ``positions`` in it, read from the list when asked: a
-    slice is a new list of those items, made in C."""
+    """The items of a list in the order of ``positions`` in it (a view of a grouping's), read from
+    the list when asked: a slice is a new list of those items, made in C."""
 
     __slots__ = ("items", "positions")
 
-    def __init__(self, items: Sequence[T], positions: array) -> None:
+    def __init__(self, items: Sequence[T], positions: memoryview) -> None:
         self.items = items
         self.positions = positions
+
+    def __iter__(self) -> Iterator[T]:
+        return map(self.items.__getitem__, self.positions)
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -96,14 +99,16 @@ class Gathered(Sequence[T]):
 
 
 class Groups(Mapping[K, Sequence[T]]):
-    """The groups of a ``Grouping`` by key, each a ``Chunked`` list whose pieces are views of the
-    grouped positions: a slice of one reads only the items it holds.
+    """The groups of a ``Grouping`` by key, each read through the grouped positions: a short one
+    as a ``Gathered`` view of them, a long one as a ``Chunked`` list whose pieces are (so that a
+    changeset edits it as it edits any long list). A slice of a group reads only the items it
+    holds.
 
     Gathering every group into lists at a load touched every record of the list once per
     grouping (seconds at the large scale, and a list of references per group, in each worker
     that reads it); a group read this way holds no reference to its items. A long group's pieces
-    are made once, when it is first asked for; a short one's single piece costs less to make
-    again than to keep."""
+    are made once, when it is first asked for; a short one's view costs less to make again than
+    to keep."""
 
     __slots__ = ("_ends", "_gathered", "_index", "_long")
 
@@ -124,7 +129,7 @@ class Groups(Mapping[K, Sequence[T]]):
             return found
         gathered, start, end = self._gathered, self._ends[place - 1] if place else 0, self._ends[place]
         if end - start <= CHUNK:
-            return Chunked([(gathered, start, end)])
+            return Gathered(gathered.items, gathered.positions[start:end])
         found = self._long[place] = Chunked([(gathered, first, min(first + CHUNK, end)) for first in range(start, end, CHUNK)])
         return found
 

@@ -208,16 +208,17 @@ def open_index(index: Path, part: Listed, leftovers: list[Path] | None = None) -
 def link_directory(index: Path, part: Listed, root: str) -> Path:
     """A new directory in ``root`` of links to the files of ``part`` of the index in ``index``,
     with the ``meta.json`` that lists their segments (``open_index``)."""
-    links = Path(tempfile.mkdtemp(prefix=LINKS_PREFIX, dir=root))
+    links = tempfile.mkdtemp(prefix=LINKS_PREFIX, dir=root)
     try:
-        base = index.absolute()  # links to absolute paths: a relative one would point nowhere
+        base = os.path.abspath(index)  # links to absolute paths: a relative one would point nowhere
         for path in part.files:
-            held_calls.symlink(f"{base}/{path}", f"{links}/{Path(path).name}")
-        (links / "meta.json").write_text(json.dumps(part.meta))
+            held_calls.symlink(f"{base}/{path}", f"{links}/{path.rpartition('/')[2]}")
+        with open(f"{links}/meta.json", "wb") as meta:
+            meta.write(msgspec.json.encode(part.meta))
     except BaseException:
-        remove_links([links])
+        remove_links([Path(links)])
         raise
-    return links
+    return Path(links)
 
 
 def remove_links(directories: list[Path]) -> None:

@@ -369,6 +369,11 @@ def test_a_server_applies_changesets_of_pages_in_memory_with_the_index_the_pull_
         ready = server.json("/readyz")
         assert (ready["snapshot"], ready["worker"], ready["reloads"]) == (f"snap-{pulled_up_to}", worker, 0)
         assert_serves_as_fresh(server, states[pulled_up_to], urls)
+        # The shards built again replace those the worker was forked with: it lets go of them
+        # (their files mapped, their readers' memory), as it lets go of the state it moved on from.
+        served = index_files(into / "indexes" / str(pulled_up_to + 1))
+        poll(lambda served=served: mapped_index_files(worker) <= served,
+             what=lambda served=served: f"files of shards mapped that the index no longer holds: {mapped_index_files(worker) - served}")
     assert sorted(p.name for p in (into / "indexes").iterdir()) == ["2", "4"]  # of each pull: a worker needs the last
     # Each index's shards are links to the shards built for a changeset, or to the snapshot's
     # index's: those built for changesets whose indexes went are gone, unless linked to still.
@@ -393,6 +398,17 @@ def test_a_server_applies_changesets_of_pages_in_memory_with_the_index_the_pull_
     assert re.search(r"snap-3: built 0 of the \d+ shards of the search index again", caplog.text), caplog.text
     assert sorted(p.name for p in (into / "indexes").iterdir()) == []  # the kept changesets' indexes went with them
     assert not any((into / "index-shards").iterdir())  # and the shards built for them
+
+
+def mapped_index_files(pid: int) -> set[int]:
+    """The inodes of the files of an index's shards (``<index>/shards/<key>/...``) process ``pid`` maps."""
+    found = re.findall(r"^\S+ \S+ \S+ \S+ (\d+) +/\S+/shards/\d+/\S+$", Path(f"/proc/{pid}/maps").read_text(), re.MULTILINE)
+    return {int(inode) for inode in found}
+
+
+def index_files(index: Path) -> set[int]:
+    """The inodes of the files of the shards of ``index`` (links followed)."""
+    return {path.stat().st_ino for shard in (index / "shards").iterdir() for path in shard.resolve().rglob("*") if path.is_file()}
 
 
 def published_pages_change(tmp_path: Path, origin: Origin, base: Path) -> Path:

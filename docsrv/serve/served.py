@@ -36,6 +36,30 @@ class Served:
     signature: Signature
 
 
+class Handover:
+    """A generation's ``Served``, handed to each worker it forks. A forked worker's stack still
+    holds the frames of the generation that forked it: were the state an argument or a local
+    there, the worker would keep the loaded state for as long as it runs, and with it every
+    record, ordered list and index shard the changesets it applies have since replaced (the
+    generation's shared pages, which stay in the worker's memory). The worker ``take``s it
+    instead, and what it moves on from is let go of."""
+
+    def __init__(self, served: Served) -> None:
+        self._served: Served | None = served
+
+    def peek(self) -> Served:
+        """The state, left in place (the generation's own reads, between forks)."""
+        if self._served is None:
+            raise RuntimeError("the state was taken: a worker takes it once")
+        return self._served
+
+    def take(self) -> Served:
+        """The state, no longer held here (a worker, once)."""
+        served = self.peek()
+        self._served = None
+        return served
+
+
 def resolve(snapshot: str | Path) -> Path:
     """The real directory of a snapshot path, read once: a ``current`` link swapped later changes nothing."""
     return Path(os.path.realpath(snapshot))

@@ -28,7 +28,7 @@ from ..http.limits import SERVER_LIMITS
 from ..observe.runtime import Runtime
 from ..utils import held_calls, processes
 from .following import Follower, caught_up
-from .served import Served
+from .served import Handover
 
 log = logging.getLogger("docsrv")
 
@@ -127,20 +127,23 @@ def die_with_parent(parent: int) -> None:
 
 
 async def serve_worker(
-    served: Served, settings: Settings, sock: socket.socket, runtime: Runtime, ready_fd: int, master: int, chain: Path | None = None
+    handover: Handover, settings: Settings, sock: socket.socket, runtime: Runtime, ready_fd: int, master: int, chain: Path | None = None
 ) -> None:
-    """Serve ``served`` on ``sock`` until SIGTERM or SIGINT, or until the master is gone; then
-    drain and return. With ``chain``, follow the changesets there (``serve/following.py``): those that
-    came since the generation forked it are applied before it accepts a connection (a worker
-    that replaces one that died serves the state its peers serve)."""
-    served = caught_up(served, chain)
+    """Serve the state ``handover`` holds (taken from it: ``Handover``) on ``sock`` until SIGTERM
+    or SIGINT, or until the master is gone; then drain and return. With ``chain``, follow the
+    changesets there (``serve/following.py``): those that came since the generation forked it
+    are applied before it accepts a connection (a worker that replaces one that died serves the
+    state its peers serve)."""
+    served = caught_up(handover.take(), chain)
     state = ApiState(served.store, served.search, settings, runtime)
+    del served  # what serves is the listening's state: one the follower replaces is let go of
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     die_with_parent(master)
     listening = await start(state, sock, accepting=False)
+    del state
     runtime.beat()
     if not await told_to_accept(ready_fd):
         return

@@ -34,7 +34,7 @@ import msgspec
 from ...snapshot.errors import SnapshotError
 from ...utils.processes import die_with_parent, name_process
 from ..following import caught_up
-from ..served import Served, Signature, load_served
+from ..served import Handover, Signature, load_served
 
 log = logging.getLogger("docsrv")
 
@@ -92,12 +92,12 @@ class Generation:
 
     @classmethod
     def start(
-        cls, directory: Path, before_load: Callable[[], None], worker: Callable[[Served, int], None], chain: Path | None = None
+        cls, directory: Path, before_load: Callable[[], None], worker: Callable[[Handover, int], None], chain: Path | None = None
     ) -> Generation:
         """Fork a generation loading ``directory``, with the changesets in ``chain`` that follow it
         applied (``serve.following.caught_up``). In it, ``before_load`` runs first (closing what the
         master holds that it must not keep); each worker it forks runs ``worker(served,
-        ready_fd)``, and it exits when its control socket closes."""
+        ready_fd)`` (``Handover``), and it exits when its control socket closes."""
         master_end, generation_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         pid = os.fork()
         if pid:
@@ -175,7 +175,7 @@ def send_report(control: socket.socket, report: Report) -> None:
     control.sendall(_PID.pack(len(data)) + data)
 
 
-def run_generation(directory: Path, control: socket.socket, worker: Callable[[Served, int], None], chain: Path | None = None) -> int:
+def run_generation(directory: Path, control: socket.socket, worker: Callable[[Handover, int], None], chain: Path | None = None) -> int:
     """The generation process: load, report, then fork workers on request until told to go."""
     master = os.getppid()
     name_process(GENERATION_NAME)
@@ -187,13 +187,11 @@ def run_generation(directory: Path, control: socket.socket, worker: Callable[[Se
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
-        served = caught_up(load_served(directory), chain)
+        handover = Handover(caught_up(load_served(directory), chain))
     except Exception as error:  # a bad snapshot of any kind: the master reports it
         send_report(control, Report(error=str(error), public=public_error(error)))
         return 1
-    store = served.store
-    send_report(control, Report(Loaded(store.name, str(served.directory), served.signature, store.counts, store.load_seconds,
-                                       store.trusted)))
+    send_report(control, Report(loaded(handover)))
     while True:
         try:
             asked = control.recv(1)
@@ -201,7 +199,7 @@ def run_generation(directory: Path, control: socket.socket, worker: Callable[[Se
             continue
         if asked != b"F" or let_go(control):
             return 0
-        pid, ready_fd = fork_worker(served, master, worker, control)
+        pid, ready_fd = fork_worker(handover, master, worker, control)
         try:
             socket.send_fds(control, [_PID.pack(pid)], [ready_fd])
         except OSError:  # the master let go meanwhile: the worker would serve unsupervised
@@ -209,6 +207,12 @@ def run_generation(directory: Path, control: socket.socket, worker: Callable[[Se
             return 0
         finally:
             os.close(ready_fd)
+
+
+def loaded(handover: Handover) -> Loaded:
+    served = handover.peek()
+    store = served.store
+    return Loaded(store.name, str(served.directory), served.signature, store.counts, store.load_seconds, store.trusted)
 
 
 def let_go(control: socket.socket) -> bool:
@@ -222,7 +226,7 @@ def let_go(control: socket.socket) -> bool:
         return False
 
 
-def fork_worker(served: Served, master: int, worker: Callable[[Served, int], None], control: socket.socket) -> tuple[int, int]:
+def fork_worker(handover: Handover, master: int, worker: Callable[[Handover, int], None], control: socket.socket) -> tuple[int, int]:
     """Fork a worker through a middle process that exits at once: the worker is left to the master."""
     master_end, worker_end = (end.detach() for end in socket.socketpair())
     pid_read, pid_write = os.pipe()
@@ -238,7 +242,7 @@ def fork_worker(served: Served, master: int, worker: Callable[[Served, int], Non
                 control.close()
                 name_process(WORKER_NAME)
                 wait_for_adoption(master)
-                worker(served, worker_end)
+                worker(handover, worker_end)
                 code = 0
             else:
                 os.write(pid_write, _PID.pack(pid))

@@ -40,7 +40,7 @@ from ...observe.runtime import Runtime, heartbeat_path
 from ...search.index_files import META_LOCK, sweep_links
 from ...utils.processes import become_subreaper, name_process
 from ..following import chain_directory
-from ..served import Served, resolve
+from ..served import Handover, resolve
 from ..worker import DRAIN_SECONDS, listening_socket, raise_fd_limit, run, serve_worker
 from .generation import MASTER_NAME, Generation
 from .loading import LoadingResponder
@@ -255,7 +255,7 @@ class Master:
             if workers is not None:
                 workers.close_sockets()
 
-    def serve_in_worker(self, served: Served, ready_fd: int) -> None:
+    def serve_in_worker(self, handover: Handover, ready_fd: int) -> None:
         """A worker, forked by a generation and left to the master: serve until told to stop."""
         code = 1
         try:
@@ -264,7 +264,7 @@ class Master:
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             runtime = Runtime(self.run_dir, access_log=self.access_log)
-            run(serve_worker(served, self.settings, self.sock, runtime, ready_fd, self.pid, self.chain))
+            run(serve_worker(handover, self.settings, self.sock, runtime, ready_fd, self.pid, self.chain))
             code = 0
         except BaseException:
             log.exception("worker %d failed", os.getpid())

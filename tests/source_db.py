@@ -123,10 +123,14 @@ class Cluster:
         return f"host={self.socket_directory} port={self.port} dbname={database} user=postgres"
 
     def start(self) -> None:
+        # No fsync (a test's cluster is thrown away), but commits as the service's database makes
+        # them (``synchronous_commit`` on, its default): a slot sends a transaction once its WAL is
+        # flushed, and an asynchronous commit's waits for the WAL writer, up to three times
+        # ``wal_writer_delay``, which a lag measured from the COMMIT would count.
         command = [*as_postgres(), str(bin_directory() / "postgres"), "-D", str(self.directory / "data"), "-p", str(self.port),
                    "-c", "listen_addresses=", "-c", f"unix_socket_directories={self.socket_directory}",
                    "-c", "wal_level=logical", "-c", "timezone=UTC", "-c", "max_replication_slots=20", "-c", "max_wal_senders=20",
-                   "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+                   "-c", "fsync=off", "-c", "full_page_writes=off",
                    "-c", "wal_sender_timeout=60s", "-c", "log_min_messages=warning"]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=open(self.directory / "log", "ab"))  # noqa: SIM115
         deadline = time.monotonic() + 60

@@ -31,6 +31,7 @@ import asyncio
 import gc
 import logging
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -259,15 +260,19 @@ class Follower:
     async def catch_up(self) -> None:
         """Apply the changesets that follow the state served, at once (``step``)."""
         state = self.holder.state
+        started = time.perf_counter()
         done = await offload(step, self.directory, state.store, state.search)
         if done.entries:
             state = state.following(done.store, done.touched, done.search)
             self.holder.serve(state)
-            await offload(remove_links, done.leftovers)
-            now = datetime.now(UTC)
+            # Said as it serves (the links its index was opened through are removed after):
+            # how long after its publish, and how long since this worker saw it.
+            now, took = datetime.now(UTC), time.perf_counter() - started
             for entry in done.entries:
-                log.info("worker %d applied changeset %d: serving %s%s", os.getpid(), entry.sequence, state.store.name,
-                         f", {(now - entry.published_at).total_seconds():.3f} s after it was published" if entry.published_at else "")
+                log.info("worker %d applied changeset %d: serving %s%s (in %.3f s)", os.getpid(), entry.sequence, state.store.name,
+                         f", {(now - entry.published_at).total_seconds():.3f} s after it was published" if entry.published_at else "",
+                         took)
+            await offload(remove_links, done.leftovers)
         self.holder.state.runtime.waiting_for = done.waits
         if done.waits is not None:
             log.info("changeset %d changes what is not applied in memory: serving %s until the pull's snapshot of it",

@@ -1441,7 +1441,7 @@ def store_state(store) -> dict:
     """What a store serves, as plain values: every record by id, every ordered list and grouping,
     every lookup by slug, and the counts."""
     grouped = ("projects_of_user", "subprojects", "relationships_of_parent", "versions_of_project", "versions_by_active",
-               "versions_of_project_active", "versions_by_slug", "versions_by_slug_active", "builds_of_project")
+               "versions_of_project_active", "versions_by_slug", "versions_by_slug_active", "builds_of_project", "pages_of_version")
     state = {name: dict(getattr(store, name)) for name in ("users", "user_by_name", "projects", "project_by_slug", "relationships",
                                                            "versions", "builds")}
     state |= {name: dict(getattr(store, name)) for name in ("pages", "projects_with_pages", "versions_with_pages")}

@@ -299,13 +299,12 @@ def pages_changed(made: Store, store: Store, changeset: Changeset, left: set[int
     deleted, or of a project that was); return each served before or after, as it was and as it
     is (None where it is not served: a page of a version ``made`` does not serve is not). Pages are
     listed by id: one that keeps its id is replaced where it stands. The pages of a version that
-    leaves are found by reading every page: it is rare, and a grouping by version would cost the
-    memory of another list of every page."""
+    leaves are those of its group (``Store.pages_of_version``)."""
     upserts, deletes = changeset.upserts["pages"], changeset.deletes["pages"]
     changed: list[tuple[PageHead | None, PageHead | None]] = [(store.pages[i], None) for i in deletes if i in store.pages]
     if left:
-        changed += [(page, None) for page in store.pages_ordered
-                    if page.version in left and page.id not in upserts and page.id not in deletes]
+        leaving = [page for version in left for page in store.pages_of_version.get(version, ())]
+        changed += [(page, None) for page in sorted(leaving, key=PAGES.key) if page.id not in upserts and page.id not in deletes]
     for identity, line in upserts.items():
         after: PageHead | None = _page.decode(line)
         if after.version not in made.versions:  # type: ignore[union-attr]
@@ -316,7 +315,10 @@ def pages_changed(made: Store, store: Store, changeset: Changeset, left: set[int
     if not changed:
         return []
     made.pages = Overlay.of(store.pages, {(after or before).id: after for before, after in changed})  # type: ignore[union-attr]
-    made.pages_ordered = reordered(store.pages_ordered, *split([c for c in changed if c[0] != c[1]], None, PAGES), PAGES)
+    moved = [c for c in changed if c[0] != c[1]]
+    made.pages_ordered = reordered(store.pages_ordered, *split(moved, None, PAGES), PAGES)
+    version = attrgetter("version")
+    made.pages_of_version = regrouped(store.pages_of_version, version, *split(moved, version, PAGES), PAGES)
     made.projects_with_pages = recounted(store.projects_with_pages, changed, attrgetter("project"))
     made.versions_with_pages = recounted(store.versions_with_pages, changed, attrgetter("version"))
     made.counts = {**made.counts, "pages": len(made.pages)}

@@ -117,6 +117,9 @@ class Store:
         pages: list[PageHead] = records["pages"]
         self.pages: Mapping[int, PageHead] = {p.id: p for p in pages}
         self.pages_ordered: Sequence[PageHead] = chunked(pages)
+        #: The pages of each version, by id: those of a version made private or deleted leave
+        #: with it (``store/changes.py``), found here, not by reading every page.
+        self.pages_of_version: Mapping[int, Sequence[PageHead]] = self._grouped("pages", pages, "version")
         #: How many public pages each project and version holds (those with none are not keys):
         #: the search index holds them, so a change in memory takes such a one away only with the
         #: index of the state it makes (``store/changes.py``), and a change of a project's language

@@ -96,8 +96,8 @@ class Generation:
     ) -> Generation:
         """Fork a generation loading ``directory``, with the changesets in ``chain`` that follow it
         applied (``serve.following.caught_up``). In it, ``before_load`` runs first (closing what the
-        master holds that it must not keep); each worker it forks runs ``worker(served,
-        ready_fd)`` (``Handover``), and it exits when its control socket closes."""
+        master holds that it must not keep); each worker it forks runs ``worker(handover,
+        ready_fd)`` (``serve.served.Handover``), and it exits when its control socket closes."""
         master_end, generation_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         pid = os.fork()
         if pid:
@@ -210,6 +210,7 @@ def run_generation(directory: Path, control: socket.socket, worker: Callable[[Ha
 
 
 def loaded(handover: Handover) -> Loaded:
+    """What the master is told of the state the generation loaded."""
     served = handover.peek()
     store = served.store
     return Loaded(store.name, str(served.directory), served.signature, store.counts, store.load_seconds, store.trusted)

@@ -96,18 +96,25 @@ def prune_indexes(directory: Path, kept: set[int]) -> None:
 
 
 def shards_used(indexes: Path, built: Path) -> set[str]:
-    """The directories of ``built`` (shards built for changesets) that an index in ``indexes`` links to."""
-    home = os.path.realpath(built)
+    """The directories of ``built`` (shards built for changesets) that an index in ``indexes`` links to.
+    Each shard of a changeset's index is one relative link to the directory its files are in
+    (``search.rebuild.rebuild_index``): read in one system call, not resolved (a real path takes
+    a dozen, for each of hundreds of shards at each changeset)."""
+    home = os.path.join(os.path.realpath(built), "")
     used = set()
     for index in indexes.iterdir() if indexes.is_dir() else ():
+        shards = os.path.realpath(index / SHARDS_DIRECTORY)
         try:
-            links = list(os.scandir(index / SHARDS_DIRECTORY))
+            links = list(os.scandir(shards))
         except OSError:
             continue
         for link in links:
-            found = os.path.relpath(os.path.realpath(link.path), home)
-            if not found.startswith(os.pardir):
-                used.add(found.split(os.sep, 1)[0])
+            try:
+                target = os.path.normpath(os.path.join(shards, os.readlink(link.path)))
+            except OSError:  # a directory, not a link: of no changeset's shards
+                continue
+            if target.startswith(home):
+                used.add(target[len(home):].split(os.sep, 1)[0])
     return used
 
 

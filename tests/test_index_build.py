@@ -568,7 +568,8 @@ def test_an_index_opened_beside_one_of_the_same_entries_keeps_its_entries_index(
         assert ours.search_anchors(query) == alone.search_anchors(query), query
 
 
-@pytest.mark.parametrize("spoiled", ["missing", "a file more", "another digest", "not json", "a file out of the index"])
+@pytest.mark.parametrize("spoiled", ["missing", "a file more", "another digest", "not json", "a file out of the index", "another meta",
+                                     "a meta that is no object"])
 def test_an_index_whose_listing_is_not_what_its_shards_hold_is_not_served(tmp_path, spoiled):
     """A server opens an index as ``segments.json`` lists it: a listing that does not list what
     the shards hold (spoiled, or of another index) is named, in one line, and the index is not
@@ -588,6 +589,10 @@ def test_an_index_whose_listing_is_not_what_its_shards_hold_is_not_served(tmp_pa
             shard["pages"]["files"].append(shard["entries"]["files"][0])
         elif spoiled == "a file out of the index":
             shard["pages"]["files"][0] = "shards/00/pages/../../../../manifest.json"
+        elif spoiled == "another meta":
+            shard["pages"]["meta"]["segments"] = shard["pages"]["meta"]["segments"][:-1]
+        elif spoiled == "a meta that is no object":
+            shard["pages"]["meta"] = 5
         else:
             shard["digest"] = "0" * 32
         (index / LISTING).write_bytes(msgspec.json.encode(listing))

@@ -73,8 +73,13 @@ class Listed(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One tantivy index of a shard (its ``PAGES``, ``ENTRIES`` or ``SECTIONS``): its ``meta.json`` and its
     files, by path from the index's directory."""
 
-    meta: dict[str, Any]
+    #: As written, not read (tantivy reads it when the index opens; a worker reads the listing
+    #: at every changeset that changes the index, and the metas are most of it).
+    meta: msgspec.Raw
     files: list[ShardFile]
+
+    def schema(self) -> Any:
+        return msgspec.json.decode(self.meta).get("schema")
 
 
 class ListedShard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -119,7 +124,7 @@ def listed(shard: Path, part: str) -> Listed:
         raise ValueError(f"{directory}/meta.json: not a tantivy index's meta.json")
     files = sorted(f"{SHARDS_DIRECTORY}/{shard.name}/{part}/{entry.name}" for entry in os.scandir(directory)
                    if entry.is_file() and not entry.name.startswith(".") and entry.name != "meta.json")
-    return Listed(found, files)
+    return Listed(msgspec.Raw(msgspec.json.encode(found)), files)
 
 
 def listing_of(index: Path) -> Listing:
@@ -132,7 +137,7 @@ def listing_of(index: Path) -> Listing:
         raise ValueError(f"{index}: shards of blocks of other widths")
     first = shards[min(shards)][1]
     for key, (_width, shard) in shards.items():
-        if any(mine.meta.get("schema") != theirs.meta.get("schema") for mine, theirs in zip(shard.parts(), first.parts(), strict=True)):
+        if any(mine.schema() != theirs.schema() for mine, theirs in zip(shard.parts(), first.parts(), strict=True)):
             raise ValueError(f"{shard_path(index, key)}: another schema than the index's other shards")
     return Listing(widths.pop(), {key: shard for key, (_width, shard) in shards.items()})
 

@@ -189,3 +189,28 @@ def test_a_pages_operators_are_found_as_a_query_finds_them(seed):
     for _ in range(50):
         text = "".join(rng.choices(alphabet, k=rng.randint(0, 80)))
         assert page_tokens(text, operators) == tokens(text, operators.__contains__), (text, sorted(operators))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_largest_key_of_a_store_dictionary_changed_by_changesets_is_its_largest(seed):
+    """``utils.sequences.largest_key`` (the last version id, which sets the search index's blocks)
+    of a dictionary, and of overlays of it after changesets that add, replace and remove keys (the
+    largest among them), is the largest key it holds, None when it holds none."""
+    import random
+
+    from docsrv.utils.sequences import Overlay, largest_key
+
+    rng = random.Random(seed)
+    found: dict[int, str] | Overlay[int, str] = {key: "v" for key in rng.sample(range(1000), rng.randrange(0, 30))}
+    for _changeset in range(rng.randrange(1, 6)):
+        keys = list(found)
+        changes: dict[int, str | None] = {}
+        if keys and rng.random() < 0.5:
+            changes[max(keys)] = None
+        for key in rng.sample(keys, min(len(keys), rng.randrange(0, 5))):
+            changes[key] = rng.choice([None, "w"])
+        for _added in range(rng.randrange(0, 4)):
+            changes[rng.randrange(1200)] = "n"
+        found = Overlay.of(found, changes)
+        assert largest_key(found) == max(list(found), default=None)
+    assert largest_key({}) is None and largest_key(Overlay.of({3: "v"}, {3: None})) is None

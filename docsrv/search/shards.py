@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..utils.sequences import largest_key
 from .highlight import MAX_SHARD_KEY
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class Layout:
         """The layout of ``store``'s index: its blocks as wide as its last public version's id
         makes them (with pages or not, so that a version that gains its first page, loses its
         last or is made private moves no block's bounds, unless it is the last of all)."""
-        return cls(block_width(max(store.versions, default=0)), store.versions_with_pages)
+        return cls(block_width(largest_key(store.versions) or 0), store.versions_with_pages)
 
     def shard_of(self, version: int) -> int:
         return self.alone(version) if self.counts.get(version, 0) > VERSION_PAGES else self.block(version)

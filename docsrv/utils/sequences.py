@@ -273,6 +273,20 @@ class Overlay(Mapping[K, T]):
         yield from (key for key, value in changes.items() if value is not None and key not in self.base)
 
 
+def largest_key(found: Mapping[Any, object]) -> Any:
+    """The largest key of ``found`` (None when it has none): of a dictionary, taken in C; of an
+    ``Overlay``, its base's (unless a change removed it: then every key is read) against the keys
+    its changes hold (an overlay's own keys are iterated in Python, a key at a time)."""
+    if not isinstance(found, Overlay):
+        return max(found, default=None)
+    changes = found.changes
+    top = max(found.base, default=None)
+    if top is not None and top in changes and changes[top] is None:
+        return max(found, default=None)
+    added = [key for key, value in changes.items() if value is not None]
+    return max(added if top is None else [top, *added], default=None)
+
+
 class Replaced(Sequence[T]):
     """A list with the items at some positions replaced (changesets applied in memory: a build
     whose state changed stands where it stood). Copying the list of two million builds for each

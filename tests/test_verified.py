@@ -26,6 +26,24 @@ def snapshot(tmp_path):
     return sealed(tmp_path / "snap", "snap")
 
 
+def read_kept(path, cls):
+    """A kind's MessagePack file as this docsrv writes it, its pieces decoded (lists of ``cls``)."""
+    import msgspec
+
+    from docsrv.snapshot.binary import ServedRecords
+
+    served = msgspec.msgpack.decode(path.read_bytes(), type=ServedRecords[bytes])
+    return msgspec.structs.replace(served, records=[msgspec.msgpack.decode(piece, type=list[cls]) for piece in served.records])
+
+
+def write_kept(path, served) -> None:
+    """Write ``served`` (pieces as lists of records) as this docsrv writes a kind's file."""
+    import msgspec
+
+    pieces = [msgspec.msgpack.encode(piece) for piece in served.records]
+    path.write_bytes(msgspec.msgpack.encode(msgspec.structs.replace(served, records=pieces)))
+
+
 def commands_of_every_build(store):
     return {build: [c.id for c in store.commands_of(store.builds[build])] for build in store.builds}
 
@@ -146,14 +164,13 @@ def test_records_known_right_are_kept_in_messagepack_and_decoded_from_there(snap
 def test_records_are_kept_in_pieces_and_read_back_whole(snapshot, monkeypatch, caplog):
     """Each kind's records are written in pieces of DECODE_PIECE, decoded one at a time (a load's
     longest hold of the GIL, beside a sidecar's loop), and read back as the JSON Lines say."""
-    import msgspec
 
     from docsrv.snapshot import binary
     from docsrv.snapshot.records import Build
 
     monkeypatch.setattr(binary, "DECODE_PIECE", 3)
     from_json = load_store(snapshot, progress=False, keep=True, page_text=False)
-    pieces = msgspec.msgpack.decode(binary.binary_path(snapshot, "builds").read_bytes(), type=binary.ServedRecords[list[Build]]).records
+    pieces = read_kept(binary.binary_path(snapshot, "builds"), Build).records
     assert [len(piece) for piece in pieces[:-1]] == [3] * (len(pieces) - 1) and 1 <= len(pieces[-1]) <= 3
     assert [build for piece in pieces for build in piece] == from_json.builds_ordered
     with caplog.at_level(logging.WARNING, logger="docsrv"):
@@ -172,11 +189,31 @@ def test_messagepack_records_an_earlier_docsrv_wrote_in_one_array_are_read(snaps
     expected = served_records(load_store(snapshot, progress=False, keep=True, page_text=False))
     for kind, cls in binary.BINARY_KINDS.items():
         path = binary.binary_path(snapshot, kind)
-        served = msgspec.msgpack.decode(path.read_bytes(), type=binary.ServedRecords[list[cls]])
+        served = read_kept(path, cls)
         flat = [record for records in served.records for record in records]
         path.write_bytes(msgspec.msgpack.encode(binary.ServedRecords(binary.ONE_ARRAY_LAYOUT, flat, served.derived)))
     seal_messagepack_as_it_is(snapshot)
     monkeypatch.setattr(binary, "DECODE_PIECE", piece)
+    with caplog.at_level(logging.WARNING, logger="docsrv"):
+        store = load_store(snapshot, progress=False, page_text=False)
+    assert store.trusted and served_records(store) == expected and not caplog.records
+    assert_written_again_by_a_prepare(snapshot, expected)
+
+
+def test_messagepack_records_an_earlier_docsrv_wrote_as_arrays_of_pieces_are_read(snapshot, caplog):
+    """The files of the layout before (each piece an array within the file's, walked through to
+    find where the next begins): decoded as they are, not read again from the JSON Lines, and
+    written again by a prepare."""
+    import msgspec
+
+    from docsrv.snapshot import binary
+
+    expected = served_records(load_store(snapshot, progress=False, keep=True, page_text=False))
+    for kind, cls in binary.BINARY_KINDS.items():
+        path = binary.binary_path(snapshot, kind)
+        served = msgspec.structs.replace(read_kept(path, cls), layout_version=binary.PIECES_AS_ARRAYS_LAYOUT)
+        path.write_bytes(msgspec.msgpack.encode(served))
+    seal_messagepack_as_it_is(snapshot)
     with caplog.at_level(logging.WARNING, logger="docsrv"):
         store = load_store(snapshot, progress=False, page_text=False)
     assert store.trusted and served_records(store) == expected and not caplog.records
@@ -195,7 +232,7 @@ def test_messagepack_records_without_the_pages_groupings_are_read_and_counted(sn
     assert counts[0] and counts[1]
     for kind, cls in binary.BINARY_KINDS.items():
         path = binary.binary_path(snapshot, kind)
-        served = msgspec.msgpack.decode(path.read_bytes(), type=binary.ServedRecords[list[cls]])
+        served = read_kept(path, cls)
         groupings = {name: grouping for name, grouping in served.derived.groupings.items() if kind != "pages"}
         assert kind != "pages" or set(served.derived.groupings) == {"project", "version"}
         derived = binary.Derived(groupings, served.derived.orders)
@@ -232,8 +269,7 @@ def test_messagepack_records_of_another_layout_are_named_and_the_json_lines_read
 
     expected = served_records(load_store(snapshot, progress=False, keep=True, page_text=False))
     path = binary.binary_path(snapshot, "projects")
-    served = msgspec.msgpack.decode(path.read_bytes(), type=binary.ServedRecords[list[Project]])
-    path.write_bytes(msgspec.msgpack.encode(msgspec.structs.replace(served, layout_version=1)))
+    write_kept(path, msgspec.structs.replace(read_kept(path, Project), layout_version=1))
     seal_messagepack_as_it_is(snapshot)
     with caplog.at_level(logging.WARNING, logger="docsrv"):
         store = load_store(snapshot, progress=False, page_text=False)
@@ -275,15 +311,15 @@ def test_a_grouping_that_does_not_fit_its_records_is_named_and_not_used(snapshot
     file is named, and the records are read from the JSON Lines and grouped anew."""
     import msgspec
 
-    from docsrv.snapshot.binary import ServedRecords, binary_path
+    from docsrv.snapshot.binary import binary_path
     from docsrv.snapshot.records import Version
 
     expected = served_records(load_store(snapshot, progress=False, keep=True, page_text=False))
     path = binary_path(snapshot, "versions")
-    served = msgspec.msgpack.decode(path.read_bytes(), type=ServedRecords[list[Version]])
+    served = read_kept(path, Version)
     grouping = served.derived.groupings["project"]
     served.derived.groupings["project"] = msgspec.structs.replace(grouping, order=grouping.order[:-4])
-    path.write_bytes(msgspec.msgpack.encode(served))
+    write_kept(path, served)
     seal_messagepack_as_it_is(snapshot)
     with caplog.at_level(logging.WARNING, logger="docsrv"):
         store = load_store(snapshot, progress=False, keep=True, page_text=False)
@@ -555,13 +591,13 @@ def test_messagepack_positions_out_of_bounds_are_named_and_the_json_lines_read(s
     are named and the JSON Lines read (and nothing answers 500)."""
     import msgspec
 
-    from docsrv.snapshot.binary import ServedRecords, binary_path
+    from docsrv.snapshot.binary import binary_path
     from docsrv.snapshot.records import Build
     from docsrv.utils.sequences import positions, positions_of
 
     expected = served_records(load_store(snapshot, progress=False, keep=True, page_text=False))
     path = binary_path(snapshot, "builds")
-    served = msgspec.msgpack.decode(path.read_bytes(), type=ServedRecords[list[Build]])
+    served = read_kept(path, Build)
     grouping = served.derived.groupings["project"]
     if tamper == "out of bounds":
         order = positions_of(grouping.order)
@@ -572,7 +608,7 @@ def test_messagepack_positions_out_of_bounds_are_named_and_the_json_lines_read(s
         ends[0], ends[1] = ends[1], ends[0]
         grouping = msgspec.structs.replace(grouping, ends=positions(ends))
     served.derived.groupings["project"] = grouping
-    path.write_bytes(msgspec.msgpack.encode(served))
+    write_kept(path, served)
     seal_messagepack_as_it_is(snapshot)
     with caplog.at_level(logging.WARNING, logger="docsrv"):
         store = load_store(snapshot, progress=False, page_text=False)

@@ -19,9 +19,12 @@ them as they are, and rewritten after any change. JSON Lines stays the snapshot'
 A kind's records are kept in pieces of DECODE_PIECE, decoded one at a time: msgspec holds the GIL
 while it decodes, and a process that loads a store beside a loop of its own (a sidecar loading
 its state ahead of the next change of pages, while it goes on pulling) would have that loop wait
-as long. The files of an earlier docsrv (ONE_ARRAY_LAYOUT: the records in one array) are read too,
-split into each record's bytes first, and so are those without the pages' groupings
-(UNGROUPED_PAGES_LAYOUT), which the store then makes; a prepare writes either again.
+as long. Each piece is written as one MessagePack byte string holding the piece's array: finding
+the pieces then reads their lengths, where an array of arrays had to be walked record by record
+before a piece could be decoded (all of it once more). The files of an earlier docsrv are read
+too: pieces written as arrays (PIECES_AS_ARRAYS_LAYOUT), without the pages' groupings
+(UNGROUPED_PAGES_LAYOUT, which the store then makes) or with the records in one array
+(ONE_ARRAY_LAYOUT, split into each record's bytes first); a prepare writes any of them again.
 """
 
 from __future__ import annotations
@@ -52,11 +55,12 @@ BINARY_KINDS: dict[str, type] = {
     "pages": PageHead,
 }
 #: Raised when what the files hold changes, so that older files are not read as newer ones.
-LAYOUT_VERSION = 4
-#: Earlier layouts, still read: each kind's records in one array; and this one's without the
-#: pages' groupings by project and by version (how many pages each has).
+LAYOUT_VERSION = 5
+#: Earlier layouts, still read: each kind's records in one array; then in pieces, without the
+#: pages' groupings by project and by version (how many pages each has); then with them.
 ONE_ARRAY_LAYOUT = 2
 UNGROUPED_PAGES_LAYOUT = 3
+PIECES_AS_ARRAYS_LAYOUT = 4
 #: The records of a piece, decoded in one call, which holds the GIL: a kind's records in one call
 #: held it for seconds at the large scale, and a sidecar's pulls beside the load waited as long.
 DECODE_PIECE = 16384
@@ -73,8 +77,8 @@ class Derived(msgspec.Struct, array_like=True):
 
 
 class ServedRecords(msgspec.Struct, Generic[T], array_like=True):
-    """One kind's file: its public records in served order, in pieces (``pieces_of``), and what
-    was derived from them."""
+    """One kind's file: its public records in served order, in pieces (each piece's MessagePack,
+    ``pieces_of``), and what was derived from them."""
 
     layout_version: int
     records: list[T]
@@ -92,7 +96,8 @@ def write_binary(directory: Path, records: dict[str, list], derived: dict[str, D
     paths = []
     for kind in BINARY_KINDS:
         path = binary_path(directory, kind)
-        replace_file(path, encoder.encode(ServedRecords(LAYOUT_VERSION, pieces_of(records[kind]), derived.get(kind, Derived()))))
+        pieces = [encoder.encode(piece) for piece in pieces_of(records[kind])]
+        replace_file(path, encoder.encode(ServedRecords(LAYOUT_VERSION, pieces, derived.get(kind, Derived()))))
         paths.append(path)
     return paths
 
@@ -101,7 +106,13 @@ def pieces_of(records: list[T]) -> list[list[T]]:
     return [records[start:start + DECODE_PIECE] for start in range(0, len(records), DECODE_PIECE)]
 
 
-_split = msgspec.msgpack.Decoder(ServedRecords[msgspec.Raw])
+#: A file of this layout: each piece a view of its bytes in the map of the file (not copied).
+_pieces = msgspec.msgpack.Decoder(ServedRecords[memoryview])
+#: A file of an earlier layout: each piece (or record) found by walking through it.
+_walked = msgspec.msgpack.Decoder(ServedRecords[msgspec.Raw])
+#: How a file of records begins: an array of three items (MessagePack's fixarray), the first the
+#: layout version (a positive fixint: one byte below 0x80).
+_ARRAY_OF_THREE = 0x93
 
 
 def read_binary(directory: Path) -> tuple[dict[str, list], dict[str, Derived], bool] | None:
@@ -117,10 +128,10 @@ def read_binary(directory: Path) -> tuple[dict[str, list], dict[str, Derived], b
         try:
             with open(path, "rb") as file:
                 mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-            split = _split.decode(mapped)  # the bytes of each piece (each record, in the earlier layout), in the map
+            split = split_pieces(mapped)  # the bytes of each piece (each record, in the first layout), in the map
             decoder = msgspec.msgpack.Decoder(list[cls])  # type: ignore[valid-type]
             found: list = []
-            if split.layout_version in (LAYOUT_VERSION, UNGROUPED_PAGES_LAYOUT):
+            if split.layout_version in (LAYOUT_VERSION, PIECES_AS_ARRAYS_LAYOUT, UNGROUPED_PAGES_LAYOUT):
                 for piece in split.records:
                     found += decoder.decode(piece)
                 earlier = earlier or split.layout_version != LAYOUT_VERSION
@@ -138,7 +149,15 @@ def read_binary(directory: Path) -> tuple[dict[str, list], dict[str, Derived], b
     return records, derived, earlier
 
 
-def in_pieces(encoded: list[msgspec.Raw], decoder: msgspec.msgpack.Decoder[list[T]]) -> list[T]:
+def split_pieces(mapped: mmap.mmap) -> ServedRecords[memoryview] | ServedRecords[msgspec.Raw]:
+    """A kind's file with the bytes of each piece (each record, in the first layout) in the map,
+    as its layout version says they are kept (ValueError, msgspec.DecodeError: not a file of
+    records)."""
+    this_layout = len(mapped) > 1 and mapped[0] == _ARRAY_OF_THREE and mapped[1] == LAYOUT_VERSION
+    return _pieces.decode(mapped) if this_layout else _walked.decode(mapped)
+
+
+def in_pieces(encoded: list[msgspec.Raw] | list[memoryview], decoder: msgspec.msgpack.Decoder[list[T]]) -> list[T]:
     """The records ``encoded`` holds (each one's MessagePack), decoded DECODE_PIECE at a time."""
     records: list[T] = []
     for start in range(0, len(encoded), DECODE_PIECE):

@@ -1,6 +1,6 @@
 """What a sidecar's build of a changeset's search index costs, in one process: wall and CPU.
 
-    python bench/changeset_index.py [--scale large] [--versions 2] [--rounds 6]
+    python bench/changeset_index.py [--scale large] [--versions 2] [--rounds 6] [--tag NAME]
 
 The synthetic snapshot of the scale (``bench/scratch/``, made and indexed when missing) is loaded
 as a sidecar loads it (without the pages' text), with where its pages file's lines are and its own
@@ -11,7 +11,7 @@ built again in a directory of their own and the others linked (``search.rebuild.
 as ``replica.changeset_index.index_changesets`` does. For each round: the seconds of the plan and
 of the build, the CPU seconds of the build (every thread of the process: tantivy indexes and
 commits in threads of its own while Python adds the pages), and the shards and pages built.
-Written to ``bench/results/<date>-changeset-index-<scale>.json``. The machine is otherwise idle:
+Written to ``bench/results/<date>-changeset-index-<scale>[-<tag>].json``. The machine is otherwise idle:
 under traffic the same work shares the cores (``bench/source.py`` measures the lag whole).
 """
 
@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--scale", default="large", choices=["small", "medium", "large"])
     parser.add_argument("--versions", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--tag", help="added to the results' name, so that a run does not replace another's")
     args = parser.parse_args()
     snapshot = snapshot_path(args.scale, 1)
     if current_index(snapshot, fingerprint(snapshot)) is None:
@@ -78,7 +79,7 @@ def main() -> None:
                 shutil.rmtree(Path(scratch) / built)
     report = {"date": date.today().isoformat(), "command": " ".join(["python bench/changeset_index.py", *sys.argv[1:]]),
               "scale": args.scale, "counts": store.counts, "rounds": rounds}
-    out = HERE / "results" / f"{report['date']}-changeset-index-{args.scale}.json"
+    out = HERE / "results" / f"{report['date']}-changeset-index-{args.scale}{'-' + args.tag if args.tag else ''}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"written to {out.relative_to(HERE.parent)}")
 

@@ -27,21 +27,42 @@ def snapshot(tmp_path):
 
 
 def read_kept(path, cls):
-    """A kind's MessagePack file as this docsrv writes it, its pieces decoded (lists of ``cls``)."""
+    """A kind's MessagePack file as this docsrv writes it, its pieces decoded (lists of ``cls``;
+    of a kind decoded when read, one piece of every record)."""
+    from array import array
+    from itertools import pairwise
+
     import msgspec
 
-    from docsrv.snapshot.binary import ServedRecords
+    from docsrv.snapshot.binary import START, ServedRecords
 
     served = msgspec.msgpack.decode(path.read_bytes(), type=ServedRecords[bytes])
-    return msgspec.structs.replace(served, records=[msgspec.msgpack.decode(piece, type=list[cls]) for piece in served.records])
+    if served.starts:
+        starts = array(START, served.starts)
+        records = [[msgspec.msgpack.decode(served.records[0][start:end], type=cls) for start, end in pairwise(starts)]]
+    else:
+        records = [msgspec.msgpack.decode(piece, type=list[cls]) for piece in served.records]
+    return msgspec.structs.replace(served, records=records)
 
 
 def write_kept(path, served) -> None:
     """Write ``served`` (pieces as lists of records) as this docsrv writes a kind's file."""
     import msgspec
 
-    pieces = [msgspec.msgpack.encode(piece) for piece in served.records]
-    path.write_bytes(msgspec.msgpack.encode(msgspec.structs.replace(served, records=pieces)))
+    from docsrv.snapshot.binary import one_by_one
+
+    if served.starts:
+        written = one_by_one([record for piece in served.records for record in piece], served.derived, msgspec.msgpack.Encoder())
+    else:
+        written = msgspec.structs.replace(served, records=[msgspec.msgpack.encode(piece) for piece in served.records])
+    path.write_bytes(msgspec.msgpack.encode(written))
+
+
+def earlier_file(layout, records, derived) -> bytes:
+    """A kind's file as an earlier docsrv wrote it: three items, and what was derived without counts."""
+    import msgspec
+
+    return msgspec.msgpack.encode([layout, records, [derived.groupings, derived.orders]])
 
 
 def commands_of_every_build(store):
@@ -130,8 +151,9 @@ def served_records(store):
     groupings = [{key: list(group) for key, group in grouping.items()}
                  for grouping in (store.versions_of_project, store.versions_by_active, store.versions_of_project_active,
                                   store.versions_by_slug, store.versions_by_slug_active, store.builds_of_project)]
-    return (store.users_ordered, store.projects_ordered, store.subprojects, store.versions_ordered, store.builds_ordered,
-            store.pages_ordered, store.counts, groupings, lookups)
+    by_id = [dict(store.users), dict(store.projects), dict(store.versions), dict(store.builds), dict(store.pages)]
+    return (list(store.users_ordered), list(store.projects_ordered), store.subprojects, list(store.versions_ordered),
+            list(store.builds_ordered), list(store.pages_ordered), store.counts, groupings, lookups, by_id)
 
 
 def seal_messagepack_as_it_is(snapshot):
@@ -162,17 +184,18 @@ def test_records_known_right_are_kept_in_messagepack_and_decoded_from_there(snap
 
 
 def test_records_are_kept_in_pieces_and_read_back_whole(snapshot, monkeypatch, caplog):
-    """Each kind's records are written in pieces of DECODE_PIECE, decoded one at a time (a load's
-    longest hold of the GIL, beside a sidecar's loop), and read back as the JSON Lines say."""
+    """Each kind's records decoded at the load are written in pieces of DECODE_PIECE, decoded one
+    at a time (a load's longest hold of the GIL, beside a sidecar's loop), and read back as the
+    JSON Lines say."""
 
     from docsrv.snapshot import binary
-    from docsrv.snapshot.records import Build
+    from docsrv.snapshot.records import Project
 
     monkeypatch.setattr(binary, "DECODE_PIECE", 3)
     from_json = load_store(snapshot, progress=False, keep=True, page_text=False)
-    pieces = read_kept(binary.binary_path(snapshot, "builds"), Build).records
+    pieces = read_kept(binary.binary_path(snapshot, "projects"), Project).records
     assert [len(piece) for piece in pieces[:-1]] == [3] * (len(pieces) - 1) and 1 <= len(pieces[-1]) <= 3
-    assert [build for piece in pieces for build in piece] == from_json.builds_ordered
+    assert [project for piece in pieces for project in piece] == list(from_json.projects_ordered)
     with caplog.at_level(logging.WARNING, logger="docsrv"):
         again = load_store(snapshot, progress=False, page_text=False)
     assert again.trusted and served_records(again) == served_records(from_json) and not caplog.records
@@ -182,7 +205,6 @@ def test_records_are_kept_in_pieces_and_read_back_whole(snapshot, monkeypatch, c
 def test_messagepack_records_an_earlier_docsrv_wrote_in_one_array_are_read(snapshot, monkeypatch, caplog, piece):
     """The files of a layout before (each kind's records in one array) are still decoded, a
     piece at a time, not read again from the JSON Lines."""
-    import msgspec
 
     from docsrv.snapshot import binary
 
@@ -191,7 +213,7 @@ def test_messagepack_records_an_earlier_docsrv_wrote_in_one_array_are_read(snaps
         path = binary.binary_path(snapshot, kind)
         served = read_kept(path, cls)
         flat = [record for records in served.records for record in records]
-        path.write_bytes(msgspec.msgpack.encode(binary.ServedRecords(binary.ONE_ARRAY_LAYOUT, flat, served.derived)))
+        path.write_bytes(earlier_file(binary.ONE_ARRAY_LAYOUT, flat, served.derived))
     seal_messagepack_as_it_is(snapshot)
     monkeypatch.setattr(binary, "DECODE_PIECE", piece)
     with caplog.at_level(logging.WARNING, logger="docsrv"):
@@ -204,6 +226,25 @@ def test_messagepack_records_an_earlier_docsrv_wrote_as_arrays_of_pieces_are_rea
     """The files of the layout before (each piece an array within the file's, walked through to
     find where the next begins): decoded as they are, not read again from the JSON Lines, and
     written again by a prepare."""
+
+    from docsrv.snapshot import binary
+
+    expected = served_records(load_store(snapshot, progress=False, keep=True, page_text=False))
+    for kind, cls in binary.BINARY_KINDS.items():
+        path = binary.binary_path(snapshot, kind)
+        served = read_kept(path, cls)
+        path.write_bytes(earlier_file(binary.PIECES_AS_ARRAYS_LAYOUT, served.records, served.derived))
+    seal_messagepack_as_it_is(snapshot)
+    with caplog.at_level(logging.WARNING, logger="docsrv"):
+        store = load_store(snapshot, progress=False, page_text=False)
+    assert store.trusted and served_records(store) == expected and not caplog.records
+    assert_written_again_by_a_prepare(snapshot, expected)
+
+
+def test_messagepack_records_an_earlier_docsrv_wrote_as_byte_pieces_are_read(snapshot, caplog):
+    """The files of the layout before builds were decoded when read (every kind's pieces byte
+    strings, decoded at the load; no count of the builds' commands): decoded as they are, not
+    read again from the JSON Lines, and written again by a prepare."""
     import msgspec
 
     from docsrv.snapshot import binary
@@ -211,13 +252,75 @@ def test_messagepack_records_an_earlier_docsrv_wrote_as_arrays_of_pieces_are_rea
     expected = served_records(load_store(snapshot, progress=False, keep=True, page_text=False))
     for kind, cls in binary.BINARY_KINDS.items():
         path = binary.binary_path(snapshot, kind)
-        served = msgspec.structs.replace(read_kept(path, cls), layout_version=binary.PIECES_AS_ARRAYS_LAYOUT)
-        path.write_bytes(msgspec.msgpack.encode(served))
+        served = read_kept(path, cls)
+        pieces = [msgspec.msgpack.encode(piece) for piece in served.records]
+        path.write_bytes(earlier_file(binary.BYTE_PIECES_LAYOUT, pieces, served.derived))
     seal_messagepack_as_it_is(snapshot)
     with caplog.at_level(logging.WARNING, logger="docsrv"):
         store = load_store(snapshot, progress=False, page_text=False)
     assert store.trusted and served_records(store) == expected and not caplog.records
+    assert isinstance(store.versions, dict) and isinstance(store.builds, dict)  # decoded at the load, as the files were written for
     assert_written_again_by_a_prepare(snapshot, expected)
+
+
+@pytest.mark.parametrize("kind", ["versions", "builds"])
+def test_versions_and_builds_are_decoded_when_first_read_and_kept(snapshot, kind):
+    """A trusted load decodes no version and no build: one is decoded when a request first reads
+    it (by id, or in a list), then the same record is served from memory."""
+    prepared = load_store(snapshot, progress=False, keep=True, page_text=False)
+    store = load_store(snapshot, progress=False, page_text=False)
+    by_id, expected = getattr(store, kind), getattr(prepared, kind)
+    ordered, listed = getattr(store, f"{kind}_ordered"), list(getattr(prepared, f"{kind}_ordered"))
+    decoded = by_id.records.decoded
+    assert store.trusted and len(decoded) == len(expected) > 2 and decoded.count(1) == 0
+    first, *rest = list(expected)
+    assert by_id[first] == expected[first] and decoded.count(1) == 1
+    assert by_id[first] is by_id.get(first) is ordered[listed.index(expected[first])]
+    assert decoded.count(1) == 1
+    assert [by_id.get(identity) for identity in rest] == [expected[identity] for identity in rest]
+    assert decoded.count(1) == len(decoded)
+    missing = max(expected) + 1
+    assert missing not in by_id and by_id.get(missing) is None and 0 not in by_id
+    with pytest.raises(KeyError):
+        by_id[missing]
+
+
+@pytest.mark.parametrize(("tamper", "why"), [
+    ("starts out of order", "where its records start does not rise"),
+    ("starts past the end", "where its records start is not where they are"),
+    ("ids out of order", "its ids are not of its records"),
+    ("place out of bounds", "its ids are not of its records"),
+])
+def test_builds_kept_with_starts_or_ids_that_do_not_fit_are_named_and_the_json_lines_read(snapshot, caplog, tamper, why):
+    """Where each build starts, and the ids with their places, are checked at the load: one that
+    does not fit its records would answer 500 (or another build) when that build is read. (The
+    versions' file is read by the same code.)"""
+    from array import array
+
+    import msgspec
+
+    from docsrv.snapshot.binary import ID, START, ServedRecords, binary_path
+    from docsrv.utils.sequences import positions_of
+
+    expected = served_records(load_store(snapshot, progress=False, keep=True, page_text=False))
+    path = binary_path(snapshot, "builds")
+    served = msgspec.msgpack.decode(path.read_bytes(), type=ServedRecords[bytes])
+    starts, ids, places = array(START, served.starts), array(ID, served.ids), positions_of(served.places)
+    if tamper == "starts out of order":
+        starts[1], starts[2] = starts[2], starts[1]
+    elif tamper == "starts past the end":
+        starts[-1] += 1
+    elif tamper == "ids out of order":
+        ids[0], ids[1] = ids[1], ids[0]
+    else:
+        places[0] = len(places)
+    path.write_bytes(msgspec.msgpack.encode(msgspec.structs.replace(
+        served, starts=starts.tobytes(), ids=ids.tobytes(), places=places.tobytes())))
+    seal_messagepack_as_it_is(snapshot)
+    with caplog.at_level(logging.WARNING, logger="docsrv"):
+        store = load_store(snapshot, progress=False, page_text=False)
+    assert f"{path.name}: not the records docsrv wrote ({why}); reading the JSON Lines" in caplog.text
+    assert served_records(store) == expected
 
 
 def test_messagepack_records_without_the_pages_groupings_are_read_and_counted(snapshot, caplog):
@@ -236,7 +339,7 @@ def test_messagepack_records_without_the_pages_groupings_are_read_and_counted(sn
         groupings = {name: grouping for name, grouping in served.derived.groupings.items() if kind != "pages"}
         assert kind != "pages" or set(served.derived.groupings) == {"project", "version"}
         derived = binary.Derived(groupings, served.derived.orders)
-        path.write_bytes(msgspec.msgpack.encode(binary.ServedRecords(binary.UNGROUPED_PAGES_LAYOUT, served.records, derived)))
+        path.write_bytes(earlier_file(binary.UNGROUPED_PAGES_LAYOUT, served.records, derived))
     seal_messagepack_as_it_is(snapshot)
     with caplog.at_level(logging.WARNING, logger="docsrv"):
         store = load_store(snapshot, progress=False, page_text=False)

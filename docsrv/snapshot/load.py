@@ -11,8 +11,10 @@ import hashlib
 import os
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -37,7 +39,7 @@ class RawSnapshot:
 
     path: Path
     manifest: Manifest
-    records: dict[str, list]
+    records: dict[str, Sequence[Any]]
     commands: CommandFile
     files: dict[str, str]
     seconds: float
@@ -111,6 +113,7 @@ def read_snapshot(
     # A trusted record that lists the records in MessagePack: decoded from there when the page
     # text is not wanted (the MessagePack pages have none).
     binary = read_served(directory, sealed.verified) if not page_text else None
+    records: dict[str, Sequence[Any]]
     records, derived, earlier_layout = binary if binary is not None else ({}, None, False)
     counts: dict[str, int] = {}
     files: dict[str, str] = {}
@@ -170,7 +173,7 @@ def read_sealed(directory: Path, problems: ProblemList, *, trust: bool, digests_
 
 def read_served(
     directory: Path, verified: tuple[Verified, CommandRanges] | None
-) -> tuple[dict[str, list], dict[str, Derived], bool] | None:
+) -> tuple[dict[str, Sequence[Any]], dict[str, Derived], bool] | None:
     """The served records and what was derived from them, from their MessagePack form
     (``binary.py``), when a trusted check lists those files; None otherwise."""
     if verified is None or not verified[0].files.keys() >= BINARY_NAMES:
@@ -189,7 +192,7 @@ def only_file(found: list[Path], kind: str, problems: ProblemList) -> Path | Non
 
 
 def read_commands(
-    directory: Path, path: Path, sealed: Sealed, records: dict[str, list], problems: ProblemList, *, trust: bool,
+    directory: Path, path: Path, sealed: Sealed, records: dict[str, Sequence[Any]], problems: ProblemList, *, trust: bool,
     digests_checked: bool, progress: bool,
 ) -> CommandFile | None:
     """The build commands in ``path``, by the cheapest way that holds: the byte ranges of a

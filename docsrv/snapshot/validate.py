@@ -7,7 +7,8 @@ Build commands are checked as they are indexed (see commands.py).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any
 
 from .errors import ProblemList
 from .load import RawSnapshot
@@ -73,7 +74,7 @@ def check_snapshot(raw: RawSnapshot) -> None:
     problems.raise_if_any()
 
 
-def unique_ids(file: str, items: list, problems: ProblemList) -> dict[int, int]:
+def unique_ids(file: str, items: Sequence[Any], problems: ProblemList) -> dict[int, int]:
     """Map each id to the index of its record; a repeated id is a problem."""
     index = {item.id: i for i, item in enumerate(items)}
     if len(index) != len(items):

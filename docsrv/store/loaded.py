@@ -16,10 +16,10 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..snapshot.binary import Derived, write_binary
+from ..snapshot.binary import Derived, Undecoded, write_binary
 from ..snapshot.commands import ChangedCommands, CommandFile
 from ..snapshot.load import RawSnapshot, read_snapshot
-from ..snapshot.records import Build, BuildCommand, Manifest, PageHead, Project, ProjectRelationship, User, Version
+from ..snapshot.records import Build, BuildCommand, Manifest, PageHead, Project, ProjectRelationship, Record, User, Version
 from ..snapshot.validate import check_snapshot
 from ..snapshot.verified import record_check
 from ..utils.heap import give_back_free_memory
@@ -31,6 +31,7 @@ log = logging.getLogger("docsrv")
 UNPREPARED_WARNING_SECONDS = 1.0
 
 T = TypeVar("T")
+R = TypeVar("R", bound=Record)
 
 
 class Store:
@@ -39,7 +40,7 @@ class Store:
     def __init__(
         self,
         manifest: Manifest,
-        records: dict[str, list],
+        records: dict[str, Sequence[Any]],
         commands: CommandFile,
         *,
         path: Path | None = None,
@@ -66,12 +67,12 @@ class Store:
         # their ordered lists ``Replaced`` views or new lists. A list longer than a piece is kept
         # in pieces (``chunked``), so that a change cuts the pieces it touches, copying none of
         # the records they keep.
-        users: list[User] = records["users"]
+        users: Sequence[User] = records["users"]
         self.users: Mapping[int, User] = {u.id: u for u in users}
         self.users_ordered: Sequence[User] = chunked(users)
         self.user_by_name: Mapping[str, User] = {u.username: u for u in users}
 
-        projects: list[Project] = records["projects"]
+        projects: Sequence[Project] = records["projects"]
         self.projects: Mapping[int, Project] = {p.id: p for p in projects}
         self.projects_ordered: Sequence[Project] = chunked(projects)
         self.project_by_slug: Mapping[str, Project] = {p.slug: p for p in projects}
@@ -81,7 +82,7 @@ class Store:
                 projects_of_user.setdefault(user, []).append(project)
         self.projects_of_user: Mapping[int, Sequence[Project]] = projects_of_user
 
-        relationships: list[ProjectRelationship] = records["relationships"]
+        relationships: Sequence[ProjectRelationship] = records["relationships"]
         self.relationships: Mapping[int, ProjectRelationship] = {r.id: r for r in relationships}
         self.relationships_of_parent: Mapping[int, Sequence[ProjectRelationship]] = self._grouped("relationships", relationships, "parent")
         #: Public subprojects of each public project, by alias (or slug): searched with it.
@@ -89,8 +90,8 @@ class Store:
             parent: [self.projects[r.child] for r in related] for parent, related in self.relationships_of_parent.items()
         }
 
-        versions: list[Version] = records["versions"]
-        self.versions: Mapping[int, Version] = {v.id: v for v in versions}
+        versions: Sequence[Version] = records["versions"]
+        self.versions: Mapping[int, Version] = by_id(versions)
         self.versions_ordered: Sequence[Version] = chunked(versions)
         self.versions_of_project: Mapping[int, Sequence[Version]] = self._grouped("versions", versions, "project")
         self.versions_by_active: Mapping[bool, Sequence[Version]] = self._grouped("versions", versions, "active")
@@ -102,8 +103,8 @@ class Store:
         #: in ``versions``), and those added since (``PatchedOrder``).
         self.version_by_slug: SortedOrder[Version] | PatchedOrder[Version] = self._sorted("versions", versions, "project", "slug")
 
-        builds: list[Build] = records["builds"]
-        self.builds: Mapping[int, Build] = {b.id: b for b in builds}
+        builds: Sequence[Build] = records["builds"]
+        self.builds: Mapping[int, Build] = by_id(builds)
         #: Highest rank first.
         self.builds_ordered: Sequence[Build] = chunked(builds)
         self.builds_of_project: Mapping[int, Sequence[Build]] = self._grouped("builds", builds, "project")
@@ -112,9 +113,11 @@ class Store:
         self.builds_by_version: SortedOrder[Build] | PatchedOrder[Build] = self._sorted("builds", builds, "version")
 
         self.commands: CommandFile | ChangedCommands = commands
-        public_commands = commands.ranges.commands_of_builds(self.builds)
+        counts = self.derived["builds"].counts
+        if "commands" not in counts:
+            counts["commands"] = commands.ranges.commands_of_builds(self.builds)
 
-        pages: list[PageHead] = records["pages"]
+        pages: Sequence[PageHead] = records["pages"]
         self.pages: Mapping[int, PageHead] = {p.id: p for p in pages}
         self.pages_ordered: Sequence[PageHead] = chunked(pages)
         #: The pages of each version, by id: those of a version made private or deleted leave
@@ -135,26 +138,26 @@ class Store:
             "relationships": len(relationships),
             "versions": len(self.versions),
             "builds": len(self.builds),
-            "build_commands": public_commands,
+            "build_commands": counts["commands"],
             "pages": len(self.pages),
         }
 
-    def _grouped(self, kind: str, items: list[T], *fields: str) -> Mapping[Any, Sequence[T]]:
+    def _grouped(self, kind: str, items: Sequence[T], *fields: str) -> Mapping[Any, Sequence[T]]:
         """The served ``items`` of ``kind`` grouped by ``fields``, in served order within a group
         (each made when first asked for: ``Groups``)."""
         return self._grouping(kind, items, *fields).groups(items)
 
-    def _counted(self, kind: str, items: list[T], field: str) -> dict[Any, int]:
+    def _counted(self, kind: str, items: Sequence[T], field: str) -> dict[Any, int]:
         """How many of the served ``items`` of ``kind`` each value of ``field`` has."""
         return self._grouping(kind, items, field).sizes()
 
-    def _grouping(self, kind: str, items: list[T], *fields: str) -> Grouping:
+    def _grouping(self, kind: str, items: Sequence[T], *fields: str) -> Grouping:
         derived, name = self.derived[kind], ",".join(fields)
         if name not in derived.groupings:
             derived.groupings[name] = Grouping.of(list(map(attrgetter(*fields), items)))
         return derived.groupings[name]
 
-    def _sorted(self, kind: str, items: list[T], *fields: str) -> SortedOrder[T]:
+    def _sorted(self, kind: str, items: Sequence[T], *fields: str) -> SortedOrder[T]:
         """The served ``items`` of ``kind`` sorted by ``fields``, for lookups."""
         derived, name = self.derived[kind], ",".join(fields)
         found = SortedOrder(items, attrgetter(*fields), derived.orders.get(name))
@@ -235,7 +238,13 @@ class Store:
         return self.version_url(project, self.versions[page.version].slug) + page.path
 
 
-def served_records(records: dict[str, list]) -> dict[str, list]:
+def by_id(records: Sequence[R]) -> Mapping[int, R]:
+    """``records`` by id: a dictionary, or of records decoded when first read, their own lookup
+    (a dictionary would decode them all)."""
+    return records.by_id if isinstance(records, Undecoded) else {record.id: record for record in records}
+
+
+def served_records(records: Mapping[str, Sequence[Any]]) -> dict[str, Sequence[Any]]:
     """The records a store serves, of each kind: the public ones (and what is under them), in the
     order in which they are listed."""
     projects = sorted((p for p in records["projects"] if p.privacy_level == "public"), key=attrgetter("slug"))
@@ -311,7 +320,7 @@ def load_store(
     return store
 
 
-def keep_check(raw: RawSnapshot, records: dict[str, list], derived: dict[str, Derived], *, page_text: bool) -> None:
+def keep_check(raw: RawSnapshot, records: dict[str, Sequence[Any]], derived: dict[str, Derived], *, page_text: bool) -> None:
     """Write the record of the check just passed, with the records in MessagePack when they are
     held as a server holds them and are not already (or are in an earlier docsrv's layout).
     Raises OSError where they cannot be written, SnapshotError when a file changed while it was

@@ -273,6 +273,43 @@ class Overlay(Mapping[K, T]):
         yield from (key for key, value in changes.items() if value is not None and key not in self.base)
 
 
+class ById(Mapping[int, T]):
+    """Records by id, found by bisection in their ids (ascending, in an array) and read at the
+    position beside it in their list: for a list of records decoded when first read
+    (``snapshot.binary.Undecoded``), whose dictionary by id would decode them all, and whose
+    dictionary of positions would make an integer of each id and each position at the load."""
+
+    __slots__ = ("ids", "places", "records")
+
+    def __init__(self, records: Sequence[T], ids: array, places: array) -> None:
+        self.records = records
+        self.ids = ids
+        #: Where the record of each id (at the same index in ``ids``) is in ``records``.
+        self.places = places
+
+    def get(self, key: int, default: Any = None) -> Any:
+        ids = self.ids
+        at = bisect_left(ids, key)
+        return self.records[self.places[at]] if at < len(ids) and ids[at] == key else default
+
+    def __getitem__(self, key: int) -> T:
+        found = self.get(key, _MISSING)
+        if found is _MISSING:
+            raise KeyError(key)
+        return found
+
+    def __contains__(self, key: object) -> bool:
+        ids = self.ids
+        at = bisect_left(ids, key)
+        return at < len(ids) and ids[at] == key
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.ids)
+
+
 def largest_key(found: Mapping[Any, object]) -> Any:
     """The largest key of ``found`` (None when it has none): of a dictionary, taken in C; of an
     ``Overlay``, its base's (unless a change removed it: then every key is read) against the keys
@@ -365,7 +402,7 @@ class Chunked(Sequence[T]):
         self.starts = [0, *accumulate(stop - start for _items, start, stop in pieces)]
 
     @classmethod
-    def of(cls, items: list[T]) -> Chunked[T]:
+    def of(cls, items: Sequence[T]) -> Chunked[T]:
         """``items`` in pieces of CHUNK; ``items`` is shared, and no one may change it after."""
         return cls([(items, start, min(start + CHUNK, len(items))) for start in range(0, len(items), CHUNK)])
 
@@ -488,7 +525,7 @@ def put(made: list[Piece], piece: Piece) -> None:
     made.append(piece)
 
 
-def chunked(items: list[T]) -> Sequence[T]:
+def chunked(items: Sequence[T]) -> Sequence[T]:
     """``items``, in pieces when it is longer than one (``Chunked``): a changeset applied in memory
     then cuts the pieces it changes, not the list."""
     return Chunked.of(items) if len(items) > CHUNK else items

@@ -12,9 +12,10 @@ building its shard again and linking the others. Each shard is a whole small ind
     shard.json   what the shard was made from (``Shard``)
 
 Each shard is searched on its own, scored by its own statistics (``search.query.SearchIndex``): a
-page's score depends on the pages its shard holds, and as a float on their order too (the sum of
-its words' scores is taken in an order that depends on the documents before it in its segment),
-as does the order of pages of equal scores. An index built again therefore holds exactly the
+page's score depends on the pages its shard holds, and on how they are cut into segments too:
+tantivy's sloppy phrases (the sections' near pairs) score a section otherwise in a shard made of
+segments built apart than in one built whole, where words and exact phrases score alike
+(``bench/segment_scores.py``). An index built again therefore holds exactly the
 shards an index built whole of the same pages holds, each with the same pages in the same order:
 which shard holds a version's pages is a function of the version and its own pages alone
 (``search.shards.Layout``), never of the index's history. Each shard lists its pages by version,

@@ -140,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     follow.add_argument("--slot", default="docsrv", type=slot_name, help="the logical replication slot (default: %(default)s)")
     follow.add_argument("--publication", default="docsrv", help="the publication of the served tables (default: %(default)s)")
     follow.add_argument("--window", type=float, default=0.1, metavar="SECONDS",
-                        help="how long a commit waits for others to share its changeset (default: %(default)s)")
+                        help="the shortest time between two changesets: a commit that comes sooner after the last one "
+                             "waits for the window's end, with those that join it (default: %(default)s)")
     follow.add_argument("--pages-from", type=Path, default=None, metavar="DIR",
                         help="the service's storage of built HTML (DIR/html/<project>/<version>/): a version's pages are "
                              "read from its build when one finishes successfully (as import-sphinx reads them), not from "

@@ -331,6 +331,31 @@ def test_each_commit_is_published_as_one_changeset_and_the_origin_serves_the_dat
     assert "project-umbrella" in header["purge_keys"] and header["unmoved"] is True and "in_place" not in header  # it held pages
 
 
+def test_a_commit_after_a_quiet_window_is_published_without_waiting_for_the_window(follower, tmp_path):
+    """The window spaces changesets out; it does not hold back a commit that comes after a quiet
+    one: with an hour's window, the first commit after the base is still published at once."""
+    follower.start(options=("--window", "3600"))
+    serves_the_database(follower, tmp_path)
+    before = len(changesets(follower.origin))
+    sql(follower.dsn, "UPDATE auth_user SET username = 'at-once' WHERE id = 1")
+    poll(lambda: len(changesets(follower.origin)) == before + 1, what=lambda: f"the commit published; log:\n{follower.log}")
+    assert [(line["kind"], line["record"]["username"]) for line in changesets(follower.origin)[-1]] == [("users", "at-once")]
+
+
+def test_commits_within_a_window_of_the_last_changeset_share_the_next_one(follower, tmp_path):
+    follower.start(options=("--window", "2"))
+    serves_the_database(follower, tmp_path)
+    before = len(changesets(follower.origin))
+    sql(follower.dsn, "UPDATE auth_user SET username = 'first' WHERE id = 1")
+    poll(lambda: len(changesets(follower.origin)) == before + 1, what=lambda: f"the first commit published; log:\n{follower.log}")
+    sql(follower.dsn, "UPDATE auth_user SET username = 'second' WHERE id = 1")
+    sql(follower.dsn, "UPDATE projects_project SET description = 'Second.' WHERE id = 1")
+    expected = serves_the_database(follower, tmp_path)
+    assert expected["users"][1]["username"] == "second" and expected["projects"][1]["description"] == "Second."
+    assert len(changesets(follower.origin)) == before + 2
+    assert sorted((line["kind"], line["record"]["id"]) for line in changesets(follower.origin)[-1]) == [("projects", 1), ("users", 1)]
+
+
 def test_a_key_only_delete_of_a_projects_user_takes_the_user_out_of_its_project(follower, tmp_path):
     follower.start()
     expected = serves_the_database(follower, tmp_path)

@@ -6,10 +6,12 @@ logical replication (``pgoutput``) and writes the origin ``docsrv snapshot pull`
   snapshot (``REPEATABLE READ``, ``SET TRANSACTION SNAPSHOT``), so that a change committed during
   the copy is in the stream that follows and not in the copy, and publishes what it read whole.
 - **Streaming.** Each committed transaction's rows are taken in one step (``state.SourceState``);
-  the records whose kept form changed wait at most ``window`` seconds for others, and are then
-  published as one changeset (coalesced per record), whose header carries the LSN of the last
-  transaction in it and its commit time. A transaction that changes nothing served publishes
-  nothing.
+  the records whose kept form changed are published as one changeset (coalesced per record),
+  whose header carries the LSN of the last transaction in it and its commit time. A changeset is
+  published at most once a ``window``: a commit that comes a window or more after the last
+  publish goes out as soon as the stream holds nothing more (with the transactions that came
+  with it), one that comes sooner waits for the window to end, with those that join it. A
+  transaction that changes nothing served publishes nothing.
 - **No loss, no duplicate.** A changeset and ``head.json`` (and the rows of project users the
   follower keeps beside them) are on disk, fsync'ed, before their LSN is confirmed to the
   server. Started again, the follower loads the origin's state and skips every transaction that
@@ -59,7 +61,7 @@ from .watched import SLOT_SECONDS, FollowerMetrics, PublishLog, serve_metrics
 
 log = logging.getLogger("docsrv")
 
-#: How long the first transaction of a changeset waits for others to join it.
+#: The shortest time between two changesets: a commit within it of the last publish waits for its end.
 WINDOW_SECONDS = 0.1
 #: A changeset is published at once when its transactions changed this many records.
 BATCH_RECORDS = 20_000
@@ -144,6 +146,8 @@ class Follower:
         self.pending_end = 0
         self.pending_commit: datetime | None = None
         self.pending_since = 0.0
+        #: When the last changeset was published (``time.monotonic``).
+        self.published_at = float("-inf")
         self.pending_records = 0
         self.pending_transactions = 0
         self.metrics = FollowerMetrics()
@@ -244,7 +248,7 @@ class Follower:
             if now - self.slot_checked >= SLOT_SECONDS:
                 self.check_slot(database)
                 self.slot_checked = now
-            if self.pending and (now - self.pending_since >= self.settings.window or self.pending_records >= BATCH_RECORDS):
+            if self.pending and self.due(now, drained=message is None):
                 self.publish()
                 self.confirm(cursor, self.published_lsn)
             if message is None:
@@ -253,10 +257,18 @@ class Follower:
                 self.publish_log.say_if_due()
                 if not self.pending and self.base_due():  # one that failed, tried again once its pause is over
                     self.start_base()
-                wait = self.settings.window - (now - self.pending_since) if self.pending else 1.0
+                wait = self.published_at + self.settings.window - now if self.pending else 1.0
                 select.select([connection], [], [], max(wait, 0.0))
                 continue
             self.take(pgoutput.decode(message.payload), cursor)
+
+    def due(self, now: float, drained: bool) -> bool:
+        """Whether the changes that wait are published now: a window after the last publish once
+        the stream is ``drained`` (nothing more to read at once), or a window after the first of
+        them in any case (a stream that never pauses), or at once when they are many."""
+        window = self.settings.window
+        return (self.pending_records >= BATCH_RECORDS or now - self.pending_since >= window
+                or (drained and now - self.published_at >= window))
 
     def take(self, message: pgoutput.Message, cursor: Any) -> None:
         if isinstance(message, pgoutput.Begin):
@@ -399,6 +411,7 @@ class Follower:
         lsn, committed_at, transactions = self.pending_end, self.pending_commit, self.pending_transactions
         links, self.pending_links = self.pending_links, []
         self.pending, self.pending_records, self.pending_transactions = [], 0, 0
+        self.published_at = time.monotonic()
         if links:
             append_links(self.origin, links)
         if changes:

@@ -467,6 +467,74 @@ def anchor_search(headings: list[tuple[str, str]]):
     return named_entries.NamedEntries({0: index}, lambda slot: slot).anchors
 
 
+def entries_of(pages, deleted_scope: str | None = None):
+    """Lookups in an entries index of ``pages`` ((page, scope), in that order; each slot its page
+    id), with the documents of ``deleted_scope`` deleted after the commit, as tantivy keeps them
+    until a merge: counted in its statistics, found by no search."""
+    import tantivy
+
+    from docsrv.search import named_entries
+
+    index = named_entries.register_tokenizers(tantivy.Index(named_entries.build_schema()))
+    writer = index.writer(heap_size=15_000_000, num_threads=1)
+    for page, scope in pages:
+        for document in named_entries.documents(page, scope, page.id, False):
+            writer.add_json(document)
+    writer.commit()
+    writer.wait_merging_threads()
+    if deleted_scope is not None:
+        writer = index.writer(heap_size=15_000_000, num_threads=1)
+        writer.delete_documents_by_term("scope", deleted_scope)
+        writer.commit()
+        writer.wait_merging_threads()
+    index.reload()
+    return named_entries.NamedEntries({0: index}, lambda slot: slot)
+
+
+def widget_pages():
+    """Three pages that name "widget": an index entry, a section, a title, in that order."""
+    from docsrv.snapshot.records import INDEX_ROLE, Entry, Page, Section
+
+    return [
+        Page(id=1, project=1, version=1, path="a.html", title="Gears", entries=(Entry(INDEX_ROLE, "widget", "index-0"),)),
+        Page(id=2, project=1, version=1, path="b.html", title="Parts", sections=(Section("widget", "Widget", 0),)),
+        Page(id=3, project=1, version=2, path="c.html", title="Widget", sections=(Section("install-configuration", "Install configuration", 0),)),
+    ]
+
+
+def test_a_lookup_of_more_documents_than_it_reads_finds_the_best_ranked(monkeypatch):
+    """Of more documents than a lookup reads, it reads the best ranked (a title before a section
+    before an index entry), and of headings that hold a query's words, the fewest words first:
+    not the first that score best by the index's statistics, which rank no name."""
+    from docsrv.search import named_entries
+    from docsrv.snapshot.records import Page, Section
+
+    monkeypatch.setattr(named_entries, "LOOKUP_LIMIT", 1)
+    first, second, title = widget_pages()
+    wordy = Page(id=4, project=1, version=1, path="d.html", title="Guide",
+                 sections=(Section("more", "Install the configuration files and much more", 0),))
+    named = entries_of([(first, "p/one"), (second, "p/one"), (wordy, "p/one"), (title, "p/two")])
+    assert list(named.pages_named("widget", None)) == [3]
+    assert named.pages_with_heading(["install", "configuration"], None) == {3: 2 / 3}
+
+
+def test_an_entries_index_with_a_versions_documents_deleted_answers_as_one_without_them():
+    """Every lookup of an entries index whose documents of one version were deleted (still counted
+    in its statistics until a merge) answers as an index made without them: names, headings,
+    anchors, and whether a name is held at all."""
+    first, second, title = widget_pages()
+    patched = entries_of([(first, "p/one"), (second, "p/one"), (title, "p/two")], deleted_scope="p/two")
+    fresh = entries_of([(first, "p/one"), (second, "p/one")])
+
+    def answers(named):
+        return (named.pages_named("widget", None), named.pages_with_heading(["install", "configuration"], None), named.anchors("widget"),
+                named.holds_name("widget"), named.holds_name("install configuration"))
+
+    assert answers(patched) == answers(fresh)
+    found, headed, anchors, held, unheld = answers(fresh)
+    assert (sorted(found), headed, anchors, held, unheld) == ([1, 2], {}, [(2, "widget")], True, False)
+
+
 def test_an_anchor_query_is_found_as_one_run_of_characters_of_any_length():
     """The index finds a query by its runs of three characters, and what it finds is held to the
     query itself: runs that stand apart in a heading do not match; a query of one or two

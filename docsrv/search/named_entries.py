@@ -38,7 +38,8 @@ import tantivy
 from ..snapshot.records import DOCUMENT_ROLE, INDEX_ROLE, LABEL_ROLE, TERM_ROLE, Page
 from .changelogs import asks_for_changes
 
-#: How many documents of one name a lookup reads ("get" is the tail of hundreds of methods).
+#: How many documents of one name a lookup reads ("get" is the tail of hundreds of methods): the
+#: best ranked of them (``NamedEntries``).
 LOOKUP_LIMIT = 1000
 #: How many anchor matches the anchor search ranks before it keeps the best 50.
 ANCHOR_CANDIDATES = 2000
@@ -291,8 +292,10 @@ class NamedEntries:
         return list(self.searchers.values()) if shards is None else [self.searchers[key] for key in shards]
 
     def holds_name(self, key: str) -> bool:
-        """Whether some page has a name whose key (``entry_key``) is ``key``."""
-        return any(searcher.doc_freq("name", key) > 0 for searcher in self.searchers.values())
+        """Whether some page has a name whose key (``entry_key``) is ``key``: a document found,
+        not a term's frequency, which counts deleted documents too."""
+        query = self._term("name", key)
+        return any(searcher.search(query, 1, count=False).hits for searcher in self.searchers.values())
 
     def pages_named(self, q: str, scopes: list[str] | None, shards: list[int] | None = None) -> dict[int, Named]:
         """The pages holding a name equal to ``q`` (of the versions ``scopes`` names, if any), each
@@ -325,7 +328,8 @@ class NamedEntries:
         if scopes:
             clauses.append(filter_clause(self.schema, "scope", scopes))
         shares: dict[int, float] = {}
-        for searcher, addresses in _best(self._searchers(shards), tantivy.Query.boolean_query(clauses), LOOKUP_LIMIT):
+        # The headings of fewest words first: those the query's are the largest share of.
+        for searcher, addresses in _best(self._searchers(shards), tantivy.Query.boolean_query(clauses), LOOKUP_LIMIT, "heading_stems"):
             for page, length in zip(self._pages(searcher, addresses), searcher.fast_field_values("heading_stems", addresses), strict=True):
                 share = len(stems) / max(int(length or 0), len(stems))
                 if share > shares.get(page, 0.0):
@@ -345,7 +349,7 @@ class NamedEntries:
         if scope is not None:
             query = tantivy.Query.boolean_query([(tantivy.Occur.Must, query), scope])
         named: dict[int, Named] = {}
-        for searcher, addresses in _best(searchers, query, LOOKUP_LIMIT):  # a page is in one shard alone
+        for searcher, addresses in _best(searchers, query, LOOKUP_LIMIT, "rank"):  # a page is in one shard alone
             slots = [int(slot or 0) for slot in searcher.fast_field_values("slot", addresses)]
             pages = [self.page_id_of(slot) for slot in slots]
             ranks = [int(stored or 0) for stored in searcher.fast_field_values("rank", addresses)]
@@ -398,16 +402,20 @@ class NamedEntries:
 Scored = tuple[float, int, tantivy.DocAddress]
 
 
-def best(searchers: list[tantivy.Searcher], query: tantivy.Query, limit: int, count: bool = False) -> tuple[list[Scored], int]:
+def best(searchers: list[tantivy.Searcher], query: tantivy.Query, limit: int, count: bool = False,
+         least: str | None = None) -> tuple[list[Scored], int]:
     """The ``limit`` best documents ``query`` finds in the shards of ``searchers``, best first (of
     equal scores, in the shards' order, then tantivy's): as many as in one index of every shard,
     however many shards there are; and with ``count``, how many it finds. Each shard's are merged
     as they come, not sorted together: a lookup of every shard's (v1's) finds up to ``limit`` in
-    each of hundreds."""
+    each of hundreds. With ``least`` (an integer fast field), the best are those of its least
+    values, each "score" its value: what is found then reads none of the index's statistics,
+    which count the documents a delete left until a merge."""
     found: list[tuple[int, list[tuple[float, tantivy.DocAddress]]]] = []
     total = 0
     for at, searcher in enumerate(searchers):
-        result = searcher.search(query, limit, count=count)
+        result = (searcher.search(query, limit, count=count) if least is None
+                  else searcher.search(query, limit, count=count, order_by_field=least, order=tantivy.Order.Asc))
         if result.hits:
             found.append((at, result.hits))
         if count:
@@ -416,20 +424,23 @@ def best(searchers: list[tantivy.Searcher], query: tantivy.Query, limit: int, co
         at, hits = found[0]
         return [(score, at, address) for score, address in hits], total
     hits_of = dict(found)
-    merged = heapq.merge(*(_in_order(at, hits) for at, hits in found))
-    return [(-negated, at, hits_of[at][place][1]) for negated, at, place in itertools.islice(merged, limit)], total
+    sign = 1 if least is not None else -1
+    merged = heapq.merge(*(_in_order(at, hits, sign) for at, hits in found))
+    return [(sign * key, at, hits_of[at][place][1]) for key, at, place in itertools.islice(merged, limit)], total
 
 
-def _in_order(at: int, hits: list[tuple[float, tantivy.DocAddress]]) -> Iterator[tuple[float, int, int]]:
-    """(negated score, shard, place) of each of one shard's ``hits``, in their order: what ``best`` merges."""
+def _in_order(at: int, hits: list[tuple[float, tantivy.DocAddress]], sign: int) -> Iterator[tuple[float, int, int]]:
+    """(score times ``sign``, so that the best is least; shard; place) of each of one shard's
+    ``hits``, in their order: what ``best`` merges."""
     for place, (score, _address) in enumerate(hits):
-        yield -score, at, place
+        yield sign * score, at, place
 
 
-def _best(searchers: list[tantivy.Searcher], query: tantivy.Query, limit: int) -> list[tuple[tantivy.Searcher, list[tantivy.DocAddress]]]:
+def _best(searchers: list[tantivy.Searcher], query: tantivy.Query, limit: int,
+          least: str | None = None) -> list[tuple[tantivy.Searcher, list[tantivy.DocAddress]]]:
     """``best``'s documents by shard, each shard's in its order."""
     by_shard: dict[int, list[tantivy.DocAddress]] = {}
-    for _score, at, address in best(searchers, query, limit)[0]:
+    for _score, at, address in best(searchers, query, limit, least=least)[0]:
         by_shard.setdefault(at, []).append(address)
     return [(searchers[at], by_shard[at]) for at in sorted(by_shard)]
 

@@ -190,3 +190,34 @@ def test_fragments_start_at_the_passage_and_mark_every_match_in_them(pages):
     assert fragments[0] == "filler filler filler filler then <em>alpha</em> <em>beta</em> together. " + " ".join(["filler"] * 7)
     assert "first" not in " ".join(fragments)  # without the passage, the first fragment is "alpha first"
     assert all(unmarked(fragment) in text for fragment in fragments)
+
+
+def test_a_page_of_a_block_keeps_its_slot_when_another_version_leaves(tmp_path):
+    """In a block of versions a page's slot is its version's offset in the block and its place
+    among its version's pages: the pages of versions 8, 8 and 12 of the block from 8 keep their
+    slots once version 10 between them has gone, and each slot finds its page. In a shard of one
+    version (an odd key) slots are places."""
+    from docsrv.search.highlight import SHARD_BITS, VERSION_BITS, ShardedHighlights, slots_of
+    from docsrv.search.shards import VERSION_PAGES
+
+    assert VERSION_PAGES <= 1 << VERSION_BITS  # a block's version of the most pages is numbered within its bits
+    block = 16  # the block of version ids from 8 (search.shards.Layout)
+    before, _ = slots_of(block, [8, 8, 10, 12])
+    after, table = slots_of(block, [8, 8, 12])
+    assert after == [before[0], before[1], before[3]] == [block << SHARD_BITS | 0, block << SHARD_BITS | 1, block << SHARD_BITS | 4 << VERSION_BITS]
+    assert table == [0, 0, 4, 2]
+    assert slots_of(2 * 9 + 1, [9, 9]) == ([19 << SHARD_BITS | 0, 19 << SHARD_BITS | 1], [])
+    with HighlightWriter(tmp_path / "block", table) as writer:
+        for page_id in (101, 102, 103):
+            writer.add(page_id, f"page {page_id}")
+    files = ShardedHighlights({block: Highlights(tmp_path / "block")})
+    assert [files.page_id(slot) for slot in after] == [101, 102, 103]
+    assert [html.unescape(files.opening(slot, 100)) for slot in after] == ["page 101", "page 102", "page 103"]
+
+
+def test_a_versions_file_that_does_not_fit_the_pages_does_not_open(tmp_path):
+    with HighlightWriter(tmp_path / "highlight", [0, 0, 4, 5]) as writer:  # the second version starts past the last page
+        for page_id in (1, 2):
+            writer.add(page_id, "text")
+    with pytest.raises(ValueError, match="versions does not start each version at a slot"):
+        Highlights(tmp_path / "highlight")

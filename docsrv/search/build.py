@@ -63,7 +63,7 @@ from ..utils.files import link_or_copy
 from ..utils.progress import progress_bar, wanted
 from . import code_syntax, named_entries, sections
 from .changelogs import is_changelog
-from .highlight import Highlights, HighlightWriter, relabel, slot_of
+from .highlight import Highlights, HighlightWriter, relabel, slots_of
 from .index_files import (
     ENTRIES,
     HIGHLIGHT,
@@ -213,27 +213,28 @@ def version_scopes(store: Store, pages: list[Page]) -> dict[int, str]:
 
 def entries_digest(pages: list[Page], scopes: dict[int, str]) -> str:
     """A digest of what the entries index of a shard of ``pages`` (in its order, their versions'
-    ``scopes``) is made of: each page's scope, title, sections and named entries
-    (``search.named_entries.documents``), its slot being its place. Not its id, which the entries index
-    does not hold: a build of the service uploads every page of its version again under a new
-    id, most of them with the same names."""
+    ``scopes``) is made of: each page's version, scope, title, sections and named entries
+    (``search.named_entries.documents``), its slot being its version and its place
+    (``search.highlight.slots_of``). Not its id, which the entries index does not hold: a build
+    of the service uploads every page of its version again under a new id, most of them with the
+    same names."""
     hasher = _hasher()
     encode = _named.encode
     for page in pages:
-        hasher.update(encode((scopes[page.version], page.title, page.sections, page.entries)))
+        hasher.update(encode((page.version, scopes[page.version], page.title, page.sections, page.entries)))
     return hasher.hexdigest()
 
 
 def documents_digest(pages: list[Page], scopes: dict[int, str], operators: frozenset[str]) -> str:
     """A digest of what the pages index and the highlight files of a shard of ``pages`` (in its
-    order, their versions' ``scopes``, the index's ``operators``) are made of: each page's scope,
-    title, sections, text and document name, its slot being its place. Not its id, which the
-    highlight files' page ids alone hold (``search.highlight.relabel``)."""
+    order, their versions' ``scopes``, the index's ``operators``) are made of: each page's
+    version, scope, title, sections, text and document name, its slot being its version and its
+    place. Not its id, which the highlight files' page ids alone hold (``search.highlight.relabel``)."""
     hasher = _hasher()
     encode = _named.encode
     hasher.update(encode(sorted(operators)))
     for page in pages:
-        hasher.update(encode((scopes[page.version], page.title, page.sections, page.text, page.document_name)))
+        hasher.update(encode((page.version, scopes[page.version], page.title, page.sections, page.text, page.document_name)))
     return hasher.hexdigest()
 
 
@@ -379,6 +380,7 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
     under the pages' ids now."""
     directory = shard_path(index, shard)
     directory.mkdir(parents=True)
+    slots, versions = slots_of(shard, [page.version for page in pages])
     entries = None
     if kept_entries is not None:
         link_files(kept_entries, directory / ENTRIES)
@@ -398,7 +400,7 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
                           {renamed[identity]: names for identity, names in before.operators.items()})
         if entries is not None:
             for place, page in enumerate(pages):
-                for document in named_entries.documents(page, scopes[page.version], slot_of(shard, place), derived.changelog[place]):
+                for document in named_entries.documents(page, scopes[page.version], slots[place], derived.changelog[place]):
                     entries.add_json(document)
     else:
         (directory / PAGES).mkdir()
@@ -407,10 +409,10 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
         section_writer = quiet(tantivy.Index(sections.build_schema(), path=str(directory / SECTIONS))).writer(
             heap_size=WRITER_HEAP, num_threads=1)
         derived = Derived([], [], [], [], {identity: sorted(names) for identity, names in named.items()})
-        with HighlightWriter(directory / HIGHLIGHT) as highlights:
+        with HighlightWriter(directory / HIGHLIGHT, versions) as highlights:
             for page in pages:
                 scope = scopes[page.version]
-                slot = slot_of(shard, highlights.add(page.id, page.text, recorded.of(page.id) if recorded is not None else None))
+                slot = slots[highlights.add(page.id, page.text, recorded.of(page.id) if recorded is not None else None)]
                 known = recorded.derived(page) if recorded is not None else None
                 if known is None:
                     changelog = is_changelog(page.title, [section.title for section in page.sections])

@@ -12,8 +12,10 @@ would otherwise spend most of its index on them.
 
 The files live in each shard of the index (``<index>/shards/<key>/highlight/``: ``search/build.py``)
 and are mapped into memory, so the workers of a machine share them and no page text sits in a
-worker's heap. A page's ``slot`` is its shard and its place in the shard's files (``slot_of``; a
-fast field of its tantivy document). Numbers are little-endian:
+worker's heap. A page's ``slot`` (a fast field of its tantivy documents) is its shard and its
+number there (``slots_of``): in a block of versions, its version's offset in the block and its
+place among its version's pages, so that a version leaving the block moves no other page to
+another slot; in a shard of one version, its place in the shard's files. Numbers are little-endian:
 
     text       every page's escaped text, UTF-8, one after another
     page-ids   per slot, the page's id (int64)
@@ -23,6 +25,8 @@ fast field of its tantivy document). Numbers are little-endian:
                ``term_key``; uint64), ascending within a page
     entries    per entry, an ENTRY record: its first position, how many, the word's length in bytes
     positions  where each occurrence starts, in bytes from the page's start (uint32)
+    versions   per version of a block, its offset in the block and the slot of its first page
+               (int64 pairs, in order); none in a shard whose numbers are places
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ SLOT = struct.Struct("<QIIQI")
 ENTRY = struct.Struct("<QBB")
 _SLOT_UNPACK = SLOT.unpack_from
 _ENTRY_UNPACK = ENTRY.unpack_from
-_ARRAYS = {"page-ids": "q", "keys": "Q", "positions": "I"}
+_ARRAYS = {"page-ids": "q", "keys": "Q", "positions": "I", "versions": "q"}
 _RECORDS = ("slots", "entries")
 
 #: A word (as the query reader and tantivy see them) or an entity that escaping made: the
@@ -77,15 +81,37 @@ MAX_GROUPS = 1 << GROUP_BITS
 GROUP_MASK = MAX_GROUPS - 1
 #: Pages written between two flushes of the arrays to disk.
 _FLUSH_EVERY = 4096
-#: A slot is its shard's key, shifted by SHARD_BITS, and the page's place in the shard's files.
+#: A slot is its shard's key, shifted by SHARD_BITS, and the page's number in the shard.
 SHARD_BITS = 32
-_PLACE = (1 << SHARD_BITS) - 1
+_NUMBER = (1 << SHARD_BITS) - 1
 #: The largest key of a shard a slot holds (tantivy's integer fields are signed 64-bit).
 MAX_SHARD_KEY = (1 << (63 - SHARD_BITS)) - 1
+#: In a block of versions, a page's number is its version's offset in the block, shifted by
+#: VERSION_BITS, and its place among its version's pages (a block holds versions of at most
+#: ``search.shards.VERSION_PAGES`` pages).
+VERSION_BITS = 11
+_IN_VERSION = (1 << VERSION_BITS) - 1
 
 
-def slot_of(shard: int, place: int) -> int:
-    return shard << SHARD_BITS | place
+def slot_of(shard: int, number: int) -> int:
+    return shard << SHARD_BITS | number
+
+
+def slots_of(shard: int, versions: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The slot of each page of ``shard`` (a key of ``search.shards.Layout``), whose pages are
+    of ``versions`` (each page's, in the shard's order), and its ``versions`` file (offset and
+    first place of each version, one after another; empty when its numbers are places: a shard
+    of one version, whose key is odd, or a block whose offsets a number does not hold)."""
+    first = shard // 2
+    if shard & 1 or (versions and (versions[-1] - first) >> (SHARD_BITS - VERSION_BITS)):
+        return [slot_of(shard, place) for place in range(len(versions))], []
+    slots, table, last, start = [], [], None, 0
+    for place, version in enumerate(versions):
+        if version != last:
+            table += [version - first, place]
+            last, start = version, place
+        slots.append(slot_of(shard, (version - first) << VERSION_BITS | (place - start)))
+    return slots, table
 
 
 @lru_cache(maxsize=1 << 18)
@@ -143,16 +169,18 @@ def word_positions(escaped: str) -> tuple[dict[str, list[int]], dict[str, int]]:
 class HighlightWriter:
     """Writes the highlight files of an index, page by page (a slot each), in bounded memory."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, versions: Sequence[int] = ()) -> None:
+        """``versions``: the shard's table of versions (``slots_of``)."""
         require_little_endian()
         directory.mkdir(parents=True, exist_ok=True)
         self.arrays = {name: array(code) for name, code in _ARRAYS.items()}
+        self.arrays["versions"].extend(versions)
         self.records = {name: bytearray() for name in _RECORDS}
         self.files = {name: open(directory / name, "wb") for name in ("text", *_ARRAYS, *_RECORDS)}  # noqa: SIM115 - closed in close()
         self.slots = self.text_size = self.entries = self.positions = 0
 
     def add(self, page_id: int, text: str, earlier: tuple[Highlights, int] | None = None) -> int:
-        """Record one page; return its slot. ``earlier``: where an earlier build of these files
+        """Record one page; return its place in the files. ``earlier``: where an earlier build of these files
         recorded the same page with the same text (the files, and the page's place in them),
         whose record is copied instead: escaping the text and finding its words again was about
         a third of what building a shard again cost when few of its pages changed."""
@@ -195,7 +223,7 @@ class HighlightWriter:
         return source.text[start:start + size]
 
     def _added(self, data: bytes) -> int:
-        """The slot of the page whose record was just made, its escaped text ``data`` written."""
+        """The place of the page whose record was just made, its escaped text ``data`` written."""
         self.files["text"].write(data)
         self.text_size += len(data)
         self.slots += 1
@@ -312,9 +340,25 @@ class Highlights:
         self.positions = _cast(directory / "positions", "I")
         self.slots = _mapped(directory / "slots")
         self.entries = _mapped(directory / "entries")
-        problem = self.problem()
+        versions = _cast(directory / "versions", "q")
+        #: Where each version's pages start, by its offset in the block; None when numbers are places.
+        self.starts: dict[int, int] | None = dict(zip(versions[::2], versions[1::2], strict=True)) if len(versions) else None
+        problem = self.problem() or self._versions_problem(len(versions))
         if problem is not None:
             raise ValueError(f"highlight/: {problem}")
+
+    def _versions_problem(self, numbers: int) -> str | None:
+        if numbers % 2:
+            return f"versions holds {numbers} numbers, not pairs"
+        starts = sorted((self.starts or {}).values())
+        if starts and (starts[0] != 0 or starts[-1] >= len(self.page_ids) or len(starts) != numbers // 2):
+            return "versions does not start each version at a slot of the files (cut short, or of another build)"
+        return None
+
+    def place(self, number: int) -> int:
+        """The place in the files of the page numbered ``number`` in its shard (``slots_of``)."""
+        starts = self.starts
+        return number if starts is None else starts[number >> VERSION_BITS] + (number & _IN_VERSION)
 
     def problem(self) -> str | None:
         """What is wrong with the files' shapes, if anything: each table a whole number of rows,
@@ -504,27 +548,34 @@ class Highlights:
 
 
 class ShardedHighlights:
-    """The highlight files of every shard of an index, a page found by its slot (``slot_of``)."""
+    """The highlight files of every shard of an index, a page found by its slot (``slots_of``)."""
 
     def __init__(self, shards: dict[int, Highlights]) -> None:
         self.shards = shards
 
+    def _at(self, slot: int) -> tuple[Highlights, int]:
+        files = self.shards[slot >> SHARD_BITS]
+        return files, files.place(slot & _NUMBER)
+
     def page_id(self, slot: int) -> int:
-        return int(self.shards[slot >> SHARD_BITS].page_ids[slot & _PLACE])
+        files, place = self._at(slot)
+        return int(files.page_ids[place])
 
     def fragments(
         self, slot: int, words: Words, *, count: int, width: int, open_tag: bytes, close_tag: bytes, ellipsis: bool,
         passage: int = -1,
     ) -> list[str]:
         """``Highlights.fragments`` of the page at ``slot``."""
-        return self.shards[slot >> SHARD_BITS].fragments(
-            slot & _PLACE, words, count=count, width=width, open_tag=open_tag, close_tag=close_tag, ellipsis=ellipsis, passage=passage
-        )
+        files, place = self._at(slot)
+        return files.fragments(place, words, count=count, width=width, open_tag=open_tag, close_tag=close_tag, ellipsis=ellipsis,
+                               passage=passage)
 
     def passage(self, slot: int, groups: Sequence[Words], span: int) -> tuple[int, int]:
         """``Highlights.passage`` of the page at ``slot``."""
-        return self.shards[slot >> SHARD_BITS].passage(slot & _PLACE, groups, span)
+        files, place = self._at(slot)
+        return files.passage(place, groups, span)
 
     def opening(self, slot: int, width: int) -> str:
         """``Highlights.opening`` of the page at ``slot``."""
-        return self.shards[slot >> SHARD_BITS].opening(slot & _PLACE, width)
+        files, place = self._at(slot)
+        return files.opening(place, width)

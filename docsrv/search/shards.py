@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 #: page little more.
 SHARD_BLOCKS = 256
 #: A version with more pages than this is a shard alone: its changes build it alone, and a
-#: change of another costs no building of it.
+#: change of another costs no building of it. A slot numbers a page of a block within its
+#: version in ``search.highlight.VERSION_BITS`` bits, which hold this many.
 VERSION_PAGES = 2048
 
 

@@ -697,3 +697,63 @@ def test_an_index_opens_through_the_temporary_directory_when_the_memory_file_sys
     assert {directory.parent for directory in leftovers} == {Path(tempfile.gettempdir())}
     index_files.remove_links(leftovers)
     assert [index.search_pages(query) for query in VOCABULARY] == expected and any(found.hits for found in expected)
+
+
+def test_a_block_that_only_loses_versions_keeps_its_entries_index_with_their_documents_deleted(tmp_path, monkeypatch):
+    """A version made private takes its pages out of its block: the block's pages and sections
+    are built again, but its entries index is the earlier shard's files, linked, the version's
+    documents deleted by a commit of new files (the earlier index keeps its own), and the index
+    answers every search and lookup as one built whole. A block that would then hold more pages
+    deleted than not has its entries index built again."""
+    monkeypatch.setattr(shard_layout, "SHARD_BLOCKS", 1)  # blocks of many versions
+    old = indexed_demo(tmp_path / "old")
+    shutil.rmtree(old / "index")
+    build_index(load_store(old, progress=False), old / "index", print_progress=False)
+    layout = Layout.of(load_store(old, page_text=False, progress=False))
+    held = [v["id"] for v in public_versions_with_pages({kind: read(old, kind) for kind in KINDS})]
+    block = layout.shard_of(held[0])
+    in_block = [version for version in held if layout.shard_of(version) == block]
+    assert len(in_block) >= 5 and in_block[-1] != max(held)
+
+    def made_private(*versions: int):
+        def change(records: dict[str, list]) -> list[int]:
+            for version in records["versions"]:
+                if version["id"] in versions:
+                    version["privacy_level"] = "private"
+            return list(versions)
+
+        return change
+
+    earlier, steps = old / "index", [(in_block[1],), (in_block[2], in_block[3])]
+    for step, versions in enumerate(steps):
+        new = tmp_path / f"new-{step}"
+        changed(old, new, made_private(*[v for done in steps[:step + 1] for v in done]))
+        store = load_store(new, page_text=False, progress=False)
+        plan = plan_rebuild(store, earlier)
+        assert plan is not None and set(plan.changed) == {block}
+        earlier_meta = (shard_path(earlier, block) / "entries" / "meta.json").read_bytes()
+        rebuilt = tmp_path / f"rebuilt-{step}"
+        rebuild_index(store, plan, rebuilt)
+        whole = tmp_path / f"whole-{step}"
+        build_index(load_store(new, progress=False), whole, print_progress=False)
+        ours, theirs = read_shards(rebuilt, layout.width), read_shards(whole, layout.width)
+        assert ours is not None and theirs is not None
+        deleted = ours[block].deleted
+        assert {key: msgspec.structs.replace(shard, deleted=0) for key, shard in ours.items()} == theirs
+        entries, before = shard_path(rebuilt, block) / "entries", shard_path(earlier, block) / "entries"
+        kept = {path.name for path in entries.iterdir() if (before / path.name).exists()
+                and (before / path.name).stat().st_ino == path.stat().st_ino}
+        if step == 0:  # 61 pages' documents deleted, fewer than the 240 left
+            assert deleted == len([p for p in read(old, "pages") if p["version"] in versions]) > 0
+            assert kept and "meta.json" not in kept and any(name.endswith(".del") for name in {p.name for p in entries.iterdir()} - kept)
+            assert (before / "meta.json").read_bytes() == earlier_meta != (entries / "meta.json").read_bytes()
+        else:  # 182 pages deleted against 180 left: built again, none deleted
+            assert (deleted, kept) == (0, set())
+        ours_index, theirs_index = SearchIndex.open(store, rebuilt), SearchIndex.open(store, whole)
+        titles = {p["title"] for p in read(old, "pages")}
+        for query in [*VOCABULARY, *sorted(titles)[:40], "install gearbox", "quickstart"]:
+            assert answers(ours_index.search_pages(query)) == answers(theirs_index.search_pages(query)), query
+            assert ours_index.search_anchors(query) == theirs_index.search_anchors(query), query
+            assert ours_index.named.pages_named(query, None) == theirs_index.named.pages_named(query, None), query
+            assert ours_index.named.holds_name(query) == theirs_index.named.holds_name(query), query
+        earlier = rebuilt

@@ -30,10 +30,14 @@ name (``search.code_syntax.operator_names``), which decide the syntax each page'
 when those change, every shard is built again (``plan_rebuild`` says so).
 
 A shard built again keeps the earlier shard's ``entries/`` (hard links) when what it is made of
-did not change (``entries_digest``: each page's scope, title, sections and named entries, in
-order): a change of pages' text alone costs the pages' index and highlight files alone, under the
-same ids or under new ones in the same order (a build of the service uploads its version's pages
-again so), which the entries index does not hold (a slot says the page: ``search/named_entries.py``).
+did not change (``entries_digests``: each page's version, scope, title, sections and named
+entries, in order): a change of pages' text alone costs the pages' index and highlight files
+alone, under the same ids or under new ones in the same order (a build of the service uploads its
+version's pages again so), which the entries index does not hold (a slot says the page:
+``search/named_entries.py``). A block that only lost versions (made private, or deleted) keeps it
+too, their documents deleted (``kept_entries``): a page's slot names its version and its place
+among its version's pages, so those of the versions that stay are what they were, and no lookup
+reads the index's statistics, which count deleted documents, so it answers as one built whole.
 A shard built again after a changeset takes what the earlier shard holds of the pages the
 changeset did not change (``Recorded``): their highlight records, copied as a whole build would
 write them, and what was derived from each (``Derived``). When every page of the shard is what it
@@ -49,6 +53,7 @@ import os
 import time
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -63,7 +68,7 @@ from ..utils.files import link_or_copy
 from ..utils.progress import progress_bar, wanted
 from . import code_syntax, named_entries, sections
 from .changelogs import is_changelog
-from .highlight import Highlights, HighlightWriter, relabel, slots_of
+from .highlight import Highlights, HighlightWriter, numbered_by_version, relabel, slots_of, version_slots
 from .index_files import (
     ENTRIES,
     HIGHLIGHT,
@@ -95,7 +100,7 @@ ShardLines = dict[int, list[tuple[int, int, str, int, bytes]]]
 class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What one shard was built from: a digest of its pages and their scopes (``shard_digest``),
     how many pages it holds, the operators they name (the index's are those of every shard), and
-    a digest of what its entries index was made of (``entries_digest``)."""
+    a digest of what its entries index was made of (``entries_digests``)."""
 
     digest: str
     pages: int
@@ -107,6 +112,14 @@ class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     entries: str
     #: What its pages index and highlight files were made of (``documents_digest``).
     documents: str = ""
+    #: Of a block whose slots are numbered by version (``search.highlight.slots_of``), what its
+    #: entries index holds of each version (``entries_digests``), by id: a shard built again of
+    #: the same versions, each the same, but some gone keeps the earlier shard's entries index,
+    #: the documents of those gone deleted (``kept_entries``).
+    versions: dict[int, str] = msgspec.field(default_factory=dict)
+    #: Pages whose documents its entries index holds deleted: tantivy keeps them until a merge,
+    #: found by no lookup (none reads the index's statistics: ``search.named_entries.best``).
+    deleted: int = 0
 
 
 class Derived(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -211,18 +224,23 @@ def version_scopes(store: Store, pages: list[Page]) -> dict[int, str]:
     return {version: scope_of(store, store.versions[version]) for version in {page.version for page in pages}}
 
 
-def entries_digest(pages: list[Page], scopes: dict[int, str]) -> str:
-    """A digest of what the entries index of a shard of ``pages`` (in its order, their versions'
-    ``scopes``) is made of: each page's version, scope, title, sections and named entries
-    (``search.named_entries.documents``), its slot being its version and its place
+def entries_digests(shard: int, pages: list[Page], scopes: dict[int, str]) -> tuple[str, dict[int, str]]:
+    """A digest of what the entries index of ``shard``, of ``pages`` (in its order, their
+    versions' ``scopes``), is made of: each page's version, scope, title, sections and named
+    entries (``search.named_entries.documents``), its slot being its version and its place
     (``search.highlight.slots_of``). Not its id, which the entries index does not hold: a build
     of the service uploads every page of its version again under a new id, most of them with the
-    same names."""
+    same names. And, of a block numbered by version, a digest of each version's part of it."""
     hasher = _hasher()
     encode = _named.encode
+    by_version = numbered_by_version(shard, pages[-1].version) if pages else False
+    versions: dict[int, hashlib.blake2b] = {}
     for page in pages:
-        hasher.update(encode((page.version, scopes[page.version], page.title, page.sections, page.entries)))
-    return hasher.hexdigest()
+        made = encode((page.version, scopes[page.version], page.title, page.sections, page.entries))
+        hasher.update(made)
+        if by_version:
+            (versions.get(page.version) or versions.setdefault(page.version, _hasher())).update(made)
+    return hasher.hexdigest(), {version: digest.hexdigest() for version, digest in versions.items()}
 
 
 def documents_digest(pages: list[Page], scopes: dict[int, str], operators: frozenset[str]) -> str:
@@ -286,15 +304,18 @@ def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], 
     (tantivy's, without the GIL) runs in a thread while the next one's pages are added, so both
     cores work (one at a time, each shard's writer had the build take a fifth longer than one
     index's of two threads). ``built`` is told how many pages each shard held. A shard of
-    ``earlier`` (an index) whose entries index was made of the same keeps it (``entries_digest``);
+    ``earlier`` (an index) whose entries index was made of the same keeps it (``kept_entries``);
     one ``recorded`` holds (by key) takes what it holds of its unchanged pages."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="docsrv-commit") as committing:
         previous: Future[None] | None = None
         for shard, pages, digest, named in shards:
             scopes = version_scopes(store, pages)
+            entries, versions = entries_digests(shard, pages, scopes)
             made = Shard(digest=digest, pages=len(pages), operators=sorted(frozenset().union(*named.values())), schema=SCHEMA_VERSION,
-                         width=width, entries=entries_digest(pages, scopes), documents=documents_digest(pages, scopes, operators))
+                         width=width, entries=entries, documents=documents_digest(pages, scopes, operators), versions=versions)
             kept, same = kept_parts(shard_path(earlier, shard), made) if earlier is not None else (None, None)
+            if kept is not None:
+                made = msgspec.structs.replace(made, deleted=kept.deleted)
             commit = build_shard(index, shard, pages, scopes, operators, named, made, kept, (recorded or {}).get(shard), same)
             if previous is not None:
                 previous.result()  # one commit at a time: a shard's writer holds WRITER_HEAP until it is done
@@ -305,16 +326,26 @@ def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], 
             previous.result()
 
 
-def kept_parts(shard: Path, made: Shard) -> tuple[Path | None, tuple[Path, Derived] | None]:
+@dataclass(frozen=True)
+class KeptEntries:
+    """An earlier shard's entries index that a shard built again keeps (linked), the documents of
+    ``leaving`` (version ids) deleted; ``deleted``: pages whose documents it then holds deleted."""
+
+    directory: Path
+    leaving: list[int]
+    deleted: int
+
+
+def kept_parts(shard: Path, made: Shard) -> tuple[KeptEntries | None, tuple[Path, Derived] | None]:
     """What a shard built as ``made`` says keeps of the earlier shard in ``shard``: its entries
-    index, if made of the same (``entries_digest``); and the shard itself with what its build
-    derived from its pages, if its pages index and highlight files were made of the same pages,
-    but for their ids (``documents_digest``)."""
+    index (``kept_entries``); and the shard itself with what its build derived from its pages,
+    if its pages index and highlight files were made of the same pages, but for their ids
+    (``documents_digest``)."""
     try:
         was = SHARD_DECODER.decode((shard / SHARD_FILE).read_bytes())
     except (OSError, ValueError):
         return None, None
-    entries = shard / ENTRIES if was.entries == made.entries else None
+    entries = kept_entries(shard, was, made)
     if not was.documents or was.documents != made.documents:
         return entries, None
     try:
@@ -322,6 +353,22 @@ def kept_parts(shard: Path, made: Shard) -> tuple[Path | None, tuple[Path, Deriv
     except (OSError, msgspec.DecodeError):
         return entries, None
     return entries, (shard, derived) if len(derived.ids) == made.pages and matches(derived, derived.ids) else None
+
+
+def kept_entries(shard: Path, was: Shard, made: Shard) -> KeptEntries | None:
+    """The entries index of the earlier shard in ``shard`` (built as ``was``) that a shard built
+    as ``made`` keeps: as it is, if made of the same (``entries_digests``); with the documents of
+    the versions gone deleted, if ``made`` holds the same versions, each the same, but those (a
+    version made private or deleted: building its block's entries again was more than half of
+    building the block), unless it would then hold more pages deleted than not (a build of it
+    whole drops them)."""
+    if was.entries == made.entries:
+        return KeptEntries(shard / ENTRIES, [], was.deleted)
+    leaving = sorted(was.versions.keys() - made.versions.keys())
+    if not made.versions or not leaving or any(was.versions.get(version) != digest for version, digest in made.versions.items()):
+        return None
+    deleted = was.deleted + was.pages - made.pages
+    return KeptEntries(shard / ENTRIES, leaving, deleted) if deleted <= made.pages else None
 
 
 class Recorded:
@@ -369,21 +416,24 @@ def matches(derived: Derived, ids: list[int]) -> bool:
 
 
 def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, str], operators: frozenset[str], named: NamedOperators,
-                made: Shard, kept_entries: Path | None = None, recorded: Recorded | None = None,
+                made: Shard, kept: KeptEntries | None = None, recorded: Recorded | None = None,
                 same: tuple[Path, Derived] | None = None) -> Callable[[], None]:
     """Add one shard's ``pages`` (in its order, their versions' ``scopes``, the operators each
     names: ``named``) to an index of its own in ``index``, ``operators`` being those of the whole
-    index; return what commits it and writes what it was ``made`` from. With ``kept_entries``, an
-    entries index made of the same, its files are linked instead; with ``recorded``, what it holds
+    index; return what commits it and writes what it was ``made`` from. With ``kept``, an earlier
+    entries index it keeps, its files are linked instead (and the leaving versions' documents
+    deleted); with ``recorded``, what it holds
     of its unchanged pages is taken from it; with ``same`` (an earlier shard whose pages index and
     highlight files were made of the same pages, and what it derived from them), those are linked,
     under the pages' ids now."""
     directory = shard_path(index, shard)
     directory.mkdir(parents=True)
     slots, versions = slots_of(shard, [page.version for page in pages])
-    entries = None
-    if kept_entries is not None:
-        link_files(kept_entries, directory / ENTRIES)
+    entries = patched = None
+    if kept is not None:
+        link_files(kept.directory, directory / ENTRIES)
+        if kept.leaving:
+            patched = without_versions(directory / ENTRIES, shard, kept.leaving)
     else:
         (directory / ENTRIES).mkdir()
         entries_index = named_entries.register_tokenizers(quiet(tantivy.Index(named_entries.build_schema(), path=str(directory / ENTRIES))))
@@ -445,13 +495,25 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
     (directory / DERIVED_FILE).write_bytes(_derived_encoder.encode(derived))
 
     def commit() -> None:
-        for writer in (documents, section_writer, entries):
+        for writer in (documents, section_writer, entries, patched):
             if writer is not None:
                 writer.commit()
                 writer.wait_merging_threads()
         (directory / SHARD_FILE).write_bytes(msgspec.json.encode(made))
 
     return commit
+
+
+def without_versions(directory: Path, shard: int, versions: list[int]) -> tantivy.IndexWriter:
+    """A writer of the entries index in ``directory`` (an earlier shard's files, linked: tantivy
+    writes a commit's deletes and its ``meta.json`` as new files) that deletes the documents of
+    ``versions``, to commit."""
+    index = named_entries.register_tokenizers(quiet(tantivy.Index.open(str(directory))))
+    writer = index.writer(heap_size=16 << 20, num_threads=1)
+    for version in versions:
+        low, high = version_slots(shard, version)
+        writer.delete_documents_by_query(tantivy.Query.range_query(index.schema, "slot", tantivy.FieldType.Integer, low, high))
+    return writer
 
 
 def write_listing(index: Path, listing: Listing | None = None) -> None:

@@ -97,13 +97,25 @@ def slot_of(shard: int, number: int) -> int:
     return shard << SHARD_BITS | number
 
 
+def numbered_by_version(shard: int, last: int) -> bool:
+    """Whether the slots of ``shard``, whose last version is ``last``, are numbered by version
+    (``slots_of``): it is a block, whose offsets a number holds."""
+    return not shard & 1 and not (last - shard // 2) >> (SHARD_BITS - VERSION_BITS)
+
+
+def version_slots(shard: int, version: int) -> tuple[int, int]:
+    """The first and the last slot a page of ``version`` may have in ``shard``, a block numbered by version."""
+    offset = version - shard // 2
+    return slot_of(shard, offset << VERSION_BITS), slot_of(shard, (offset + 1) << VERSION_BITS) - 1
+
+
 def slots_of(shard: int, versions: Sequence[int]) -> tuple[list[int], list[int]]:
     """The slot of each page of ``shard`` (a key of ``search.shards.Layout``), whose pages are
     of ``versions`` (each page's, in the shard's order), and its ``versions`` file (offset and
     first place of each version, one after another; empty when its numbers are places: a shard
     of one version, whose key is odd, or a block whose offsets a number does not hold)."""
     first = shard // 2
-    if shard & 1 or (versions and (versions[-1] - first) >> (SHARD_BITS - VERSION_BITS)):
+    if not numbered_by_version(shard, versions[-1] if versions else first):
         return [slot_of(shard, place) for place in range(len(versions))], []
     slots, table, last, start = [], [], None, 0
     for place, version in enumerate(versions):

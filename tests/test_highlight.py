@@ -221,3 +221,10 @@ def test_a_versions_file_that_does_not_fit_the_pages_does_not_open(tmp_path):
             writer.add(page_id, "text")
     with pytest.raises(ValueError, match="versions does not start each version at a slot"):
         Highlights(tmp_path / "highlight")
+
+
+def test_a_versions_file_of_no_whole_pairs_does_not_open(tmp_path):
+    with HighlightWriter(tmp_path / "highlight", [0, 0, 4]) as writer:
+        writer.add(1, "text")
+    with pytest.raises(ValueError, match="versions holds 3 numbers, not pairs"):
+        Highlights(tmp_path / "highlight")

@@ -25,7 +25,7 @@ another slot; in a shard of one version, its place in the shard's files. Numbers
                ``term_key``; uint64), ascending within a page
     entries    per entry, an ENTRY record: its first position, how many, the word's length in bytes
     positions  where each occurrence starts, in bytes from the page's start (uint32)
-    versions   per version of a block, its offset in the block and the slot of its first page
+    versions   per version of a block, its offset in the block and the place of its first page
                (int64 pairs, in order); none in a shard whose numbers are places
 """
 
@@ -353,16 +353,19 @@ class Highlights:
         self.slots = _mapped(directory / "slots")
         self.entries = _mapped(directory / "entries")
         versions = _cast(directory / "versions", "q")
+        pairs = dict(zip(versions[::2], versions[1::2], strict=False))
         #: Where each version's pages start, by its offset in the block; None when numbers are places.
-        self.starts: dict[int, int] | None = dict(zip(versions[::2], versions[1::2], strict=True)) if len(versions) else None
-        problem = self.problem() or self._versions_problem(len(versions))
+        self.starts: dict[int, int] | None = pairs or None
+        problem = self.problem() or self._versions_problem(len(versions), pairs)
         if problem is not None:
             raise ValueError(f"highlight/: {problem}")
 
-    def _versions_problem(self, numbers: int) -> str | None:
+    def _versions_problem(self, numbers: int, pairs: dict[int, int]) -> str | None:
+        """What is wrong with the table of versions, if anything: pairs, of distinct offsets, the
+        first version starting the files and none past their last page."""
         if numbers % 2:
             return f"versions holds {numbers} numbers, not pairs"
-        starts = sorted((self.starts or {}).values())
+        starts = sorted(pairs.values())
         if starts and (starts[0] != 0 or starts[-1] >= len(self.page_ids) or len(starts) != numbers // 2):
             return "versions does not start each version at a slot of the files (cut short, or of another build)"
         return None

@@ -757,3 +757,14 @@ def test_a_block_that_only_loses_versions_keeps_its_entries_index_with_their_doc
             assert ours_index.named.pages_named(query, None) == theirs_index.named.pages_named(query, None), query
             assert ours_index.named.holds_name(query) == theirs_index.named.holds_name(query), query
         earlier = rebuilt
+
+
+def test_an_index_whose_shard_lost_its_table_of_versions_is_not_served(tmp_path):
+    """A block's highlight files say where each version's pages start (``highlight/versions``):
+    the file gone, a server does not open the index, and says which file in one line."""
+    index = indexed_demo(tmp_path / "demo") / "index"
+    assert index_problem(index) is None
+    table = next(path for path in sorted((index / "shards").glob("*/highlight/versions")) if path.stat().st_size)
+    table.unlink()
+    problem = index_problem(index)
+    assert problem is not None and "\n" not in problem and str(table) in problem, problem

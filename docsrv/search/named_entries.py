@@ -437,8 +437,8 @@ def _in_order(at: int, hits: list[tuple[float, tantivy.DocAddress]], sign: int) 
 
 
 def _best(searchers: list[tantivy.Searcher], query: tantivy.Query, limit: int,
-          least: str | None = None) -> list[tuple[tantivy.Searcher, list[tantivy.DocAddress]]]:
-    """``best``'s documents by shard, each shard's in its order."""
+          least: str) -> list[tuple[tantivy.Searcher, list[tantivy.DocAddress]]]:
+    """``best``'s documents of the least ``least`` by shard, each shard's in its order."""
     by_shard: dict[int, list[tantivy.DocAddress]] = {}
     for _score, at, address in best(searchers, query, limit, least=least)[0]:
         by_shard.setdefault(at, []).append(address)

@@ -27,6 +27,9 @@ from docsrv.snapshot.write import write_manifest
 from docsrv.store.loaded import load_store
 from helpers import docsrv
 
+#: The files of a tantivy segment of the pages' and sections' indexes (no documents deleted).
+SEGMENT_FILES = (".fast", ".fieldnorm", ".idx", ".pos", ".store", ".term")
+
 #: The words of the pages added to the demo: few, so that every query finds many pages.
 VOCABULARY = ("install configure gearbox request session cache token proxy retry timeout stream header cookie "
               "upload schema migrate deploy worker queue broker signal logging").split()
@@ -231,7 +234,8 @@ def test_a_version_uploaded_again_under_new_ids_keeps_its_shards_entries(tmp_pat
     With the same text too (a build of a commit that changed no page), it keeps its pages index
     and highlight files (``documents_digest``), but for the page ids, written anew: every file
     but the tantivy indexes is byte for byte what a whole build writes. An earlier shard whose
-    ``derived.msgpack`` is not of its pages (damaged) is built again whole, alike."""
+    ``derived.msgpack`` is not of its pages (damaged) has its highlight files built again, and
+    keeps the segments of its pages and sections (``search.build.Part``), made of the same pages."""
     from docsrv.search.build import DERIVED_FILE
 
     old = indexed_demo(tmp_path / "old")
@@ -262,10 +266,14 @@ def test_a_version_uploaded_again_under_new_ids_keeps_its_shards_entries(tmp_pat
     rebuilt = tmp_path / "rebuilt"
     rebuild_index(store, plan, rebuilt)
     same = text == "the same"  # its files linked, the ids written anew
-    for part, kept in (("entries", True), ("pages", same), ("sections", same), ("highlight", same)):
+    segments_kept = text != "edited"  # what was derived cut short: the segments of its pages alone are kept, listed anew
+    for part, kept in (("entries", True), ("pages", segments_kept), ("sections", segments_kept), ("highlight", same)):
         for path in (shard_path(rebuilt, shard) / part).iterdir():
             earlier = shard_path(old / "index", shard) / part / path.name
-            assert (earlier.exists() and earlier.stat().st_ino == path.stat().st_ino) == (kept and path.name != "page-ids"), path
+            if path.name.startswith("."):  # tantivy's own: locks, its list of files
+                continue
+            linked = kept and path.name != "page-ids" and (same or part == "entries" or path.name != "meta.json")
+            assert (earlier.exists() and earlier.stat().st_ino == path.stat().st_ino) == linked, path
     whole = tmp_path / "whole"
     build_index(load_store(new, progress=False), whole, print_progress=False)
     files = sorted(path.relative_to(shard_path(whole, shard)) for path in shard_path(whole, shard).rglob("*")
@@ -700,12 +708,14 @@ def test_an_index_opens_through_the_temporary_directory_when_the_memory_file_sys
 
 
 def test_a_block_that_only_loses_versions_keeps_its_entries_index_with_their_documents_deleted(tmp_path, monkeypatch):
-    """A version made private takes its pages out of its block: the block's pages and sections
-    are built again, but its entries index is the earlier shard's files, linked, the version's
-    documents deleted by a commit of new files (the earlier index keeps its own), and the index
-    answers every search and lookup as one built whole. A block that would then hold more pages
-    deleted than not has its entries index built again."""
+    """A version made private takes its pages out of its block: the segments of the block's
+    pages and sections of its range of versions are built again, the other ranges' linked; its
+    entries index is the earlier shard's files, linked, the version's documents deleted by a
+    commit of new files (the earlier index keeps its own), and the index answers every search and
+    lookup as one built whole. A block that would then hold more pages deleted than not has its
+    entries index built again."""
     monkeypatch.setattr(shard_layout, "SHARD_BLOCKS", 1)  # blocks of many versions
+    monkeypatch.setattr(shard_layout, "RANGED_PAGES", 100)  # each cut into ranges
     old = indexed_demo(tmp_path / "old")
     shutil.rmtree(old / "index")
     build_index(load_store(old, progress=False), old / "index", print_progress=False)
@@ -749,6 +759,19 @@ def test_a_block_that_only_loses_versions_keeps_its_entries_index_with_their_doc
             assert (before / "meta.json").read_bytes() == earlier_meta != (entries / "meta.json").read_bytes()
         else:  # 182 pages deleted against 180 left: built again, none deleted
             assert (deleted, kept) == (0, set())
+        # The pages and sections of the ranges the versions left are built again; every other
+        # range's segments are the earlier shard's files, linked.
+        left = {shard_layout.segment_of(block, layout.width, ours[block].pages, version) for version in versions}
+        was_parts = read_shards(earlier, layout.width)[block].parts
+        staying = [part for number, part in ours[block].parts.items() if number not in left]
+        assert staying and all(was_parts[number] == part for number, part in ours[block].parts.items() if number not in left)
+        assert left & was_parts.keys() and all(was_parts[number] != ours[block].parts.get(number) for number in left & was_parts.keys())
+        for name in ("pages", "sections"):
+            now, before = shard_path(rebuilt, block) / name, shard_path(earlier, block) / name
+            linked = {path.name for path in now.iterdir() if (before / path.name).exists()
+                      and (before / path.name).stat().st_ino == path.stat().st_ino}
+            assert linked == {segment.segment_id.replace("-", "") + suffix for part in staying
+                              for segment in getattr(part, name) for suffix in SEGMENT_FILES}, name
         ours_index, theirs_index = SearchIndex.open(store, rebuilt), SearchIndex.open(store, whole)
         titles = {p["title"] for p in read(old, "pages")}
         for query in [*VOCABULARY, *sorted(titles)[:40], "install gearbox", "quickstart"]:

@@ -49,11 +49,15 @@ and writes their ids alone (``search.highlight.relabel``).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 import time
+import uuid
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -73,6 +77,7 @@ from .index_files import (
     ENTRIES,
     HIGHLIGHT,
     LISTING,
+    META,
     PAGES,
     SCHEMA_VERSION,
     SECTIONS,
@@ -84,7 +89,7 @@ from .index_files import (
     shard_path,
     version_scope,
 )
-from .shards import Layout
+from .shards import Layout, segment_of
 
 #: tantivy's memory for one shard's writer: the largest shard fits in one segment.
 WRITER_HEAP = 128 << 20
@@ -95,6 +100,24 @@ DERIVED_FILE = "derived.msgpack"
 #: Each page line of a shard to build it from: its version, id, the file it is in, its number
 #: there (0 for a changeset's), and the line; by shard key.
 ShardLines = dict[int, list[tuple[int, int, str, int, bytes]]]
+
+
+class Segment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A segment of a tantivy index as its ``meta.json`` lists it (its files are named by its id,
+    without the dashes)."""
+
+    segment_id: str
+    max_doc: int
+
+
+class Part(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The pages of one range of a block's versions (``search.shards.segment_of``): what they were
+    made of (``documents_digest``, their first slot with it), and the segments that hold them in
+    the shard's pages and sections indexes, built apart from the other ranges'."""
+
+    documents: str
+    pages: list[Segment]
+    sections: list[Segment]
 
 
 class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -120,6 +143,9 @@ class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: Pages whose documents its entries index holds deleted: tantivy keeps them until a merge,
     #: found by no lookup (none reads the index's statistics: ``search.named_entries.best``).
     deleted: int = 0
+    #: Its pages' ranges (``search.shards.segment_of``), by number: a shard built again of a range
+    #: made of the same keeps its segments (``build_shard``).
+    parts: dict[int, Part] = msgspec.field(default_factory=dict)
 
 
 class Derived(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -243,14 +269,18 @@ def entries_digests(shard: int, pages: list[Page], scopes: dict[int, str]) -> tu
     return hasher.hexdigest(), {version: digest.hexdigest() for version, digest in versions.items()}
 
 
-def documents_digest(pages: list[Page], scopes: dict[int, str], operators: frozenset[str]) -> str:
+def documents_digest(pages: list[Page], scopes: dict[int, str], operators: frozenset[str], first_slot: int | None = None) -> str:
     """A digest of what the pages index and the highlight files of a shard of ``pages`` (in its
     order, their versions' ``scopes``, the index's ``operators``) are made of: each page's
     version, scope, title, sections, text and document name, its slot being its version and its
-    place. Not its id, which the highlight files' page ids alone hold (``search.highlight.relabel``)."""
+    place. Not its id, which the highlight files' page ids alone hold (``search.highlight.relabel``).
+    Of a range of a shard's pages (a ``Part``), with the slot of its first page, which its place
+    in the shard says."""
     hasher = _hasher()
     encode = _named.encode
     hasher.update(encode(sorted(operators)))
+    if first_slot is not None:
+        hasher.update(encode(first_slot))
     for page in pages:
         hasher.update(encode((page.version, scopes[page.version], page.title, page.sections, page.text, page.document_name)))
     return hasher.hexdigest()
@@ -300,12 +330,12 @@ def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], 
                  width: int, built: Callable[[int], object] | None = None, earlier: Path | None = None,
                  recorded: Mapping[int, Recorded] | None = None) -> None:
     """Build ``shards`` (key, pages, digest, the operators those pages name, by page) of an index of
-    blocks ``width`` ids wide in ``index``, one after another: the commit of one
+    blocks ``width`` ids wide in ``index``, one after another: the commit of each segment
     (tantivy's, without the GIL) runs in a thread while the next one's pages are added, so both
     cores work (one at a time, each shard's writer had the build take a fifth longer than one
     index's of two threads). ``built`` is told how many pages each shard held. A shard of
-    ``earlier`` (an index) whose entries index was made of the same keeps it (``kept_entries``);
-    one ``recorded`` holds (by key) takes what it holds of its unchanged pages."""
+    ``earlier`` (an index) keeps what it may of it (``kept_parts``); one ``recorded`` holds (by
+    key) takes what it holds of its unchanged pages."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="docsrv-commit") as committing:
         previous: Future[None] | None = None
         for shard, pages, digest, named in shards:
@@ -313,13 +343,13 @@ def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], 
             entries, versions = entries_digests(shard, pages, scopes)
             made = Shard(digest=digest, pages=len(pages), operators=sorted(frozenset().union(*named.values())), schema=SCHEMA_VERSION,
                          width=width, entries=entries, documents=documents_digest(pages, scopes, operators), versions=versions)
-            kept, same = kept_parts(shard_path(earlier, shard), made) if earlier is not None else (None, None)
-            if kept is not None:
-                made = msgspec.structs.replace(made, deleted=kept.deleted)
-            commit = build_shard(index, shard, pages, scopes, operators, named, made, kept, (recorded or {}).get(shard), same)
-            if previous is not None:
-                previous.result()  # one commit at a time: a shard's writer holds WRITER_HEAP until it is done
-            previous = committing.submit(commit)
+            kept = kept_parts(shard_path(earlier, shard), made) if earlier is not None else None
+            if kept is not None and kept.entries is not None:
+                made = msgspec.structs.replace(made, deleted=kept.entries.deleted)
+            for commit in build_shard(index, shard, pages, scopes, operators, named, made, kept, (recorded or {}).get(shard)):
+                if previous is not None:
+                    previous.result()  # one commit at a time: a writer holds WRITER_HEAP until it is done
+                previous = committing.submit(commit)
             if built is not None:
                 built(len(pages))
         if previous is not None:
@@ -336,23 +366,37 @@ class KeptEntries:
     deleted: int
 
 
-def kept_parts(shard: Path, made: Shard) -> tuple[KeptEntries | None, tuple[Path, Derived] | None]:
-    """What a shard built as ``made`` says keeps of the earlier shard in ``shard``: its entries
-    index (``kept_entries``); and the shard itself with what its build derived from its pages,
-    if its pages index and highlight files were made of the same pages, but for their ids
-    (``documents_digest``)."""
+@dataclass(frozen=True)
+class KeptShard:
+    """What a shard built again keeps of the earlier shard in ``directory``: its entries index
+    (``kept_entries``); its pages and sections indexes and highlight files whole, with what its
+    build derived from its pages (``same``), when they were made of the same pages but for their
+    ids (``documents_digest``); else the segments of each range of its pages made of the same
+    (``parts``, by number)."""
+
+    directory: Path
+    entries: KeptEntries | None
+    same: Derived | None
+    parts: dict[int, Part]
+
+
+def kept_parts(shard: Path, made: Shard) -> KeptShard | None:
+    """What a shard built as ``made`` keeps of the earlier shard in ``shard`` (``KeptShard``);
+    None when there is none that reads."""
     try:
         was = SHARD_DECODER.decode((shard / SHARD_FILE).read_bytes())
     except (OSError, ValueError):
-        return None, None
+        return None
     entries = kept_entries(shard, was, made)
+    parts = was.parts if (was.schema, was.width) == (made.schema, made.width) else {}
     if not was.documents or was.documents != made.documents:
-        return entries, None
+        return KeptShard(shard, entries, None, parts)
     try:
         derived = _derived.decode((shard / DERIVED_FILE).read_bytes())
     except (OSError, msgspec.DecodeError):
-        return entries, None
-    return entries, (shard, derived) if len(derived.ids) == made.pages and matches(derived, derived.ids) else None
+        return KeptShard(shard, entries, None, parts)
+    same = derived if len(derived.ids) == made.pages and matches(derived, derived.ids) else None
+    return KeptShard(shard, entries, same, parts)
 
 
 def kept_entries(shard: Path, was: Shard, made: Shard) -> KeptEntries | None:
@@ -415,93 +459,198 @@ def matches(derived: Derived, ids: list[int]) -> bool:
     return derived.ids == ids and len(derived.chars) == len(derived.changelog) == len(derived.symbols) == len(ids)
 
 
+def ranges_of(shard: int, width: int, pages: list[Page]) -> Iterator[tuple[int, int, int]]:
+    """(number, first place, place after the last) of each range of ``shard``'s ``pages`` (in its
+    order: by version) that a segment holds (``search.shards.segment_of``)."""
+    start = 0
+    while start < len(pages):
+        number = segment_of(shard, width, len(pages), pages[start].version)
+        end = start + 1
+        while end < len(pages) and segment_of(shard, width, len(pages), pages[end].version) == number:
+            end += 1
+        yield number, start, end
+        start = end
+
+
+class RangeWriters:
+    """The writers of one range of a shard's pages (a ``Part``, of ``number``, made as ``digest``
+    says): its segments of the pages and sections indexes, each built in an index of its own
+    beside the shard's (``<part>-<number>``), then moved into the shard's."""
+
+    def __init__(self, directory: Path, number: int, digest: str) -> None:
+        self.directory, self.number, self.digest = directory, number, digest
+        self.places = {part: directory / f"{part}-{number}" for part in (PAGES, SECTIONS)}
+        for place in self.places.values():
+            place.mkdir()
+        self.pages = quiet(tantivy.Index(build_schema(), path=str(self.places[PAGES]))).writer(heap_size=WRITER_HEAP, num_threads=1)
+        self.sections = quiet(tantivy.Index(sections.build_schema(), path=str(self.places[SECTIONS]))).writer(
+            heap_size=WRITER_HEAP, num_threads=1)
+
+    def commit_into(self, parts: dict[int, Part]) -> None:
+        """Commit both segments, move their files into the shard's indexes, and add the range to ``parts``."""
+        for writer in (self.pages, self.sections):
+            writer.commit()
+            writer.wait_merging_threads()
+        parts[self.number] = Part(self.digest, self._moved(PAGES), self._moved(SECTIONS))
+
+    def _moved(self, part: str) -> list[Segment]:
+        """The segments of ``part``, their files moved into the shard's, each renamed by what it
+        was made of (``named_segment``); the index they were built in removed."""
+        place = self.places[part]
+        moved = []
+        for number, segment in enumerate(segments_of(place)):
+            named = named_segment(segment, self.digest, part, number)
+            was, now = (found.segment_id.replace("-", "") for found in (segment, named))
+            for path in segment_files(place, segment):
+                path.rename(self.directory / part / (now + path.name[len(was):]))
+            moved.append(named)
+        shutil.rmtree(place)
+        return moved
+
+
+def named_segment(segment: Segment, digest: str, part: str, number: int) -> Segment:
+    """``segment``, the ``number``th of ``part`` of a range made as ``digest`` says, under an id of
+    those alone (tantivy's are random): a shard built again of the same pages holds the same
+    files as one built whole, and lists them alike."""
+    named = uuid.UUID(bytes=hashlib.blake2b(f"{digest} {part} {number}".encode(), digest_size=16).digest())
+    return Segment(str(named), segment.max_doc)
+
+
+def segments_of(directory: Path) -> list[Segment]:
+    """The segments the tantivy index in ``directory`` lists, in order; ValueError for one with
+    deleted documents (an index built here holds none)."""
+    listed = json.loads((directory / META).read_bytes())["segments"]
+    if any(segment.get("deletes") is not None for segment in listed):
+        raise ValueError(f"{directory}/{META}: a segment with deleted documents")
+    return [Segment(segment["segment_id"], segment["max_doc"]) for segment in listed]
+
+
+def segment_files(directory: Path, segment: Segment) -> list[Path]:
+    prefix = segment.segment_id.replace("-", "") + "."
+    return [Path(entry.path) for entry in os.scandir(directory) if entry.name.startswith(prefix)]
+
+
+def linked_part(earlier: Path, directory: Path, part: Part) -> Part:
+    """``part`` of the earlier shard in ``earlier``, its segments' files linked into the shard in ``directory``."""
+    for name, segments in ((PAGES, part.pages), (SECTIONS, part.sections)):
+        for segment in segments:
+            for path in segment_files(earlier / name, segment):
+                link_or_copy(path, directory / name / path.name)
+    return part
+
+
+def write_segments(directory: Path, segments: list[Segment]) -> None:
+    """The tantivy index made in ``directory`` lists ``segments`` (their files there), in order,
+    as a search visits them."""
+    meta = json.loads((directory / META).read_bytes())
+    meta["segments"] = [{"segment_id": segment.segment_id, "max_doc": segment.max_doc, "deletes": None} for segment in segments]
+    meta["opstamp"] = sum(segment.max_doc for segment in segments) + 1
+    written = directory / f"{META}.new"
+    written.write_text(json.dumps(meta))
+    written.replace(directory / META)
+
+
 def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, str], operators: frozenset[str], named: NamedOperators,
-                made: Shard, kept: KeptEntries | None = None, recorded: Recorded | None = None,
-                same: tuple[Path, Derived] | None = None) -> Callable[[], None]:
+                made: Shard, kept: KeptShard | None = None, recorded: Recorded | None = None) -> Iterator[Callable[[], None]]:
     """Add one shard's ``pages`` (in its order, their versions' ``scopes``, the operators each
     names: ``named``) to an index of its own in ``index``, ``operators`` being those of the whole
-    index; return what commits it and writes what it was ``made`` from. With ``kept``, an earlier
-    entries index it keeps, its files are linked instead (and the leaving versions' documents
-    deleted); with ``recorded``, what it holds
-    of its unchanged pages is taken from it; with ``same`` (an earlier shard whose pages index and
-    highlight files were made of the same pages, and what it derived from them), those are linked,
-    under the pages' ids now."""
+    index; yield what commits each range's segments (``ranges_of``), and last what commits the
+    rest and writes what the shard was ``made`` from. With ``kept``, what it keeps of an earlier
+    shard: its entries index, linked (the leaving versions' documents deleted); its pages and
+    sections indexes and highlight files, linked, under the pages' ids now, when made of the same
+    pages; else the segments of each range made of the same, linked. With ``recorded``, what it
+    holds of its unchanged pages is taken from it."""
     directory = shard_path(index, shard)
     directory.mkdir(parents=True)
     slots, versions = slots_of(shard, [page.version for page in pages])
     entries = patched = None
-    if kept is not None:
-        link_files(kept.directory, directory / ENTRIES)
-        if kept.leaving:
-            patched = without_versions(directory / ENTRIES, shard, kept.leaving)
+    if kept is not None and kept.entries is not None:
+        link_files(kept.entries.directory, directory / ENTRIES)
+        if kept.entries.leaving:
+            patched = without_versions(directory / ENTRIES, shard, kept.entries.leaving)
     else:
         (directory / ENTRIES).mkdir()
         entries_index = named_entries.register_tokenizers(quiet(tantivy.Index(named_entries.build_schema(), path=str(directory / ENTRIES))))
         entries = entries_index.writer(heap_size=64 << 20, num_threads=1)
-    documents = section_writer = None
-    if same is not None:
-        earlier, before = same
-        link_files(earlier / PAGES, directory / PAGES)
-        link_files(earlier / SECTIONS, directory / SECTIONS)
+    parts: dict[int, Part] = {}
+    if kept is not None and kept.same is not None:
+        before = kept.same
+        link_files(kept.directory / PAGES, directory / PAGES)
+        link_files(kept.directory / SECTIONS, directory / SECTIONS)
         ids = [page.id for page in pages]
-        relabel(earlier / HIGHLIGHT, directory / HIGHLIGHT, ids)
+        relabel(kept.directory / HIGHLIGHT, directory / HIGHLIGHT, ids)
         renamed = dict(zip(before.ids, ids, strict=True))
         derived = Derived(ids, before.chars, before.changelog, before.symbols,
                           {renamed[identity]: names for identity, names in before.operators.items()})
+        parts.update(kept.parts)
         if entries is not None:
             for place, page in enumerate(pages):
                 for document in named_entries.documents(page, scopes[page.version], slots[place], derived.changelog[place]):
                     entries.add_json(document)
     else:
-        (directory / PAGES).mkdir()
-        (directory / SECTIONS).mkdir()
-        documents = quiet(tantivy.Index(build_schema(), path=str(directory / PAGES))).writer(heap_size=WRITER_HEAP, num_threads=1)
-        section_writer = quiet(tantivy.Index(sections.build_schema(), path=str(directory / SECTIONS))).writer(
-            heap_size=WRITER_HEAP, num_threads=1)
+        for part, schema in ((PAGES, build_schema()), (SECTIONS, sections.build_schema())):
+            (directory / part).mkdir()
+            quiet(tantivy.Index(schema, path=str(directory / part)))  # its meta.json, which will list the segments
         derived = Derived([], [], [], [], {identity: sorted(names) for identity, names in named.items()})
+        earlier = kept.parts if kept is not None else {}
         with HighlightWriter(directory / HIGHLIGHT, versions) as highlights:
-            for page in pages:
-                scope = scopes[page.version]
-                slot = slots[highlights.add(page.id, page.text, recorded.of(page.id) if recorded is not None else None)]
-                known = recorded.derived(page) if recorded is not None else None
-                if known is None:
-                    changelog = is_changelog(page.title, [section.title for section in page.sections])
-                    symbols = " ".join(code_syntax.page_tokens(page.text, operators))
+            for number, start, end in ranges_of(shard, made.width, pages):
+                digest = documents_digest(pages[start:end], scopes, operators, slots[start])
+                writers = None
+                if kept is not None and number in earlier and earlier[number].documents == digest:
+                    parts[number] = linked_part(kept.directory, directory, earlier[number])
                 else:
-                    changelog, symbols, _named = known
-                derived.ids.append(page.id)
-                derived.chars.append(len(page.text))
-                derived.changelog.append(changelog)
-                derived.symbols.append(symbols)
-                headings = " ".join(section.title for section in page.sections)
-                documents.add_document(
-                    tantivy.Document(
-                        scope=scope,
-                        slot=slot,
-                        changelog=int(changelog),
-                        title=page.title,
-                        headings=headings,
-                        body=page.text,
-                        path=page.document_name,
-                        symbols=symbols,
-                        stems=[page.title, headings, page.text, page.document_name],
-                    )
-                )
-                for section in sections.documents(page, scope, slot, symbols):
-                    section_writer.add_document(section)
-                if entries is not None:
-                    for document in named_entries.documents(page, scope, slot, changelog):
-                        entries.add_json(document)
+                    writers = RangeWriters(directory, number, digest)
+                for place in range(start, end):
+                    page = pages[place]
+                    scope = scopes[page.version]
+                    slot = slots[highlights.add(page.id, page.text, recorded.of(page.id) if recorded is not None else None)]
+                    known = recorded.derived(page) if recorded is not None else None
+                    if known is None:
+                        changelog = is_changelog(page.title, [section.title for section in page.sections])
+                        symbols = " ".join(code_syntax.page_tokens(page.text, operators))
+                    else:
+                        changelog, symbols, _named = known
+                    derived.ids.append(page.id)
+                    derived.chars.append(len(page.text))
+                    derived.changelog.append(changelog)
+                    derived.symbols.append(symbols)
+                    if writers is not None:
+                        headings = " ".join(section.title for section in page.sections)
+                        writers.pages.add_document(
+                            tantivy.Document(
+                                scope=scope,
+                                slot=slot,
+                                changelog=int(changelog),
+                                title=page.title,
+                                headings=headings,
+                                body=page.text,
+                                path=page.document_name,
+                                symbols=symbols,
+                                stems=[page.title, headings, page.text, page.document_name],
+                            )
+                        )
+                        for section in sections.documents(page, scope, slot, symbols):
+                            writers.sections.add_document(section)
+                    if entries is not None:
+                        for document in named_entries.documents(page, scope, slot, changelog):
+                            entries.add_json(document)
+                if writers is not None:
+                    yield partial(writers.commit_into, parts)
     (directory / DERIVED_FILE).write_bytes(_derived_encoder.encode(derived))
 
     def commit() -> None:
-        for writer in (documents, section_writer, entries, patched):
+        for writer in (entries, patched):
             if writer is not None:
                 writer.commit()
                 writer.wait_merging_threads()
-        (directory / SHARD_FILE).write_bytes(msgspec.json.encode(made))
+        if kept is None or kept.same is None:
+            ranges = [parts[number] for number in sorted(parts)]
+            write_segments(directory / PAGES, [segment for part in ranges for segment in part.pages])
+            write_segments(directory / SECTIONS, [segment for part in ranges for segment in part.sections])
+        (directory / SHARD_FILE).write_bytes(msgspec.json.encode(msgspec.structs.replace(made, parts=parts)))
 
-    return commit
+    yield commit
 
 
 def without_versions(directory: Path, shard: int, versions: list[int]) -> tantivy.IndexWriter:

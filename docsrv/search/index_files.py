@@ -20,11 +20,13 @@ from ..utils import held_calls
 from .highlight import Highlights
 
 #: Changes whenever what the index holds changes: an index of another schema is rebuilt.
-SCHEMA_VERSION = 22
+SCHEMA_VERSION = 23
 
 #: Where an index keeps its shards (``build.py``), and where a shard keeps its pages'
 #: tantivy index, its named entries', its sections' (``sections.py``) and its highlight files.
 SHARDS_DIRECTORY, PAGES, ENTRIES, SECTIONS, HIGHLIGHT = "shards", "pages", "entries", "sections", "highlight"
+#: The file that lists a tantivy index's segments, which tantivy reads when it opens the index.
+META = "meta.json"
 #: The file tantivy locks while it reads or writes an index's meta.json.
 META_LOCK = ".tantivy-meta.lock"
 #: What a server opens of an index, listed in one file (``Listing``).
@@ -119,11 +121,11 @@ _recorded = msgspec.json.Decoder(_Recorded)
 def listed(shard: Path, part: str) -> Listed:
     """The tantivy index of ``part`` of the shard in ``shard``; ValueError when it is not one."""
     directory = shard / part
-    found = json.loads((directory / "meta.json").read_bytes())
+    found = json.loads((directory / META).read_bytes())
     if not isinstance(found, dict) or not isinstance(found.get("segments"), list):
-        raise ValueError(f"{directory}/meta.json: not a tantivy index's meta.json")
+        raise ValueError(f"{directory}/{META}: not a tantivy index's meta.json")
     files = sorted(f"{SHARDS_DIRECTORY}/{shard.name}/{part}/{entry.name}" for entry in os.scandir(directory)
-                   if entry.is_file() and not entry.name.startswith(".") and entry.name != "meta.json")
+                   if entry.is_file() and not entry.name.startswith(".") and entry.name != META)
     return Listed(msgspec.Raw(msgspec.json.encode(found)), files)
 
 

@@ -10,6 +10,11 @@ A version with more than VERSION_PAGES pages is a shard alone; the others are in
 of consecutive version ids, as many ids to a block as cut the ids into SHARD_BLOCKS to twice as
 many blocks (a power of two, which changes when the last version's id crosses one: then every
 shard is built again, ``search.rebuild.read_shards``).
+
+A block of more than RANGED_PAGES pages has its pages and sections indexes cut into segments by
+the same rule (``segment_of``): SEGMENTS ranges of its ids, each a tantivy segment built apart
+(``search/build.py``), so that a version made private or built again costs building the segment
+of its range, not its block.
 """
 
 from __future__ import annotations
@@ -35,6 +40,23 @@ SHARD_BLOCKS = 256
 #: change of another costs no building of it. A slot numbers a page of a block within its
 #: version in ``search.highlight.VERSION_BITS`` bits, which hold this many.
 VERSION_PAGES = 2048
+#: The ranges of version ids the pages and sections indexes of a block of more than RANGED_PAGES
+#: pages are cut into, each a segment of its own: what a change of one version's pages costs
+#: building (a range), against what a search of a version costs visiting every segment of its
+#: block, and opening them; and what each segment built costs (a writer, a commit), which a
+#: block of fewer pages does not repay (docs/operations.md).
+SEGMENTS = 8
+RANGED_PAGES = 1024
+
+
+def segment_of(shard: int, width: int, pages: int, version: int) -> int:
+    """Which segment of ``shard`` (a key of ``Layout``, of blocks ``width`` ids wide, holding
+    ``pages`` pages) holds the pages of ``version``: the range of its ids, in order; a block of
+    RANGED_PAGES pages or fewer, a version alone and the shard of the keys a slot cannot hold are
+    one segment."""
+    if shard & 1 or shard == MAX_SHARD_KEY or pages <= RANGED_PAGES:
+        return 0
+    return min((version - shard // 2) // max(1, width // SEGMENTS), SEGMENTS - 1)
 
 
 def block_width(last: int) -> int:

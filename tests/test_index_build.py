@@ -16,16 +16,40 @@ from snapshot_change import KINDS, read, write
 
 from docsrv.search import rebuild
 from docsrv.search import shards as shard_layout
-from docsrv.search.build import build_index
+from docsrv.search.build import SHARD_DECODER, build_index
 from docsrv.search.index_files import index_problem, shard_directories, shard_path, version_scope
 from docsrv.search.query import Found, Scope, SearchIndex
-from docsrv.search.rebuild import plan_rebuild, read_shards, rebuild_index
+from docsrv.search.rebuild import plan_rebuild, rebuild_index
 from docsrv.search.shards import Layout
 from docsrv.snapshot.errors import SnapshotError
 from docsrv.snapshot.records import Manifest
 from docsrv.snapshot.write import write_manifest
 from docsrv.store.loaded import load_store
 from helpers import docsrv
+
+
+def built_shards(index: Path, *, named: bool = True) -> dict:
+    """What each shard of the index in ``index`` was built from (its ``shard.json``), by key; not
+    ``named``, its segments said by their documents alone (tantivy names a segment at random)."""
+    return {key: shard_record(directory / "shard.json", named=named) for key, directory in shard_directories(index).items()}
+
+
+def shard_record(path: Path, *, named: bool = True):
+    shard = SHARD_DECODER.decode(path.read_bytes())
+    if named:
+        return shard
+    return msgspec.structs.replace(shard, parts={number: (part.documents, [segment.max_doc for segment in part.pages],
+                                                          [segment.max_doc for segment in part.sections])
+                                                 for number, part in shard.parts.items()})
+
+
+def same_file(ours: Path, theirs: Path) -> bool:
+    """Whether a file of a shard built again is what a whole build wrote (``shard.json``: but for
+    its segments' names)."""
+    if ours.name == "shard.json":
+        return shard_record(ours, named=False) == shard_record(theirs, named=False)
+    return ours.read_bytes() == theirs.read_bytes()
+
 
 #: The files of a tantivy segment of the pages' and sections' indexes (no documents deleted).
 SEGMENT_FILES = (".fast", ".fieldnorm", ".idx", ".pos", ".store", ".term")
@@ -128,7 +152,7 @@ def test_an_index_built_again_from_an_earlier_one_answers_every_search_as_one_bu
         assert index_problem(index) is None  # its listing lists what its shards hold
     whole = tmp_path / "whole"
     build_index(load_store(new, progress=False), whole, print_progress=False)
-    assert read_shards(rebuilt, layout.width) == read_shards(whole, layout.width)  # the same shards, of the same pages
+    assert built_shards(rebuilt, named=False) == built_shards(whole, named=False)  # the same shards, of the same pages
     # A kept shard is the earlier index's own files, linked; a changed one is new. Its entries
     # index is kept where only a page's text changed: no name, no page, no scope.
     edited = layout.shard_of(next(p["version"] for p in read(new, "pages") if "Zephyrine" in p.get("text", "")))
@@ -233,9 +257,10 @@ def test_a_version_uploaded_again_under_new_ids_keeps_its_shards_entries(tmp_pat
     slot, not its id), and names and anchors find the new ids, as an index built whole does.
     With the same text too (a build of a commit that changed no page), it keeps its pages index
     and highlight files (``documents_digest``), but for the page ids, written anew: every file
-    but the tantivy indexes is byte for byte what a whole build writes. An earlier shard whose
-    ``derived.msgpack`` is not of its pages (damaged) has its highlight files built again, and
-    keeps the segments of its pages and sections (``search.build.Part``), made of the same pages."""
+    but the tantivy indexes is byte for byte what a whole build writes (``shard.json`` but for
+    the names tantivy gives segments). An earlier shard whose ``derived.msgpack`` is not of its
+    pages (damaged) has its highlight files built again, and keeps the segments of its pages and
+    sections (``search.build.Part``), made of the same pages."""
     from docsrv.search.build import DERIVED_FILE
 
     old = indexed_demo(tmp_path / "old")
@@ -280,7 +305,7 @@ def test_a_version_uploaded_again_under_new_ids_keeps_its_shards_entries(tmp_pat
                    if path.is_file() and path.parts[-2] not in ("pages", "entries", "sections"))
     assert DERIVED_FILE in map(str, files) and "highlight/page-ids" in map(str, files)
     for path in files:
-        assert (shard_path(rebuilt, shard) / path).read_bytes() == (shard_path(whole, shard) / path).read_bytes(), path
+        assert same_file(shard_path(rebuilt, shard) / path, shard_path(whole, shard) / path), path
     ours, theirs = SearchIndex.open(store, rebuilt), SearchIndex.open(store, whole)
     new_ids = {page["id"] for page in read(new, "pages")} - {page["id"] for page in read(old, "pages")}
     named = [page_id for title in titles for page_id in ours.named.pages_named(title, None)]
@@ -326,7 +351,8 @@ def test_a_shard_built_again_after_a_changeset_takes_what_it_held_of_its_unchang
     changeset left alone (``search.build.Recorded``): their highlight records copied, their words'
     positions moved to where the new files put them, and what was derived from each (changelog,
     symbols, operators: ``Derived``) taken, not derived again. Every file but the tantivy indexes
-    is byte for byte what a whole build writes, for pages long enough to have their words
+    is byte for byte what a whole build writes (``shard.json`` but for the names tantivy gives
+    segments), for pages long enough to have their words
     recorded too; from an earlier shard without ``derived.msgpack`` (built before it was kept),
     or with one whose columns are not of its pages (damaged), every page's is derived again, alike."""
     from docsrv.search import code_syntax
@@ -374,7 +400,7 @@ def test_a_shard_built_again_after_a_changeset_takes_what_it_held_of_its_unchang
         assert files == sorted(path.relative_to(shard_path(rebuilt, shard)) for path in shard_path(rebuilt, shard).rglob("*")
                                if path.is_file() and path.parts[-2] not in ("pages", "entries", "sections"))
         for path in files:
-            assert (shard_path(rebuilt, shard) / path).read_bytes() == (shard_path(whole, shard) / path).read_bytes(), (shard, path)
+            assert same_file(shard_path(rebuilt, shard) / path, shard_path(whole, shard) / path), (shard, path)
 
 
 @pytest.mark.parametrize("across", [False, True])
@@ -463,7 +489,7 @@ def test_a_version_that_grows_past_its_share_is_a_shard_alone_and_its_block_left
     rebuild_index(product, plan, rebuilt)
     whole = tmp_path / "whole"
     build_index(load_store(new, progress=False), whole, print_progress=False)
-    assert read_shards(rebuilt, layout.width) == read_shards(whole, layout.width)
+    assert built_shards(rebuilt, named=False) == built_shards(whole, named=False)
     ours, theirs = SearchIndex.open(product, rebuilt), SearchIndex.open(product, whole)
     for query in ["flywheel", "grown flywheel", *VOCABULARY]:
         assert answers(ours.search_pages(query)) == answers(theirs.search_pages(query)), query
@@ -746,10 +772,10 @@ def test_a_block_that_only_loses_versions_keeps_its_entries_index_with_their_doc
         rebuild_index(store, plan, rebuilt)
         whole = tmp_path / f"whole-{step}"
         build_index(load_store(new, progress=False), whole, print_progress=False)
-        ours, theirs = read_shards(rebuilt, layout.width), read_shards(whole, layout.width)
-        assert ours is not None and theirs is not None
+        ours, theirs = built_shards(rebuilt, named=False), built_shards(whole, named=False)
         deleted = ours[block].deleted
         assert {key: msgspec.structs.replace(shard, deleted=0) for key, shard in ours.items()} == theirs
+        ours = built_shards(rebuilt)
         entries, before = shard_path(rebuilt, block) / "entries", shard_path(earlier, block) / "entries"
         kept = {path.name for path in entries.iterdir() if (before / path.name).exists()
                 and (before / path.name).stat().st_ino == path.stat().st_ino}
@@ -762,7 +788,7 @@ def test_a_block_that_only_loses_versions_keeps_its_entries_index_with_their_doc
         # The pages and sections of the ranges the versions left are built again; every other
         # range's segments are the earlier shard's files, linked.
         left = {shard_layout.segment_of(block, layout.width, ours[block].pages, version) for version in versions}
-        was_parts = read_shards(earlier, layout.width)[block].parts
+        was_parts = built_shards(earlier)[block].parts
         staying = [part for number, part in ours[block].parts.items() if number not in left]
         assert staying and all(was_parts[number] == part for number, part in ours[block].parts.items() if number not in left)
         assert left & was_parts.keys() and all(was_parts[number] != ours[block].parts.get(number) for number in left & was_parts.keys())

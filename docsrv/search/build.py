@@ -53,7 +53,6 @@ import json
 import os
 import shutil
 import time
-import uuid
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -148,6 +147,17 @@ class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     parts: dict[int, Part] = msgspec.field(default_factory=dict)
 
 
+class ShardHead(msgspec.Struct, frozen=True):
+    """What a plan of a build reads of each earlier shard's ``Shard`` (``search.rebuild.read_shards``):
+    the rest of it is skipped, not decoded (it grows with the shard's versions and segments)."""
+
+    digest: str
+    pages: int
+    operators: list[str]
+    schema: int
+    width: int
+
+
 class Derived(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What a shard's build derived from each of its pages, in the shard's order: whether it is a
     changelog (``search.changelogs.is_changelog``), its code syntax (``search.code_syntax.page_tokens``, the
@@ -175,6 +185,7 @@ class Placed(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=False)
 
 
 SHARD_DECODER = msgspec.json.Decoder(Shard)
+SHARD_HEAD_DECODER = msgspec.json.Decoder(ShardHead)
 _derived = msgspec.msgpack.Decoder(Derived)
 _derived_encoder = msgspec.msgpack.Encoder()
 _named = msgspec.msgpack.Encoder()
@@ -494,26 +505,14 @@ class RangeWriters:
         parts[self.number] = Part(self.digest, self._moved(PAGES), self._moved(SECTIONS))
 
     def _moved(self, part: str) -> list[Segment]:
-        """The segments of ``part``, their files moved into the shard's, each renamed by what it
-        was made of (``named_segment``); the index they were built in removed."""
+        """The segments of ``part``, their files moved into the shard's; the index they were built in removed."""
         place = self.places[part]
-        moved = []
-        for number, segment in enumerate(segments_of(place)):
-            named = named_segment(segment, self.digest, part, number)
-            was, now = (found.segment_id.replace("-", "") for found in (segment, named))
+        segments = segments_of(place)
+        for segment in segments:
             for path in segment_files(place, segment):
-                path.rename(self.directory / part / (now + path.name[len(was):]))
-            moved.append(named)
+                path.rename(self.directory / part / path.name)
         shutil.rmtree(place)
-        return moved
-
-
-def named_segment(segment: Segment, digest: str, part: str, number: int) -> Segment:
-    """``segment``, the ``number``th of ``part`` of a range made as ``digest`` says, under an id of
-    those alone (tantivy's are random): a shard built again of the same pages holds the same
-    files as one built whole, and lists them alike."""
-    named = uuid.UUID(bytes=hashlib.blake2b(f"{digest} {part} {number}".encode(), digest_size=16).digest())
-    return Segment(str(named), segment.max_doc)
+        return segments
 
 
 def segments_of(directory: Path) -> list[Segment]:
@@ -648,7 +647,7 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
             ranges = [parts[number] for number in sorted(parts)]
             write_segments(directory / PAGES, [segment for part in ranges for segment in part.pages])
             write_segments(directory / SECTIONS, [segment for part in ranges for segment in part.sections])
-        (directory / SHARD_FILE).write_bytes(msgspec.json.encode(msgspec.structs.replace(made, parts=parts)))
+        (directory / SHARD_FILE).write_bytes(msgspec.json.encode(msgspec.structs.replace(made, parts=dict(sorted(parts.items())))))
 
     yield commit
 

@@ -12,6 +12,7 @@ import time
 from array import array
 from bisect import bisect_left
 from collections.abc import Container, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,11 +24,11 @@ from ..store.loaded import Store
 from .build import (
     PAGE_DECODER,
     PLACED_DECODER,
-    SHARD_DECODER,
+    SHARD_HEAD_DECODER,
     NamedOperators,
     Placed,
     Recorded,
-    Shard,
+    ShardHead,
     ShardLines,
     build_shards,
     line_digest,
@@ -68,11 +69,11 @@ class Rebuild:
     recorded: dict[int, Recorded] = field(default_factory=dict)
 
 
-def read_shards(index: Path, width: int) -> dict[int, Shard] | None:
-    """What each shard of the index in ``index`` was built from, by key; None when one does not
-    read, or is of another schema or block width (``Layout``)."""
+def read_shards(index: Path, width: int) -> dict[int, ShardHead] | None:
+    """What each shard of the index in ``index`` was built from, by key (what a plan reads of it);
+    None when one does not read, or is of another schema or block width (``Layout``)."""
     try:
-        shards = {shard: SHARD_DECODER.decode((directory / SHARD_FILE).read_bytes())
+        shards = {shard: SHARD_HEAD_DECODER.decode((directory / SHARD_FILE).read_bytes())
                   for shard, directory in shard_directories(index).items()}
     except (OSError, ValueError):
         return None
@@ -123,7 +124,7 @@ def plan_changed_shards(store: Store, changes: Mapping[int, tuple[str, bytes] | 
     return planned(store, previous, before, kept, lines, layout.width, changes.keys())
 
 
-def planned(store: Store, previous: Path, before: dict[int, Shard], kept: dict[int, str], lines: ShardLines,
+def planned(store: Store, previous: Path, before: dict[int, ShardHead], kept: dict[int, str], lines: ShardLines,
             width: int, changed_pages: Container[int] | None = None) -> Rebuild | None:
     """The plan to build again the shards whose ``lines`` are given (one whose pages all left is
     gone, but shard 0) and to link the others of ``previous`` (whose shards were built from
@@ -261,30 +262,40 @@ def rebuild_index(store: Store, plan: Rebuild, directory: Path, built_in: Path |
     there instead, and every shard of ``directory`` is a relative symbolic link to the directory
     its files are in: a changeset's index (``replica/changeset_index.py``), which then costs its own
     shards and a link a shard, not a tree of links to every file of the index (at the large
-    scale, 372 directories and 1,900 links, a fifth of a sidecar's time under load).
-    Return the seconds taken."""
+    scale, 372 directories and 1,900 links, a fifth of a sidecar's time under load). The links of
+    the shards kept are made in a thread while the others are built (a system call each, without
+    the GIL). Return the seconds taken."""
     started = time.perf_counter()
     building = [(shard, pages, plan.digests[shard], plan.named[shard]) for shard, pages in plan.changed.items()]
     if built_in is None:
         for shard in plan.digests.keys() - plan.changed.keys():
             link_files(shard_path(plan.previous, shard), shard_path(directory, shard))
-    build_shards(store, directory if built_in is None else built_in, building, plan.operators, plan.width, earlier=plan.previous,
-                 recorded=plan.recorded)
-    if built_in is not None:
+        build_shards(store, directory, building, plan.operators, plan.width, earlier=plan.previous, recorded=plan.recorded)
+    else:
         (directory / SHARDS_DIRECTORY).mkdir(parents=True)
-        here = os.path.realpath(directory / SHARDS_DIRECTORY)
-        built, earlier = (os.path.realpath(index / SHARDS_DIRECTORY) for index in (built_in, plan.previous))
-        for shard in plan.digests:
-            name = shard_path(directory, shard).name
-            home = os.path.join(built if shard in plan.changed else earlier, name)
-            if shard not in plan.changed:
-                # A shard of an earlier changeset's index is a link: to where it links, in one
-                # system call (a real path takes a dozen).
-                with contextlib.suppress(OSError):  # a directory: the snapshot's own index's
-                    home = os.path.normpath(os.path.join(earlier, os.readlink(home)))
-            os.symlink(os.path.relpath(home, here), shard_path(directory, shard))
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="docsrv-links") as linking:
+            kept = linking.submit(link_shards, directory, plan.previous, [key for key in plan.digests if key not in plan.changed])
+            build_shards(store, built_in, building, plan.operators, plan.width, earlier=plan.previous, recorded=plan.recorded)
+            kept.result()
+        link_shards(directory, built_in, list(plan.changed))
     write_listing(directory, listing_after(plan, directory))
     return time.perf_counter() - started
+
+
+def link_shards(directory: Path, home: Path, keys: list[int]) -> None:
+    """Link each shard of ``keys`` of the index in ``directory`` (a relative symbolic link) to
+    where its files are: the same shard in the index in ``home``, or where that shard links."""
+    here = os.path.realpath(directory / SHARDS_DIRECTORY)
+    there = os.path.realpath(home / SHARDS_DIRECTORY)
+    towards = os.path.relpath(there, here)
+    for key in keys:
+        name = shard_path(directory, key).name
+        target = os.path.join(towards, name)
+        with contextlib.suppress(OSError):  # a directory: a whole index's own, not a changeset's
+            # A shard of an earlier changeset's index is a link: to where it links, in one system
+            # call (a real path takes a dozen).
+            target = os.path.normpath(os.path.join(towards, os.readlink(os.path.join(there, name))))
+        os.symlink(target, os.path.join(here, name))
 
 
 def listing_after(plan: Rebuild, index: Path) -> Listing | None:

@@ -19,7 +19,7 @@ import operator
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from itertools import accumulate, chain
 from typing import Any, Generic, TypeVar, overload
 
@@ -232,21 +232,32 @@ class Overlay(Mapping[K, T]):
     of two million builds for each changeset took a tenth of a second and touched every build
     (taking their pages out of the workers' copy-on-write sharing); the overlay costs what changed."""
 
-    __slots__ = ("_length", "base", "changes")
+    __slots__ = ("_base_top", "_length", "base", "changes")
 
-    def __init__(self, base: Mapping[K, T], changes: dict[K, T | None], length: int) -> None:
+    def __init__(self, base: Mapping[K, T], changes: dict[K, T | None], length: int, base_top: Any = _MISSING) -> None:
         self.base = base
         #: By key: the item now, or None where it was removed.
         self.changes = changes
         self._length = length
+        #: The largest key of ``base`` once read (``base_top``), kept by the overlays made of this one.
+        self._base_top = base_top
 
     @classmethod
     def of(cls, found: Mapping[K, T], changes: dict[K, T | None]) -> Overlay[K, T]:
         """``found`` (a dictionary, or an overlay of one) with ``changes`` made."""
         length = len(found) + sum((value is not None) - (key in found) for key, value in changes.items())
         if isinstance(found, Overlay):
-            return cls(found.base, {**found.changes, **changes}, length)
+            return cls(found.base, {**found.changes, **changes}, length, found._base_top)
         return cls(found, changes, length)
+
+    @property
+    def base_top(self) -> Any:
+        """The largest key of ``base`` (None when it has none), read once for it and every overlay
+        made of this one (the base never changes)."""
+        if self._base_top is _MISSING:
+            keys: Iterable[Any] = self.base
+            self._base_top = max(keys, default=None)
+        return self._base_top
 
     def get(self, key: K, default: Any = None) -> Any:
         found = self.changes.get(key, _MISSING)
@@ -312,12 +323,13 @@ class ById(Mapping[int, T]):
 
 def largest_key(found: Mapping[Any, object]) -> Any:
     """The largest key of ``found`` (None when it has none): of a dictionary, taken in C; of an
-    ``Overlay``, its base's (unless a change removed it: then every key is read) against the keys
-    its changes hold (an overlay's own keys are iterated in Python, a key at a time)."""
+    ``Overlay``, its base's (read once for the base: ``Overlay.base_top``; unless a change removed
+    it: then every key is read) against the keys its changes hold (an overlay's own keys are
+    iterated in Python, a key at a time)."""
     if not isinstance(found, Overlay):
         return max(found, default=None)
     changes = found.changes
-    top = max(found.base, default=None)
+    top = found.base_top
     if top is not None and top in changes and changes[top] is None:
         return max(found, default=None)
     added = [key for key, value in changes.items() if value is not None]

@@ -132,6 +132,7 @@ class Server(Client):
                 return
             except AssertionError:
                 if attempt == attempts or not any("cannot listen" in line for line in self.log):
+                    self.kill()  # a server that never served fails its test, and leaves no process behind
                     raise
 
     def _read_output(self) -> None:

@@ -16,7 +16,7 @@ from snapshot_change import KINDS, read, write
 
 from docsrv.search import rebuild
 from docsrv.search import shards as shard_layout
-from docsrv.search.build import SHARD_DECODER, build_index
+from docsrv.search.build import SEGMENT_FILES, SHARD_DECODER, build_index
 from docsrv.search.index_files import index_problem, shard_directories, shard_path, version_scope
 from docsrv.search.query import Found, Scope, SearchIndex
 from docsrv.search.rebuild import plan_rebuild, rebuild_index
@@ -50,9 +50,6 @@ def same_file(ours: Path, theirs: Path) -> bool:
         return shard_record(ours, named=False) == shard_record(theirs, named=False)
     return ours.read_bytes() == theirs.read_bytes()
 
-
-#: The files of a tantivy segment of the pages' and sections' indexes (no documents deleted).
-SEGMENT_FILES = (".fast", ".fieldnorm", ".idx", ".pos", ".store", ".term")
 
 #: The words of the pages added to the demo: few, so that every query finds many pages.
 VOCABULARY = ("install configure gearbox request session cache token proxy retry timeout stream header cookie "
@@ -817,3 +814,51 @@ def test_an_index_whose_shard_lost_its_table_of_versions_is_not_served(tmp_path)
     table.unlink()
     problem = index_problem(index)
     assert problem is not None and "\n" not in problem and str(table) in problem, problem
+
+
+def test_a_kept_range_whose_segment_files_are_gone_is_built_again(tmp_path, monkeypatch):
+    """A block built again keeps the segments of its ranges made of the same pages, unless the
+    earlier shard lost a segment's files (damaged): that range is built again, nothing of it
+    linked, and the index answers as one built whole."""
+    monkeypatch.setattr(shard_layout, "SHARD_BLOCKS", 1)  # blocks of many versions
+    monkeypatch.setattr(shard_layout, "RANGED_PAGES", 100)  # each cut into ranges
+    old = indexed_demo(tmp_path / "old")
+    shutil.rmtree(old / "index")
+    build_index(load_store(old, progress=False), old / "index", print_progress=False)
+    layout = Layout.of(load_store(old, page_text=False, progress=False))
+    held = [v["id"] for v in public_versions_with_pages({kind: read(old, kind) for kind in KINDS})]
+    block = layout.shard_of(held[0])
+    was = built_shards(old / "index")[block]
+    leaving = held[0]
+    left = shard_layout.segment_of(block, layout.width, was.pages, leaving)
+    damaged = next(number for number in was.parts if number != left)
+    for segment in was.parts[damaged].sections:
+        (shard_path(old / "index", block) / "sections" / (segment.segment_id.replace("-", "") + ".term")).unlink()
+
+    def made_private(records: dict[str, list]) -> list[int]:
+        for version in records["versions"]:
+            if version["id"] == leaving:
+                version["privacy_level"] = "private"
+        return [leaving]
+
+    new = tmp_path / "new"
+    changed(old, new, made_private)
+    store = load_store(new, page_text=False, progress=False)
+    plan = plan_rebuild(store, old / "index")
+    assert plan is not None and block in plan.changed
+    rebuilt = tmp_path / "rebuilt"
+    rebuild_index(store, plan, rebuilt)
+    ours = built_shards(rebuilt)[block]
+    for name in ("pages", "sections"):
+        now, before = shard_path(rebuilt, block) / name, shard_path(old / "index", block) / name
+        linked = {path.name for path in now.iterdir() if (before / path.name).exists() and (before / path.name).stat().st_ino == path.stat().st_ino}
+        assert not {segment.segment_id.replace("-", "") + suffix for segment in getattr(ours.parts[damaged], name)
+                    for suffix in SEGMENT_FILES} & linked, name
+        assert linked, name  # the other ranges' are kept
+    whole = tmp_path / "whole"
+    build_index(load_store(new, progress=False), whole, print_progress=False)
+    assert {key: msgspec.structs.replace(shard, deleted=0) for key, shard in built_shards(rebuilt, named=False).items()} == built_shards(
+        whole, named=False)  # its entries index kept, the version's documents deleted
+    ours_index, theirs_index = SearchIndex.open(store, rebuilt), SearchIndex.open(store, whole)
+    for query in [*VOCABULARY, "install gearbox", "quickstart"]:
+        assert answers(ours_index.search_pages(query)) == answers(theirs_index.search_pages(query)), query

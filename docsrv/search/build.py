@@ -524,17 +524,27 @@ def segments_of(directory: Path) -> list[Segment]:
     return [Segment(segment["segment_id"], segment["max_doc"]) for segment in listed]
 
 
+#: The files every segment of the pages' and sections' indexes has (their fields: no stored
+#: document is read, but tantivy writes its store all the same).
+SEGMENT_FILES = (".fast", ".fieldnorm", ".idx", ".pos", ".store", ".term")
+
+
 def segment_files(directory: Path, segment: Segment) -> list[Path]:
     prefix = segment.segment_id.replace("-", "") + "."
     return [Path(entry.path) for entry in os.scandir(directory) if entry.name.startswith(prefix)]
 
 
-def linked_part(earlier: Path, directory: Path, part: Part) -> Part:
-    """``part`` of the earlier shard in ``earlier``, its segments' files linked into the shard in ``directory``."""
-    for name, segments in ((PAGES, part.pages), (SECTIONS, part.sections)):
-        for segment in segments:
-            for path in segment_files(earlier / name, segment):
-                link_or_copy(path, directory / name / path.name)
+def linked_part(earlier: Path, directory: Path, part: Part) -> Part | None:
+    """``part`` of the earlier shard in ``earlier``, its segments' files linked into the shard in
+    ``directory``; None, nothing linked, when a segment's files are not all there (a damaged
+    shard: the range is built again)."""
+    found = [(name, segment_files(earlier / name, segment)) for name, segments in ((PAGES, part.pages), (SECTIONS, part.sections))
+             for segment in segments]
+    if any(len(files) < len(SEGMENT_FILES) for _name, files in found):
+        return None
+    for name, files in found:
+        for path in files:
+            link_or_copy(path, directory / name / path.name)
     return part
 
 
@@ -596,8 +606,11 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
             for number, start, end in ranges_of(shard, made.width, pages):
                 digest = documents_digest(pages[start:end], scopes, operators, slots[start])
                 writers = None
+                linked = None
                 if kept is not None and number in earlier and earlier[number].documents == digest:
-                    parts[number] = linked_part(kept.directory, directory, earlier[number])
+                    linked = linked_part(kept.directory, directory, earlier[number])
+                if linked is not None:
+                    parts[number] = linked
                 else:
                     writers = RangeWriters(directory, number, digest)
                 for place in range(start, end):

@@ -6,10 +6,10 @@ import argparse
 import os
 import sys
 from collections import Counter
-from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import __version__
 from .config import LOG_FORMAT, SERVE_OPTIONS, Deadlines, Settings, add_options, listed
 from .errors import CommandError, StartError
 from .observe import logs
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="docsrv", description="A read replica of a documentation-hosting JSON API.")
-    parser.add_argument("--version", action="version", version=f"docsrv {version('docsrv')}")
+    parser.add_argument("--version", action="version", version=f"docsrv {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="serve a snapshot over HTTP")
@@ -281,7 +281,8 @@ def run_import_dump(args: argparse.Namespace) -> int:
 def run_pull(args: argparse.Namespace) -> int:
     import asyncio
 
-    from .replica.fetch import PullError, describe
+    from .errors import PullError
+    from .replica.fetch import describe
     from .replica.pull import pull
     from .replica.sidecar import pull_every
 

@@ -9,3 +9,7 @@ class StartError(Exception):
 
 class CommandError(Exception):
     """A command that refuses to do what would lose data (an empty import, an existing output)."""
+
+
+class PullError(Exception):
+    """A pull that failed; the message says what, in one line."""

@@ -16,9 +16,9 @@ import contextlib
 import os
 import platform
 import resource
-from importlib.metadata import version
 from pathlib import Path
 
+from .. import __version__
 from ..snapshot.records import FORMAT_VERSION
 
 #: Metric families: name -> (type, help, samples); a sample is (labels, value).
@@ -76,5 +76,5 @@ def server_memory(master: int) -> Families:
 
 
 def build_info() -> Families:
-    labels = {"version": version("docsrv"), "snapshot_format": str(FORMAT_VERSION), "python": platform.python_version()}
+    labels = {"version": __version__, "snapshot_format": str(FORMAT_VERSION), "python": platform.python_version()}
     return {"docsrv_build_info": ("gauge", "docsrv's version, the snapshot format it reads and Python's version.", [(labels, 1)])}

@@ -17,6 +17,7 @@ import msgspec
 from tqdm import tqdm
 
 from ..config import Deadlines
+from ..errors import PullError
 from ..snapshot.errors import DECODE_ERRORS, SnapshotError
 from ..snapshot.origin import HEAD, Head, decode_head
 from ..snapshot.records import FileDigest, Manifest
@@ -29,10 +30,6 @@ MAX_REDIRECTS = 5
 
 #: What an origin's failure raises (aiohttp's errors; a URL it cannot take is also a ValueError).
 NETWORK_ERRORS = (aiohttp.ClientError, TimeoutError, ValueError)
-
-
-class PullError(Exception):
-    """A pull that failed; the message says what, in one line."""
 
 
 class PullState(msgspec.Struct):

@@ -9,6 +9,7 @@ import json
 import logging
 from pathlib import Path
 
+from ..errors import PullError
 from ..search.index_files import index_problem
 from ..search.location import (
     FINGERPRINT_FILE,
@@ -24,7 +25,6 @@ from ..snapshot.load import manifest_of
 from ..snapshot.records import INDEX
 from ..store.loaded import load_store, prepare
 from ..utils.files import link_or_copy
-from .fetch import PullError
 
 log = logging.getLogger("docsrv")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import msgspec
 
+from ..errors import PullError
 from ..snapshot.changeset import Changeset, apply, composed, product_manifest, read_listed
 from ..snapshot.errors import SnapshotError
 from ..snapshot.load import manifest_of
@@ -31,7 +32,6 @@ from ..snapshot.write import PARTIAL, put_in_place
 from ..store.changes import changes_index, in_memory
 from ..utils.files import replace_file
 from .changeset_index import BUILT_SHARDS, INDEXES, StateCache, changeset_index, held_index, index_changesets, prune_indexes
-from .fetch import PullError
 from .indexing import check_and_index, reuse_index
 
 log = logging.getLogger("docsrv")

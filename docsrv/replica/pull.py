@@ -33,12 +33,13 @@ import aiohttp
 import msgspec
 
 from ..config import Deadlines
+from ..errors import PullError
 from ..snapshot.origin import HEAD, SNAPSHOTS, Head, PublishedChangeset, changeset_path
 from ..snapshot.records import INDEX, FileDigest, Manifest
 from ..snapshot.write import put_in_place
 from ..utils.files import replace_file
 from ..utils.progress import progress_bar, wanted
-from .fetch import PullError, PullState, decode_manifest, fetch_all, fetch_file, get_small, head_of
+from .fetch import PullState, decode_manifest, fetch_all, fetch_file, get_small, head_of
 from .indexing import check_and_index
 from .kept import CURRENT, FOLD_CHANGESETS, current_name, held_state, point_current, reserved, take_changesets, write_chain
 

@@ -20,11 +20,11 @@ import hashlib
 import logging
 import mmap
 import operator
-from importlib.metadata import version
 from pathlib import Path
 
 import msgspec
 
+from .. import __version__
 from ..utils.files import replace_file
 from .commands import CommandRanges
 from .errors import DECODE_ERRORS
@@ -55,7 +55,7 @@ def publish_ranges(snapshot: Path, manifest: Manifest, ranges: CommandRanges, to
     commands, builds = manifest.files.get(COMMANDS), manifest.files.get(BUILDS)
     if commands is None or builds is None:
         return False
-    published = PublishedRanges(version("docsrv"), FORMAT_VERSION, commands.sha256, builds.sha256, total, ranges.to_bytes())
+    published = PublishedRanges(__version__, FORMAT_VERSION, commands.sha256, builds.sha256, total, ranges.to_bytes())
     replace_file(snapshot / INDEX / PUBLISHED_RANGES, msgspec.msgpack.encode(published))
     return True
 
@@ -104,7 +104,7 @@ def published_ranges(snapshot: Path, manifest: Manifest, *, digest_checked: bool
             why = f"not ranges docsrv wrote ({error})"
         else:
             ranges = CommandRanges.from_bytes(published.table)
-            if (published.docsrv, published.format_version) != (version("docsrv"), FORMAT_VERSION):
+            if (published.docsrv, published.format_version) != (__version__, FORMAT_VERSION):
                 why = f"made by docsrv {published.docsrv}, not this one"
             elif (published.commands_sha256, published.builds_sha256) != (commands.sha256, builds.sha256):
                 why = f"made from other {COMMANDS} or {BUILDS}"

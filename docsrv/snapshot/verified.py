@@ -19,11 +19,11 @@ import contextlib
 import hashlib
 import logging
 import os
-from importlib.metadata import version
 from pathlib import Path
 
 import msgspec
 
+from .. import __version__
 from ..utils.files import replace_file
 from .binary import BINARY_KINDS, binary_path
 from .commands import CommandRanges
@@ -69,7 +69,7 @@ def trusted(directory: Path, manifest: bytes, files: list[Path]) -> tuple[Verifi
     except DECODE_ERRORS as error:
         log.warning("%s: not a record docsrv reads (%s); checking the snapshot whole", RECORD, error)
         return None
-    if (record.docsrv, record.format_version) != (version("docsrv"), FORMAT_VERSION):
+    if (record.docsrv, record.format_version) != (__version__, FORMAT_VERSION):
         return None  # checked by another docsrv: its checks may not be this one's
     if record.manifest_sha256 != manifest_digest(manifest):
         log.info("%s is of another manifest.json; checking the snapshot whole", RECORD)
@@ -117,7 +117,7 @@ def record_check(
     try:
         replace_file(directory / RANGES, ranges.to_bytes())
         identities_now = {**checked, **identities([*written, directory / RANGES])}
-        replace_file(directory / RECORD, msgspec.json.encode(Verified(version("docsrv"), FORMAT_VERSION, manifest_digest(manifest),
+        replace_file(directory / RECORD, msgspec.json.encode(Verified(__version__, FORMAT_VERSION, manifest_digest(manifest),
                                                                       identities_now, total)))
     except OSError:
         with contextlib.suppress(OSError):

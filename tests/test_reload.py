@@ -182,3 +182,42 @@ def test_readyz_counts_old_workers_draining_and_fleet_wait_waits_for_none(tmp_pa
     waited = docsrv("fleet", "wait", "--snapshot", "snap-b", "--timeout", "30", server.base)
     assert waited.returncode == 0 and waited.stdout == "all 1 replica(s) serve snapshot snap-b, none draining an earlier one\n"
     assert json.loads(fresh_get(server.port, "/readyz")[2])["draining_workers"] == 0
+
+
+async def test_a_connection_accepted_just_before_a_worker_drains_is_answered():
+    """A worker told to stop just after it accepted a connection, before the loop made its
+    protocol (a turn or more later), answers the request that comes on it (``Connection: close``)
+    and only then closes it: a reload drops no request of a client that had just connected."""
+    import asyncio
+    import socket
+
+    from conftest import DEMO
+    from docsrv.api.state import ApiState
+    from docsrv.config import Settings
+    from docsrv.observe.runtime import Runtime
+    from docsrv.serve.served import load_served
+    from docsrv.serve.worker import listening_socket, start
+
+    served = load_served(DEMO, progress=False)
+    sock = listening_socket("127.0.0.1", 0)
+    listening = await start(ApiState(served.store, served.search, Settings(), Runtime()), sock, accepting=False)
+    client = socket.create_connection(sock.getsockname(), timeout=30)
+    try:
+        listening.acceptor._accept_pending()  # accepted as the listening socket became readable
+        closing = asyncio.ensure_future(listening.close())
+        client.sendall(b"GET /api/v2/project/1/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+
+        def whole_reply() -> bytes:
+            reply = b""
+            while chunk := client.recv(65536):
+                reply += chunk
+            return reply
+
+        reply = await asyncio.get_running_loop().run_in_executor(None, whole_reply)
+        await closing
+    finally:
+        client.close()
+        sock.close()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"\r\nConnection: close" in head, head
+    assert json.loads(body)["id"] == 1

@@ -55,6 +55,12 @@ class Acceptor:
             self._resume = None
         self.loop.remove_reader(self.sock.fileno())
 
+    async def settled(self) -> None:
+        """Wait until every connection accepted has its protocol: the loop makes it a turn or more
+        after the accept, and a server that drained before then would close it unanswered."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
     def _pause(self, error: OSError) -> None:
         self.loop.remove_reader(self.sock.fileno())
         self._resume = self.loop.call_later(ACCEPT_PAUSE_SECONDS, self._resume_accepting)

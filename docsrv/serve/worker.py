@@ -69,6 +69,7 @@ class Listening:
         ``grace`` seconds (or until every client has gone); then close idle connections and let
         requests in flight finish."""
         self.acceptor.stop()
+        await self.acceptor.settled()
         self.state.draining = True
         deadline = asyncio.get_running_loop().time() + grace
         while self.server.connections and asyncio.get_running_loop().time() < deadline:

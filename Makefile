@@ -10,6 +10,11 @@ SNAPSHOT ?=
 HOST ?=
 PORT ?=
 
+# The tests start hundreds of docsrv processes: each keeps the bytecode of what it imports (and
+# pytest its rewritten test modules), however the machine sets PYTHONDONTWRITEBYTECODE, rather
+# than compile docsrv again at every start.
+TESTS_ENV := PYTHONDONTWRITEBYTECODE=
+
 SPHINX_VENV := .venv-sphinx
 SPHINX_STAMP := $(SPHINX_VENV)/.installed
 
@@ -50,19 +55,19 @@ test: $(STAMP)
 	command -v promtool >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus) \
 		|| echo "promtool not installed: its test is skipped"
 	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq --no-install-recommends postgresql)
-	$(BIN)/python -m pytest
+	$(TESTS_ENV) $(BIN)/python -m pytest
 
 # The original's in-page search in a real browser: Debian's chromium (installed when missing),
 # a Sphinx that bundles jQuery in a virtual environment of its own (tests/browser/requirements-sphinx.txt).
 test-browser: $(STAMP) $(SPHINX_STAMP)
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
-	$(BIN)/python -m pytest -n 0 -m browser tests/browser
+	$(TESTS_ENV) $(BIN)/python -m pytest -n 0 -m browser tests/browser
 
 # A real edge cache: Debian's varnish and varnish-modules (installed when missing) in front of
 # docsrv, purged with what `docsrv snapshot diff` prints (tests/edge).
 test-edge: $(STAMP)
 	dpkg -s varnish varnish-modules >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq varnish varnish-modules)
-	$(BIN)/python -m pytest -n 0 -m edge tests/edge
+	$(TESTS_ENV) $(BIN)/python -m pytest -n 0 -m edge tests/edge
 
 $(SPHINX_STAMP): tests/browser/requirements-sphinx.txt
 	$(PYTHON) -m venv $(SPHINX_VENV)

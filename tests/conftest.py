@@ -7,10 +7,12 @@ import asyncio
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import suppress
@@ -21,6 +23,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "snapshots" / "demo"
+
+#: The tests make and remove hundreds of thousands of files, links and fsyncs, each a journaled
+#: change on a disk and a fraction of that in memory: their temporary files (and those of the
+#: processes they start) go to the memory file system when it has room, unless TMPDIR says where.
+#: Those of a test that passed are removed as it ends (``tmp_path_retention_policy``).
+MEMORY_FILESYSTEM = Path("/dev/shm")
+MEMORY_NEEDED = 8 << 30
+if "TMPDIR" not in os.environ and os.access(MEMORY_FILESYSTEM, os.W_OK | os.X_OK) \
+        and shutil.disk_usage(MEMORY_FILESYSTEM).free >= MEMORY_NEEDED:
+    os.environ["TMPDIR"] = str(MEMORY_FILESYSTEM)
+    tempfile.tempdir = None  # found again from TMPDIR
 
 
 @dataclass
@@ -64,6 +77,48 @@ class Client:
         response = self.get(path)
         assert response.status == status, (path, response.status, response.body[:300])
         return response.json()
+
+    def kept_alive(self) -> KeptAlive:
+        """A client of the same server whose requests share one connection, as an edge cache's
+        do: for a crawl of a server of one worker (with several, a connection stays with one)."""
+        return KeptAlive(self.port)
+
+
+class KeptAlive(Client):
+    """Requests on one kept-alive connection (a new one when the server closed it between two)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._connection: http.client.HTTPConnection | None = None
+
+    def request(self, path: str, *, method: str = "GET", headers: dict[str, str] | None = None) -> Response:
+        while True:
+            reused = self._connection is not None
+            if self._connection is None:
+                self._connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+            try:
+                self._connection.request(method, path, headers=headers or {})
+                response = self._connection.getresponse()
+                body = response.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self.close()
+                if reused:
+                    continue  # closed by the server while idle: once more on a new connection
+                raise
+            if response.will_close:
+                self.close()
+            return Response(response.status, response.headers, body)
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def __enter__(self) -> KeptAlive:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
 
 class InProcessServer(Client):

@@ -21,7 +21,7 @@ import pytest
 from crawl import crawl
 from snapshot_change import KINDS, read, realistic_change, stamp, write
 
-from conftest import Client, InProcessServer
+from conftest import Client, InProcessServer, Response
 from docsrv.serve.served import signature
 from docsrv.snapshot.records import Manifest
 from docsrv.snapshot.write import write_manifest
@@ -173,12 +173,23 @@ def followed_replica(tmp_path: Path, origin: Origin, start_server: Callable[...,
     return base, into, start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", PUBLIC_URL)
 
 
+def warm(server: Client, urls: list[str]) -> None:
+    """Ask ``server`` (of one worker) for each URL: a warm cache."""
+    with server.kept_alive() as kept:
+        for url in urls:
+            kept.get(url)
+
+
 def assert_same_replies(ours: Client, theirs: Client, urls: list[str]) -> None:
-    """Each URL answered alike by both: status, body, and every header but Date."""
-    for url in urls:
-        mine, fresh = ours.get(url), theirs.get(url)
-        assert (mine.status, mine.body) == (fresh.status, fresh.body), url
-        assert {k: v for k, v in mine.headers.items() if k != "Date"} == {k: v for k, v in fresh.headers.items() if k != "Date"}, url
+    """Each URL answered alike by both (each of one worker): status, body, and every header but Date."""
+    with ours.kept_alive() as ours_kept, theirs.kept_alive() as theirs_kept:
+        for url in urls:
+            assert_same_reply(url, ours_kept.get(url), theirs_kept.get(url))
+
+
+def assert_same_reply(url: str, mine: Response, fresh: Response) -> None:
+    assert (mine.status, mine.body) == (fresh.status, fresh.body), url
+    assert {k: v for k, v in mine.headers.items() if k != "Date"} == {k: v for k, v in fresh.headers.items() if k != "Date"}, url
 
 
 def test_a_replica_that_follows_changesets_serves_what_a_fresh_server_on_each_snapshot_serves(tmp_path, origin):
@@ -284,8 +295,7 @@ def test_a_server_applies_changesets_of_builds_in_memory_and_serves_what_a_fresh
         # The third moves every build.
         builds_change(previous, new, f"snap-{round_}", rng, flips=40 if round_ == 3 else 3, moves=1000 if round_ == 3 else 1)
         urls = crawl(previous, new)
-        for url in urls:  # a warm cache: what a changeset touches must be made anew
-            server.get(url)
+        warm(server, urls)  # what a changeset touches must be made anew
         assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(previous)).returncode == 0
         pulled = docsrv("snapshot", "pull", origin.url, "--into", str(into))
         assert pulled.returncode == 0, pulled.stderr
@@ -316,8 +326,7 @@ def test_changesets_that_arrive_together_are_applied_at_once_and_serve_what_a_fr
     builds_change(base, first, "snap-1", rng, flips=5, moves=3)
     builds_change(first, second, "snap-2", rng, flips=5, moves=3)
     urls = crawl(base, first, second)
-    for url in urls:  # a warm cache
-        server.get(url)
+    warm(server, urls)
     for old, new in ((base, first), (first, second)):
         assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(old)).returncode == 0
     start = len(server.log)
@@ -354,8 +363,7 @@ def test_a_server_applies_changesets_of_pages_in_memory_with_the_index_the_pull_
         states.append(tmp_path / f"s{number}")
         random_in_place_change(states[-2], states[-1], f"snap-{number}", rng, pages=True)
     urls = crawl(*states)
-    for url in urls:  # a warm cache
-        server.get(url)
+    warm(server, urls)
     for pulled_up_to in (1, 3):
         for number in range(server.json("/readyz")["sequence"], pulled_up_to + 1):
             assert docsrv("snapshot", "publish", str(states[number]), str(origin.root), "--since", str(states[number - 1])).returncode == 0
@@ -583,8 +591,7 @@ def test_changes_of_projects_and_versions_are_applied_in_memory_those_that_take_
     shutil.rmtree(builds)
     change(edited, private, "snap-2", rng, private=True)
     urls = crawl(base, edited, private)
-    for url in urls:  # a warm cache
-        server.get(url)
+    warm(server, urls)
     for sequence, (old, new, in_place) in enumerate(((base, edited, True), (edited, private, False)), start=2):
         assert docsrv("snapshot", "publish", str(new), str(origin.root), "--since", str(old)).returncode == 0
         header = json.loads((origin.root / "changesets" / f"{sequence}.jsonl").read_bytes().split(b"\n", 1)[0])

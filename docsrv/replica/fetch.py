@@ -9,18 +9,20 @@ import asyncio
 import hashlib
 from collections.abc import Coroutine, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiofiles
 import aiohttp
 import msgspec
-from tqdm import tqdm
 
 from ..config import Deadlines
 from ..errors import PullError
 from ..snapshot.errors import DECODE_ERRORS, SnapshotError
 from ..snapshot.origin import HEAD, Head, decode_head
 from ..snapshot.records import FileDigest, Manifest
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 #: The size of a read, and the longest a manifest or a head may be.
 CHUNK = 256 << 10

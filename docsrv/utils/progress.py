@@ -1,4 +1,5 @@
-"""Progress bars for long snapshot work: shown on a terminal, silent when output is not one."""
+"""Progress bars for long snapshot work: shown on a terminal, silent when output is not one
+(tqdm is imported only then: it costs every process's start, servers' and tests' included)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from io import BufferedReader
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tqdm import tqdm
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 
 def wanted() -> bool:
@@ -21,6 +23,8 @@ def progress_bar(total: int | None, desc: str, enabled: bool, *, unit: str = "B"
     if not enabled:
         yield None
         return
+    from tqdm import tqdm
+
     with tqdm(total=total, desc=desc, unit=unit, unit_scale=True, leave=False, file=sys.stderr) as bar:
         yield bar
 

@@ -599,6 +599,29 @@ def test_an_index_opened_beside_one_of_the_same_entries_keeps_its_entries_index(
         assert ours.search_anchors(query) == alone.search_anchors(query), query
 
 
+def test_a_listing_read_beside_an_earlier_one_takes_its_shards_listed_alike_and_checks_the_others(tmp_path):
+    """A worker reads a changeset's listing beside the one it serves (``read_listing_beside``): a
+    shard listed in the same bytes is the earlier listing's, not decoded again; one listed
+    otherwise is decoded and checked as a listing read whole is: a file out of the index is refused."""
+    from docsrv.search.index_files import LISTING, read_listing, read_listing_beside
+
+    index = indexed_demo(tmp_path / "demo") / "index"
+    earlier = read_listing_beside(index, None)
+    assert earlier is not None and earlier.listing == read_listing(index) and len(earlier.listing.shards) > 1
+    listing = msgspec.json.decode((index / LISTING).read_bytes())
+    key = next(key for key, shard in listing["shards"].items() if shard["pages"]["files"])
+    beside = tmp_path / "beside"
+    beside.mkdir()
+    listing["shards"][key]["digest"] = "0" * 32
+    (beside / LISTING).write_bytes(msgspec.json.encode(listing))
+    read = read_listing_beside(beside, earlier)
+    assert read is not None and read.listing == read_listing(beside) and read.listing.shards[int(key)].digest == "0" * 32
+    assert [shard for shard, listed in read.listing.shards.items() if listed is not earlier.listing.shards[shard]] == [int(key)]
+    listing["shards"][key]["pages"]["files"][0] = "shards/00/pages/../../../../manifest.json"
+    (beside / LISTING).write_bytes(msgspec.json.encode(listing))
+    assert read_listing_beside(beside, earlier) is None and read_listing(beside) is None
+
+
 @pytest.mark.parametrize("spoiled", ["missing", "a file more", "another digest", "not json", "a file out of the index", "another meta",
                                      "a meta that is no object"])
 def test_an_index_whose_listing_is_not_what_its_shards_hold_is_not_served(tmp_path, spoiled):

@@ -1447,7 +1447,7 @@ def change_pages(pages: list[dict], versions: dict[int, int], next_id: int, rng:
 def store_state(store) -> dict:
     """What a store serves, as plain values: every record by id, every ordered list and grouping,
     every lookup by slug, and the counts."""
-    grouped = ("projects_of_user", "subprojects", "relationships_of_parent", "versions_of_project", "versions_by_active",
+    grouped = ("projects_of_user", "subprojects", "relationships_of_parent", "relationships_of_child", "versions_of_project", "versions_by_active",
                "versions_of_project_active", "versions_by_slug", "versions_by_slug_active", "builds_of_project", "pages_of_version")
     state = {name: dict(getattr(store, name)) for name in ("users", "user_by_name", "projects", "project_by_slug", "relationships",
                                                            "versions", "builds")}

@@ -11,8 +11,9 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import tantivy
@@ -114,6 +115,20 @@ class Listing(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     shards: dict[int, ListedShard]
 
 
+class _ListingParts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A listing read with each shard's part of it as written, not decoded (``read_listing_beside``)."""
+
+    width: int
+    shards: dict[int, msgspec.Raw]
+
+
+class ReadListing(NamedTuple):
+    """A listing as read, with each shard's part of its file as written (none for one read whole)."""
+
+    listing: Listing
+    parts: Mapping[int, msgspec.Raw]
+
+
 class _Recorded(msgspec.Struct, frozen=True):
     """Of a shard's ``shard.json`` (``search.build.Shard``), what a listing holds."""
 
@@ -122,6 +137,8 @@ class _Recorded(msgspec.Struct, frozen=True):
 
 
 _listing = msgspec.json.Decoder(Listing)
+_listing_parts = msgspec.json.Decoder(_ListingParts)
+_listed_shard = msgspec.json.Decoder(ListedShard)
 _recorded = msgspec.json.Decoder(_Recorded)
 
 
@@ -164,6 +181,20 @@ def read_listing(index: Path) -> Listing | None:
         return _listing.decode((index / LISTING).read_bytes())
     except (OSError, msgspec.DecodeError):
         return None
+
+
+def read_listing_beside(index: Path, earlier: ReadListing | None) -> ReadListing | None:
+    """The listing written in ``index`` (``read_listing``), each shard listed in the same bytes as
+    in ``earlier`` taken from it, not decoded and checked again: a worker reads the listing of a
+    changeset's index at each change of pages, all of whose shards but a few it holds already."""
+    try:
+        read = _listing_parts.decode((index / LISTING).read_bytes())
+        kept = earlier.parts if earlier is not None else {}
+        shards = {key: earlier.listing.shards[key] if earlier is not None and kept.get(key) == part else _listed_shard.decode(part)
+                  for key, part in read.shards.items()}
+    except (OSError, msgspec.DecodeError):
+        return None
+    return ReadListing(Listing(read.width, shards), read.shards)
 
 
 def shard_path(index: Path, shard: int) -> Path:

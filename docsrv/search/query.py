@@ -51,11 +51,11 @@ from .index_files import (
     LISTING,
     Listed,
     ListedShard,
-    Listing,
+    ReadListing,
     answering,
     checked_listing,
     open_index,
-    read_listing,
+    read_listing_beside,
     shard_path,
 )
 from .named_entries import STOP_WORDS, Scored, filter_clause
@@ -209,9 +209,10 @@ class SearchIndex:
         through are left in ``leftovers``, when given (``open_index``). With ``check``, as a
         server's start opens a snapshot's index: checked as it is opened, as ``index_problem``
         checks one (ValueError or OSError), not opened twice."""
-        listing = checked_listing(directory) if check else read_listing(directory)
-        if listing is None:
+        read = ReadListing(checked_listing(directory), {}) if check else read_listing_beside(directory, earlier.read if earlier else None)
+        if read is None:
             raise ValueError(f"{directory}/{LISTING}: missing, or not a listing of the index")
+        listing = read.listing
 
         def opening(part: Listed) -> tantivy.Index:
             opened = open_index(directory, part, leftovers)
@@ -225,11 +226,13 @@ class SearchIndex:
             sectioned[key] = kept_sections if kept_sections is not None else opening(shard.sections)
             highlights[key] = kept_files if kept_files is not None else Highlights(shard_path(directory, key) / HIGHLIGHT)
         sharded = ShardedHighlights(highlights)
-        return cls(store, listing, pages, named_entries.NamedEntries(entries, sharded.page_id), sectioned, sharded)
+        return cls(store, read, pages, named_entries.NamedEntries(entries, sharded.page_id), sectioned, sharded)
 
-    def __init__(self, store: Store, listing: Listing, pages: dict[int, tantivy.Index], named: named_entries.NamedEntries,
+    def __init__(self, store: Store, read: ReadListing, pages: dict[int, tantivy.Index], named: named_entries.NamedEntries,
                  sectioned: dict[int, tantivy.Index], highlights: ShardedHighlights) -> None:
-        self.listing = listing
+        #: The listing it was opened by, with its shards' parts as written (``read_listing_beside``).
+        self.read = read
+        listing = self.listing = read.listing
         #: Each shard's pages index and its searcher, by key.
         self.pages = pages
         self.searchers = {key: index.searcher() for key, index in pages.items()}

@@ -269,9 +269,9 @@ def projects_changed(made: Store, store: Store, changed: list[tuple[Project | No
                 came.extend([after] * naming.count(user) if after is not None else [])
     made.projects_of_user = regroup(store.projects_of_user, by_user, PROJECTS)
     edited = {after.id: after for before, after in changed if before is not None and after is not None}
+    parents = {r.parent for child in edited for r in store.relationships_of_child.get(child, ())}
     made.subprojects = Overlay.of(store.subprojects, {
-        parent: [edited.get(child.id, child) for child in children] for parent, children in store.subprojects.items()
-        if any(child.id in edited for child in children)
+        parent: [edited.get(child.id, child) for child in store.subprojects[parent]] for parent in parents
     })
     made.counts = {**made.counts, "projects": len(made.projects)}
 
@@ -356,6 +356,8 @@ def relationships_changed(made: Store, store: Store, changeset: Changeset, hidde
         made.relationships = Overlay.of(store.relationships, now)
         made.relationships_of_parent = regrouped(store.relationships_of_parent, attrgetter("parent"),
                                                  *split(changed, attrgetter("parent"), RELATIONSHIPS), RELATIONSHIPS)
+        made.relationships_of_child = regrouped(store.relationships_of_child, attrgetter("child"),
+                                                *split(changed, attrgetter("child"), RELATIONSHIPS), RELATIONSHIPS)
         parents = {r.parent for pair in changed for r in pair if r is not None}
         made.subprojects = Overlay.of(made.subprojects, {
             parent: [made.projects[r.child] for r in made.relationships_of_parent.get(parent, [])] or None for parent in parents

@@ -85,6 +85,9 @@ class Store:
         relationships: Sequence[ProjectRelationship] = records["relationships"]
         self.relationships: Mapping[int, ProjectRelationship] = {r.id: r for r in relationships}
         self.relationships_of_parent: Mapping[int, Sequence[ProjectRelationship]] = self._grouped("relationships", relationships, "parent")
+        #: The parents of each subproject, found without a pass over every relationship when a
+        #: changeset edits projects (``store.changes.projects_changed``).
+        self.relationships_of_child: Mapping[int, Sequence[ProjectRelationship]] = self._grouped("relationships", relationships, "child")
         #: Public subprojects of each public project, by alias (or slug): searched with it.
         self.subprojects: Mapping[int, list[Project]] = {
             parent: [self.projects[r.child] for r in related] for parent, related in self.relationships_of_parent.items()

@@ -48,7 +48,7 @@ def test_the_deployment_serves_current_with_watch_probes_and_a_pull_sidecar():
     assert pod["terminationGracePeriodSeconds"] > 5 + 20 + 2  # preStop, drain, keep-alive grace
     sidecar = next(c for c in pod["containers"] if c["name"] == "pull")
     assert sidecar["command"][:3] == ["docsrv", "snapshot", "pull"]
-    assert float(sidecar["command"][sidecar["command"].index("--every") + 1]) <= 1  # a changeset served within seconds
+    assert float(sidecar["command"][sidecar["command"].index("--every") + 1]) <= 0.25  # a commit served within a second
     (first,) = pod["initContainers"]
     assert first["command"][:3] == ["docsrv", "snapshot", "pull"] and "--every" not in first["command"]
     mounts = {c["name"]: {m["mountPath"] for m in c["volumeMounts"]} for c in [*pod["containers"], first]}

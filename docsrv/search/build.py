@@ -41,7 +41,7 @@ reads the index's statistics, which count deleted documents, so it answers as on
 A shard built again after a changeset takes what the earlier shard holds of the pages the
 changeset did not change (``Recorded``): their highlight records, copied as a whole build would
 write them, and what was derived from each (``Derived``). When every page of the shard is what it
-was but for its id (``documents_digest``: a build of a commit that changed no page uploads its
+was but for its id (``ranges_digest``: a build of a commit that changed no page uploads its
 version's pages again, under new ids), the shard keeps its pages index and highlight files too,
 and writes their ids alone (``search.highlight.relabel``).
 """
@@ -132,7 +132,7 @@ class Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: The index's block width (``Layout``): when it changes, every shard is built again.
     width: int
     entries: str
-    #: What its pages index and highlight files were made of (``documents_digest``).
+    #: What its pages index and highlight files were made of: its ranges' digests (``ranges_digest``).
     documents: str = ""
     #: Of a block whose slots are numbered by version (``search.highlight.slots_of``), what its
     #: entries index holds of each version (``entries_digests``), by id: a shard built again of
@@ -280,20 +280,39 @@ def entries_digests(shard: int, pages: list[Page], scopes: dict[int, str]) -> tu
     return hasher.hexdigest(), {version: digest.hexdigest() for version, digest in versions.items()}
 
 
-def documents_digest(pages: list[Page], scopes: dict[int, str], operators: frozenset[str], first_slot: int | None = None) -> str:
-    """A digest of what the pages index and the highlight files of a shard of ``pages`` (in its
-    order, their versions' ``scopes``, the index's ``operators``) are made of: each page's
-    version, scope, title, sections, text and document name, its slot being its version and its
-    place. Not its id, which the highlight files' page ids alone hold (``search.highlight.relabel``).
-    Of a range of a shard's pages (a ``Part``), with the slot of its first page, which its place
-    in the shard says."""
+def documents_digest(pages: list[Page], scopes: dict[int, str], operators: frozenset[str], first_slot: int) -> str:
+    """A digest of what the segments and highlight records of a range of a shard's pages (a
+    ``Part``: ``pages`` in its order, their versions' ``scopes``, the index's ``operators``, the
+    slot of its first page) are made of: each page's version, scope, title, sections, text and
+    document name, its slot being its version and its place. Not its id, which the highlight
+    files' page ids alone hold (``search.highlight.relabel``)."""
     hasher = _hasher()
     encode = _named.encode
     hasher.update(encode(sorted(operators)))
-    if first_slot is not None:
-        hasher.update(encode(first_slot))
+    hasher.update(encode(first_slot))
     for page in pages:
         hasher.update(encode((page.version, scopes[page.version], page.title, page.sections, page.text, page.document_name)))
+    return hasher.hexdigest()
+
+
+#: Each range of a shard's pages (``ranges_of``): its number, first place, the place after its
+#: last, and its ``documents_digest``.
+Ranges = list[tuple[int, int, int, str]]
+
+
+def shard_ranges(shard: int, width: int, pages: list[Page], scopes: dict[int, str], operators: frozenset[str],
+                 slots: list[int]) -> Ranges:
+    """The ranges of ``shard``'s ``pages`` (their ``slots``), each with its ``documents_digest``."""
+    return [(number, start, end, documents_digest(pages[start:end], scopes, operators, slots[start]))
+            for number, start, end in ranges_of(shard, width, pages)]
+
+
+def ranges_digest(ranges: Ranges) -> str:
+    """What a shard's pages index and highlight files are made of (``Shard.documents``): the digests
+    of its ranges, in order (its pages are not read again for it)."""
+    hasher = _hasher()
+    for number, _start, _end, digest in ranges:
+        hasher.update(f"{number} {digest}\n".encode())
     return hasher.hexdigest()
 
 
@@ -352,12 +371,15 @@ def build_shards(store: Store, index: Path, shards: list[tuple[int, list[Page], 
         for shard, pages, digest, named in shards:
             scopes = version_scopes(store, pages)
             entries, versions = entries_digests(shard, pages, scopes)
+            numbered = slots_of(shard, [page.version for page in pages])
+            ranges = shard_ranges(shard, width, pages, scopes, operators, numbered[0])
             made = Shard(digest=digest, pages=len(pages), operators=sorted(frozenset().union(*named.values())), schema=SCHEMA_VERSION,
-                         width=width, entries=entries, documents=documents_digest(pages, scopes, operators), versions=versions)
+                         width=width, entries=entries, documents=ranges_digest(ranges), versions=versions)
             kept = kept_parts(shard_path(earlier, shard), made) if earlier is not None else None
             if kept is not None and kept.entries is not None:
                 made = msgspec.structs.replace(made, deleted=kept.entries.deleted)
-            for commit in build_shard(index, shard, pages, scopes, operators, named, made, kept, (recorded or {}).get(shard)):
+            for commit in build_shard(index, shard, pages, scopes, operators, named, made, numbered, ranges, kept,
+                                      (recorded or {}).get(shard)):
                 if previous is not None:
                     previous.result()  # one commit at a time: a writer holds WRITER_HEAP until it is done
                 previous = committing.submit(commit)
@@ -382,7 +404,7 @@ class KeptShard:
     """What a shard built again keeps of the earlier shard in ``directory``: its entries index
     (``kept_entries``); its pages and sections indexes and highlight files whole, with what its
     build derived from its pages (``same``), when they were made of the same pages but for their
-    ids (``documents_digest``); else the segments of each range of its pages made of the same
+    ids (``ranges_digest``); else the segments of each range of its pages made of the same
     (``parts``, by number)."""
 
     directory: Path
@@ -560,18 +582,19 @@ def write_segments(directory: Path, segments: list[Segment]) -> None:
 
 
 def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, str], operators: frozenset[str], named: NamedOperators,
-                made: Shard, kept: KeptShard | None = None, recorded: Recorded | None = None) -> Iterator[Callable[[], None]]:
+                made: Shard, numbered: tuple[list[int], list[int]], ranges: Ranges, kept: KeptShard | None = None,
+                recorded: Recorded | None = None) -> Iterator[Callable[[], None]]:
     """Add one shard's ``pages`` (in its order, their versions' ``scopes``, the operators each
-    names: ``named``) to an index of its own in ``index``, ``operators`` being those of the whole
-    index; yield what commits each range's segments (``ranges_of``), and last what commits the
-    rest and writes what the shard was ``made`` from. With ``kept``, what it keeps of an earlier
-    shard: its entries index, linked (the leaving versions' documents deleted); its pages and
-    sections indexes and highlight files, linked, under the pages' ids now, when made of the same
-    pages; else the segments of each range made of the same, linked. With ``recorded``, what it
-    holds of its unchanged pages is taken from it."""
+    names: ``named``; their slots and its table of versions: ``numbered``) to an index of its own
+    in ``index``, ``operators`` being those of the whole index; yield what commits each range's
+    segments (``ranges``), and last what commits the rest and writes what the shard was ``made``
+    from. With ``kept``, what it keeps of an earlier shard: its entries index, linked (the leaving
+    versions' documents deleted); its pages and sections indexes and highlight files, linked,
+    under the pages' ids now, when made of the same pages; else the segments of each range made of
+    the same, linked. With ``recorded``, what it holds of its unchanged pages is taken from it."""
     directory = shard_path(index, shard)
     directory.mkdir(parents=True)
-    slots, versions = slots_of(shard, [page.version for page in pages])
+    slots, versions = numbered
     entries = patched = None
     if kept is not None and kept.entries is not None:
         link_files(kept.entries.directory, directory / ENTRIES)
@@ -603,8 +626,7 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
         derived = Derived([], [], [], [], {identity: sorted(names) for identity, names in named.items()})
         earlier = kept.parts if kept is not None else {}
         with HighlightWriter(directory / HIGHLIGHT, versions) as highlights:
-            for number, start, end in ranges_of(shard, made.width, pages):
-                digest = documents_digest(pages[start:end], scopes, operators, slots[start])
+            for number, start, end, digest in ranges:
                 writers = None
                 linked = None
                 if kept is not None and number in earlier and earlier[number].documents == digest:

@@ -188,8 +188,17 @@ def test_v1_keys_are_sorted_everywhere(demo, path):
 
 
 def test_projects_paged_by_number_as_the_original_did(tmp_path_factory):
+    import msgspec
+
+    from docsrv.snapshot.records import Manifest
+    from docsrv.snapshot.write import write_manifest
+
     snapshot = tmp_path_factory.mktemp("paged") / "snap"
     assert docsrv("snapshot", "synth", "--scale", "small", "--seed", "5", "--out", str(snapshot)).returncode == 0
+    # A thousand projects to page through; their pages (and the index a server builds of them) are not what is paged.
+    (snapshot / "pages.jsonl").write_bytes(b"")
+    manifest = msgspec.json.decode((snapshot / "manifest.json").read_bytes(), type=Manifest)
+    write_manifest(snapshot, msgspec.structs.replace(manifest, counts={**manifest.counts, "pages": 0}))
     server = Server(["--snapshot", str(snapshot), "--workers", "1"])
     try:
         everything = server.json("/api/v2/project/?limit=1000")

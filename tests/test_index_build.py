@@ -753,13 +753,9 @@ def test_an_index_opens_through_the_temporary_directory_when_the_memory_file_sys
     assert [index.search_pages(query) for query in VOCABULARY] == expected and any(found.hits for found in expected)
 
 
-def test_a_block_that_only_loses_versions_keeps_its_entries_index_with_their_documents_deleted(tmp_path, monkeypatch):
-    """A version made private takes its pages out of its block: the segments of the block's
-    pages and sections of its range of versions are built again, the other ranges' linked; its
-    entries index is the earlier shard's files, linked, the version's documents deleted by a
-    commit of new files (the earlier index keeps its own), and the index answers every search and
-    lookup as one built whole. A block that would then hold more pages deleted than not has its
-    entries index built again."""
+def ranged_demo(tmp_path: Path, monkeypatch) -> tuple[Path, Layout, list[int], int]:
+    """The demo indexed in blocks of many versions, each cut into ranges: (the snapshot, its
+    layout, the public versions that hold pages, the block of the first of them)."""
     monkeypatch.setattr(shard_layout, "SHARD_BLOCKS", 1)  # blocks of many versions
     monkeypatch.setattr(shard_layout, "RANGED_PAGES", 100)  # each cut into ranges
     old = indexed_demo(tmp_path / "old")
@@ -767,7 +763,17 @@ def test_a_block_that_only_loses_versions_keeps_its_entries_index_with_their_doc
     build_index(load_store(old, progress=False), old / "index", print_progress=False)
     layout = Layout.of(load_store(old, page_text=False, progress=False))
     held = [v["id"] for v in public_versions_with_pages({kind: read(old, kind) for kind in KINDS})]
-    block = layout.shard_of(held[0])
+    return old, layout, held, layout.shard_of(held[0])
+
+
+def test_a_block_that_only_loses_versions_keeps_its_entries_index_with_their_documents_deleted(tmp_path, monkeypatch):
+    """A version made private takes its pages out of its block: the segments of the block's
+    pages and sections of its range of versions are built again, the other ranges' linked; its
+    entries index is the earlier shard's files, linked, the version's documents deleted by a
+    commit of new files (the earlier index keeps its own), and the index answers every search and
+    lookup as one built whole. A block that would then hold more pages deleted than not has its
+    entries index built again."""
+    old, layout, held, block = ranged_demo(tmp_path, monkeypatch)
     in_block = [version for version in held if layout.shard_of(version) == block]
     assert len(in_block) >= 5 and in_block[-1] != max(held)
 
@@ -843,14 +849,7 @@ def test_a_kept_range_whose_segment_files_are_gone_is_built_again(tmp_path, monk
     """A block built again keeps the segments of its ranges made of the same pages, unless the
     earlier shard lost a segment's files (damaged): that range is built again, nothing of it
     linked, and the index answers as one built whole."""
-    monkeypatch.setattr(shard_layout, "SHARD_BLOCKS", 1)  # blocks of many versions
-    monkeypatch.setattr(shard_layout, "RANGED_PAGES", 100)  # each cut into ranges
-    old = indexed_demo(tmp_path / "old")
-    shutil.rmtree(old / "index")
-    build_index(load_store(old, progress=False), old / "index", print_progress=False)
-    layout = Layout.of(load_store(old, page_text=False, progress=False))
-    held = [v["id"] for v in public_versions_with_pages({kind: read(old, kind) for kind in KINDS})]
-    block = layout.shard_of(held[0])
+    old, layout, held, block = ranged_demo(tmp_path, monkeypatch)
     was = built_shards(old / "index")[block]
     leaving = held[0]
     left = shard_layout.segment_of(block, layout.width, was.pages, leaving)

@@ -600,26 +600,33 @@ def test_an_index_opened_beside_one_of_the_same_entries_keeps_its_entries_index(
 
 
 def test_a_listing_read_beside_an_earlier_one_takes_its_shards_listed_alike_and_checks_the_others(tmp_path):
-    """A worker reads a changeset's listing beside the one it serves (``read_listing_beside``): a
-    shard listed in the same bytes is the earlier listing's, not decoded again; one listed
-    otherwise is decoded and checked as a listing read whole is: a file out of the index is refused."""
-    from docsrv.search.index_files import LISTING, read_listing, read_listing_beside
+    """A worker reads a changeset's listing beside the one it serves (``read_listing`` with the
+    earlier one): a shard listed in the same bytes is the earlier listing's, not decoded again; one
+    listed otherwise is decoded and checked as a listing read whole is: a file out of the index is
+    refused."""
+    from docsrv.search.index_files import LISTING, Listing, read_listing
+
+    def whole(index: Path) -> Listing | None:
+        try:
+            return msgspec.json.decode((index / LISTING).read_bytes(), type=Listing)
+        except msgspec.DecodeError:
+            return None
 
     index = indexed_demo(tmp_path / "demo") / "index"
-    earlier = read_listing_beside(index, None)
-    assert earlier is not None and earlier.listing == read_listing(index) and len(earlier.listing.shards) > 1
+    earlier = read_listing(index)
+    assert earlier is not None and earlier.listing == whole(index) and len(earlier.listing.shards) > 1
     listing = msgspec.json.decode((index / LISTING).read_bytes())
     key = next(key for key, shard in listing["shards"].items() if shard["pages"]["files"])
     beside = tmp_path / "beside"
     beside.mkdir()
     listing["shards"][key]["digest"] = "0" * 32
     (beside / LISTING).write_bytes(msgspec.json.encode(listing))
-    read = read_listing_beside(beside, earlier)
-    assert read is not None and read.listing == read_listing(beside) and read.listing.shards[int(key)].digest == "0" * 32
+    read = read_listing(beside, earlier)
+    assert read is not None and read.listing == whole(beside) and read.listing.shards[int(key)].digest == "0" * 32
     assert [shard for shard, listed in read.listing.shards.items() if listed is not earlier.listing.shards[shard]] == [int(key)]
     listing["shards"][key]["pages"]["files"][0] = "shards/00/pages/../../../../manifest.json"
     (beside / LISTING).write_bytes(msgspec.json.encode(listing))
-    assert read_listing_beside(beside, earlier) is None and read_listing(beside) is None
+    assert read_listing(beside, earlier) is None and whole(beside) is None
 
 
 @pytest.mark.parametrize("spoiled", ["missing", "a file more", "another digest", "not json", "a file out of the index", "another meta",

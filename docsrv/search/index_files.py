@@ -116,7 +116,7 @@ class Listing(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class _ListingParts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A listing read with each shard's part of it as written, not decoded (``read_listing_beside``)."""
+    """A listing read with each shard's part of it as written, not decoded (``read_listing``)."""
 
     width: int
     shards: dict[int, msgspec.Raw]
@@ -136,7 +136,6 @@ class _Recorded(msgspec.Struct, frozen=True):
     width: int
 
 
-_listing = msgspec.json.Decoder(Listing)
 _listing_parts = msgspec.json.Decoder(_ListingParts)
 _listed_shard = msgspec.json.Decoder(ListedShard)
 _recorded = msgspec.json.Decoder(_Recorded)
@@ -174,18 +173,10 @@ def listed_shard(shard: Path) -> tuple[int, ListedShard]:
     return recorded.width, ListedShard(recorded.digest, listed(shard, PAGES), listed(shard, ENTRIES), listed(shard, SECTIONS))
 
 
-def read_listing(index: Path) -> Listing | None:
+def read_listing(index: Path, earlier: ReadListing | None = None) -> ReadListing | None:
     """The listing written in ``index``; None when there is none that reads (a server does not
-    open such an index: ``index_problem`` says so)."""
-    try:
-        return _listing.decode((index / LISTING).read_bytes())
-    except (OSError, msgspec.DecodeError):
-        return None
-
-
-def read_listing_beside(index: Path, earlier: ReadListing | None) -> ReadListing | None:
-    """The listing written in ``index`` (``read_listing``), each shard listed in the same bytes as
-    in ``earlier`` taken from it, not decoded and checked again: a worker reads the listing of a
+    open such an index: ``index_problem`` says so). A shard listed in the same bytes as in
+    ``earlier`` is taken from it, not decoded and checked again: a worker reads the listing of a
     changeset's index at each change of pages, all of whose shards but a few it holds already."""
     try:
         read = _listing_parts.decode((index / LISTING).read_bytes())
@@ -301,7 +292,7 @@ def index_problem(directory: Path) -> str | None:
     server opens it and answers a search (``answering``), and its listing lists what its shards
     hold (``checked_listing``)."""
     try:
-        for key, listed_shard in checked_listing(directory).shards.items():
+        for key, listed_shard in checked_listing(directory).listing.shards.items():
             for part in listed_shard.parts():
                 answering(open_index(directory, part))
             Highlights(shard_path(directory, key) / HIGHLIGHT)
@@ -310,15 +301,15 @@ def index_problem(directory: Path) -> str | None:
     return None
 
 
-def checked_listing(directory: Path) -> Listing:
-    """The listing written in ``directory``, which lists what its shards hold; ValueError
-    otherwise."""
-    listing = read_listing(directory)
-    if listing is None:
+def checked_listing(directory: Path) -> ReadListing:
+    """The listing written in ``directory`` (``read_listing``), which lists what its shards hold;
+    ValueError otherwise."""
+    read = read_listing(directory)
+    if read is None:
         raise ValueError(f"{directory}/{LISTING}: missing, or not a listing of the index")
-    if listing != listing_of(directory):
+    if read.listing != listing_of(directory):
         raise ValueError(f"{directory}/{LISTING}: lists other shards or files than the index holds")
-    return listing
+    return read
 
 
 def answering(index: tantivy.Index) -> tantivy.Index:

@@ -55,7 +55,7 @@ from .index_files import (
     answering,
     checked_listing,
     open_index,
-    read_listing_beside,
+    read_listing,
     shard_path,
 )
 from .named_entries import STOP_WORDS, Scored, filter_clause
@@ -209,7 +209,7 @@ class SearchIndex:
         through are left in ``leftovers``, when given (``open_index``). With ``check``, as a
         server's start opens a snapshot's index: checked as it is opened, as ``index_problem``
         checks one (ValueError or OSError), not opened twice."""
-        read = ReadListing(checked_listing(directory), {}) if check else read_listing_beside(directory, earlier.read if earlier else None)
+        read = checked_listing(directory) if check else read_listing(directory, earlier.read if earlier else None)
         if read is None:
             raise ValueError(f"{directory}/{LISTING}: missing, or not a listing of the index")
         listing = read.listing
@@ -230,9 +230,9 @@ class SearchIndex:
 
     def __init__(self, store: Store, read: ReadListing, pages: dict[int, tantivy.Index], named: named_entries.NamedEntries,
                  sectioned: dict[int, tantivy.Index], highlights: ShardedHighlights) -> None:
-        #: The listing it was opened by, with its shards' parts as written (``read_listing_beside``).
+        #: The listing it was opened by, with its shards' parts as written (``read_listing``).
         self.read = read
-        listing = self.listing = read.listing
+        listing = read.listing
         #: Each shard's pages index and its searcher, by key.
         self.pages = pages
         self.searchers = {key: index.searcher() for key, index in pages.items()}
@@ -249,7 +249,7 @@ class SearchIndex:
         """What an index listing ``shard`` as its shard ``key`` keeps of this one's: its pages',
         entries' and sections' indexes, if they are the same files, and its highlight files, if it
         is made of the same (None for each it opens)."""
-        was = self.listing.shards.get(key)
+        was = self.read.listing.shards.get(key)
         if was is None:
             return None, None, None, None
         return (self.pages[key] if was.pages == shard.pages else None, self.named.indexes[key] if was.entries == shard.entries else None,

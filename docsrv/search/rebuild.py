@@ -303,7 +303,8 @@ def listing_after(plan: Rebuild, index: Path) -> Listing | None:
     shards built again listed anew (a shard read, not every shard's three files: at a changeset,
     what is read stays in proportion to the change); None when the earlier index has none of its
     block width, or lacks a shard kept."""
-    earlier = read_listing(plan.previous)
+    read = read_listing(plan.previous)
+    earlier = read.listing if read is not None else None
     if earlier is None or earlier.width != plan.width or not plan.digests.keys() - plan.changed.keys() <= earlier.shards.keys():
         return None
     shards = {}

@@ -22,7 +22,7 @@ from ..utils import held_calls
 from .highlight import Highlights
 
 #: Changes whenever what the index holds changes: an index of another schema is rebuilt.
-SCHEMA_VERSION = 23
+SCHEMA_VERSION = 24
 
 #: Where an index keeps its shards (``build.py``), and where a shard keeps its pages'
 #: tantivy index, its named entries', its sections' (``sections.py``) and its highlight files.

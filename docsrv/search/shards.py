@@ -44,9 +44,11 @@ VERSION_PAGES = 2048
 #: pages are cut into, each a segment of its own: what a change of one version's pages costs
 #: building (a range), against what a search of a version costs visiting every segment of its
 #: block, and opening them; and what each segment built costs (a writer, a commit), which a
-#: block of fewer pages does not repay (docs/operations.md).
+#: block of a few pages does not repay. Most blocks of a snapshot of a few hundred thousand
+#: pages hold a few hundred: a version made private in one built it all again, as many pages as
+#: a range of a block ten times larger (docs/operations.md).
 SEGMENTS = 8
-RANGED_PAGES = 1024
+RANGED_PAGES = 256
 
 
 def segment_of(shard: int, width: int, pages: int, version: int) -> int:

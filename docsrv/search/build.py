@@ -82,6 +82,7 @@ from .index_files import (
     SECTIONS,
     SHARD_FILE,
     Listing,
+    ListingParts,
     build_schema,
     listing_of,
     quiet,
@@ -699,7 +700,7 @@ def without_versions(directory: Path, shard: int, versions: list[int]) -> tantiv
     return writer
 
 
-def write_listing(index: Path, listing: Listing | None = None) -> None:
+def write_listing(index: Path, listing: Listing | ListingParts | None = None) -> None:
     """What a server opens of the index in ``index`` (``search.index_files.Listing``), once its shards are
     built: ``listing``, or the listing of its shards as they are."""
     (index / LISTING).write_bytes(msgspec.json.encode(listing if listing is not None else listing_of(index)))

@@ -115,8 +115,10 @@ class Listing(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     shards: dict[int, ListedShard]
 
 
-class _ListingParts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A listing read with each shard's part of it as written, not decoded (``read_listing``)."""
+class ListingParts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A listing with each shard's part of it as written, not decoded (``read_listing``,
+    ``listing_parts``), which is how it is written again after a change: a changeset's index
+    lists the shards kept in the bytes of the index before (``search.rebuild.listing_after``)."""
 
     width: int
     shards: dict[int, msgspec.Raw]
@@ -136,7 +138,7 @@ class _Recorded(msgspec.Struct, frozen=True):
     width: int
 
 
-_listing_parts = msgspec.json.Decoder(_ListingParts)
+_listing_parts = msgspec.json.Decoder(ListingParts)
 _listed_shard = msgspec.json.Decoder(ListedShard)
 _recorded = msgspec.json.Decoder(_Recorded)
 
@@ -173,17 +175,28 @@ def listed_shard(shard: Path) -> tuple[int, ListedShard]:
     return recorded.width, ListedShard(recorded.digest, listed(shard, PAGES), listed(shard, ENTRIES), listed(shard, SECTIONS))
 
 
+def listing_parts(index: Path) -> ListingParts | None:
+    """The listing written in ``index``, its shards' parts as written (not checked); None when
+    there is none that reads."""
+    try:
+        return _listing_parts.decode((index / LISTING).read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return None
+
+
 def read_listing(index: Path, earlier: ReadListing | None = None) -> ReadListing | None:
     """The listing written in ``index``; None when there is none that reads (a server does not
     open such an index: ``index_problem`` says so). A shard listed in the same bytes as in
     ``earlier`` is taken from it, not decoded and checked again: a worker reads the listing of a
     changeset's index at each change of pages, all of whose shards but a few it holds already."""
+    read = listing_parts(index)
+    if read is None:
+        return None
+    kept = earlier.parts if earlier is not None else {}
     try:
-        read = _listing_parts.decode((index / LISTING).read_bytes())
-        kept = earlier.parts if earlier is not None else {}
         shards = {key: earlier.listing.shards[key] if earlier is not None and kept.get(key) == part else _listed_shard.decode(part)
                   for key, part in read.shards.items()}
-    except (OSError, msgspec.DecodeError):
+    except msgspec.DecodeError:
         return None
     return ReadListing(Listing(read.width, shards), read.shards)
 

@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from ..snapshot.errors import DECODE_ERRORS, ProblemList
 from ..snapshot.lines import describe
 from ..snapshot.load import record_file
@@ -43,9 +45,9 @@ from .index_files import (
     SCHEMA_VERSION,
     SHARD_FILE,
     SHARDS_DIRECTORY,
-    Listing,
+    ListingParts,
     listed_shard,
-    read_listing,
+    listing_parts,
     shard_directories,
     shard_path,
 )
@@ -298,22 +300,21 @@ def link_shards(directory: Path, home: Path, keys: list[int]) -> None:
         os.symlink(target, os.path.join(here, name))
 
 
-def listing_after(plan: Rebuild, index: Path) -> Listing | None:
-    """The listing of the index built in ``index`` as ``plan`` says: the earlier index's, the
-    shards built again listed anew (a shard read, not every shard's three files: at a changeset,
-    what is read stays in proportion to the change); None when the earlier index has none of its
-    block width, or lacks a shard kept."""
-    read = read_listing(plan.previous)
-    earlier = read.listing if read is not None else None
+def listing_after(plan: Rebuild, index: Path) -> ListingParts | None:
+    """The listing of the index built in ``index`` as ``plan`` says: the earlier index's parts of
+    the shards kept, as written there (neither decoded nor encoded again: at a changeset, what is
+    read and written stays in proportion to the change), the shards built again listed anew; None
+    when the earlier index has none of its block width, or lacks a shard kept."""
+    earlier = listing_parts(plan.previous)
     if earlier is None or earlier.width != plan.width or not plan.digests.keys() - plan.changed.keys() <= earlier.shards.keys():
         return None
     shards = {}
     for key in plan.digests:
         if key in plan.changed:
-            width, shards[key] = listed_shard(shard_path(index, key))
+            width, listed = listed_shard(shard_path(index, key))
             if width != plan.width:
                 return None
+            shards[key] = msgspec.Raw(msgspec.json.encode(listed))
         else:
             shards[key] = earlier.shards[key]
-    return Listing(plan.width, shards)
-
+    return ListingParts(plan.width, shards)

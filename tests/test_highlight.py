@@ -228,3 +228,35 @@ def test_a_versions_file_of_no_whole_pairs_does_not_open(tmp_path):
         writer.add(1, "text")
     with pytest.raises(ValueError, match="versions holds 3 numbers, not pairs"):
         Highlights(tmp_path / "highlight")
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), texts=st.lists(page_texts, min_size=1, max_size=8), before=st.lists(page_texts, max_size=2))
+def test_a_run_of_pages_copied_at_once_is_written_as_copied_page_by_page(tmp_path_factory, data, texts, before):
+    """A range of a shard that a change left alone takes its pages' records from the earlier
+    files at once (``HighlightWriter.copy_run``): the files are byte for byte those that copying
+    each page (``add`` with its earlier record) writes, after whatever pages came before it."""
+    root = tmp_path_factory.mktemp("run")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(highlight, "SHORT_PAGE_BYTES", data.draw(st.sampled_from([0, 40])))  # words recorded for all, or some
+        with HighlightWriter(root / "earlier") as writer:
+            for page_id, text in enumerate(texts, start=1):
+                writer.add(page_id, text)
+        earlier = Highlights(root / "earlier")
+        first = data.draw(st.integers(0, len(texts) - 1))
+        count = data.draw(st.integers(0, len(texts) - first))
+        for name in ("page-by-page", "run"):
+            with HighlightWriter(root / name) as writer:
+                for page_id, text in enumerate(before, start=100):
+                    writer.add(page_id, text)
+                if name == "run":
+                    writer.copy_run(earlier, first, count)
+                else:
+                    for place in range(first, first + count):
+                        writer.add(place + 1, texts[place], (earlier, place))
+    names = sorted(path.name for path in (root / "run").iterdir())
+    assert names == sorted(path.name for path in (root / "page-by-page").iterdir()) and "entries" in names
+    for name in names:
+        assert (root / "run" / name).read_bytes() == (root / "page-by-page" / name).read_bytes(), name
+    copied = Highlights(root / "run")
+    assert copied.page_ids.tolist() == [*range(100, 100 + len(before)), *range(first + 1, first + count + 1)]

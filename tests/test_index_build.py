@@ -841,6 +841,56 @@ def test_a_block_that_only_loses_versions_keeps_its_entries_index_with_their_doc
         earlier = rebuilt
 
 
+def test_the_ranges_a_changeset_left_alone_take_their_pages_records_as_runs(tmp_path, monkeypatch):
+    """A block built again after a changeset made one of its versions private: the ranges the
+    version was not in are linked, and their pages' highlight records and what was derived from
+    them are taken from the earlier shard at once, a run a range (``HighlightWriter.copy_run``,
+    ``Recorded.run``), the others' page by page; every file but the tantivy indexes is byte for
+    byte what a whole build writes, for pages whose words are all recorded too."""
+    from docsrv.search import highlight
+    from docsrv.search.build import DERIVED_FILE
+    from docsrv.search.highlight import HighlightWriter
+
+    monkeypatch.setattr(highlight, "SHORT_PAGE_BYTES", 0)
+    old, layout, held, block = ranged_demo(tmp_path, monkeypatch)
+    leaving = [version for version in held if layout.shard_of(version) == block][1]
+
+    def made_private(records: dict[str, list]) -> list[int]:
+        for version in records["versions"]:
+            if version["id"] == leaving:
+                version["privacy_level"] = "private"
+        return [leaving]
+
+    new = tmp_path / "new"
+    store, _changes, plan = changeset_plan(old, new, made_private)
+    assert set(plan.changed) == {block}
+    runs: list[int] = []
+    one_by_one: list[bool] = []
+    copy_run, copied = HighlightWriter.copy_run, HighlightWriter._copied
+    monkeypatch.setattr(HighlightWriter, "copy_run", lambda writer, source, first, count: (runs.append(count), copy_run(writer, source, first, count))[1])
+    monkeypatch.setattr(HighlightWriter, "_copied", lambda writer, *args: (found := copied(writer, *args), one_by_one.append(found is not None))[0])
+    rebuilt = tmp_path / "rebuilt"
+    rebuild_index(store, plan, rebuilt)
+    ranges = {shard_layout.segment_of(block, layout.width, len(plan.changed[block]), page.version) for page in plan.changed[block]}
+    assert len(runs) == len(ranges) - 1 and all(one_by_one)  # every range but the one the version left
+    assert sum(runs) + len(one_by_one) == len(plan.changed[block]) and len(one_by_one) > 0
+    whole = tmp_path / "whole"
+    build_index(load_store(new, progress=False), whole, print_progress=False)
+    files = sorted(path.relative_to(shard_path(whole, block)) for path in shard_path(whole, block).rglob("*")
+                   if path.is_file() and path.parts[-2] not in ("pages", "entries", "sections") and path.name != "shard.json")
+    assert {DERIVED_FILE, "highlight/entries", "highlight/positions"} <= set(map(str, files))
+    assert files == sorted(path.relative_to(shard_path(rebuilt, block)) for path in shard_path(rebuilt, block).rglob("*")
+                           if path.is_file() and path.parts[-2] not in ("pages", "entries", "sections") and path.name != "shard.json")
+    for path in files:
+        assert same_file(shard_path(rebuilt, block) / path, shard_path(whole, block) / path), path
+    assert (shard_path(whole, block) / "highlight" / "positions").stat().st_size > 0
+    ours = built_shards(rebuilt, named=False)
+    assert {key: msgspec.structs.replace(shard, deleted=0) for key, shard in ours.items()} == built_shards(whole, named=False)
+    ours_index, theirs_index = SearchIndex.open(store, rebuilt), SearchIndex.open(store, whole)
+    for query in [*VOCABULARY, "install gearbox"]:
+        assert answers(ours_index.search_pages(query)) == answers(theirs_index.search_pages(query)), query
+
+
 def test_an_index_whose_shard_lost_its_table_of_versions_is_not_served(tmp_path):
     """A block's highlight files say where each version's pages start (``highlight/versions``):
     the file gone, a server does not open the index, and says which file in one line."""

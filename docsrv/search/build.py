@@ -488,6 +488,31 @@ class Recorded:
         return found.changelog[place], found.symbols[place], frozenset(found.operators.get(page.id, ()))
 
 
+    def run(self, pages: list[Page]) -> int | None:
+        """The place of the first of ``pages`` when all of them are recorded one after another
+        from there, unchanged, with what was derived from each: ``HighlightWriter.copy_run`` and
+        ``derived_run`` take them at once, not page by page. None otherwise."""
+        found = self.derived_pages
+        first = self.places.get(pages[0].id) if pages and found is not None else None
+        if first is None or found is None:
+            return None
+        places, changed, chars = self.places, self.changed, found.chars
+        for place, page in enumerate(pages, start=first):
+            if places.get(page.id) != place or page.id in changed or chars[place] != len(page.text):
+                return None
+        return first
+
+    def derived_run(self, into: Derived, first: int, count: int) -> None:
+        """Add to ``into`` what was derived from the ``count`` pages recorded from ``first`` on (``run``)."""
+        found = self.derived_pages
+        assert found is not None
+        end = first + count
+        into.ids.extend(found.ids[first:end])
+        into.chars.extend(found.chars[first:end])
+        into.changelog.extend(found.changelog[first:end])
+        into.symbols.extend(found.symbols[first:end])
+
+
 def matches(derived: Derived, ids: list[int]) -> bool:
     """Whether ``derived`` is of the pages of ``ids`` (a shard's, in its order), a value for each."""
     return derived.ids == ids and len(derived.chars) == len(derived.changelog) == len(derived.symbols) == len(ids)
@@ -634,6 +659,13 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
                     linked = linked_part(kept.directory, directory, earlier[number])
                 if linked is not None:
                     parts[number] = linked
+                    # A range linked whole, of an entries index kept: its pages' records and
+                    # derived values are the earlier shard's, taken as a run when they are one.
+                    first = recorded.run(pages[start:end]) if recorded is not None and entries is None else None
+                    if recorded is not None and first is not None:
+                        highlights.copy_run(recorded.files, first, end - start)
+                        recorded.derived_run(derived, first, end - start)
+                        continue
                 else:
                     writers = RangeWriters(directory, number, digest)
                 for place in range(start, end):

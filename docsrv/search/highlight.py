@@ -234,6 +234,35 @@ class HighlightWriter:
         self.entries += count
         return source.text[start:start + size]
 
+    def copy_run(self, source: Highlights, first: int, count: int) -> None:
+        """Record the ``count`` pages of ``source`` from its place ``first`` on, in order, as
+        ``add`` records each copied page, at once: a range of a shard whose pages did not change
+        (``search.build``) is a run of slots, text, keys and positions, and only the slots' and
+        entries' offsets are moved."""
+        if count <= 0:
+            return
+        rows = list(SLOT.iter_unpack(source.slots[first * SLOT.size:(first + count) * SLOT.size]))
+        text_low, entry_low = rows[0][0], rows[0][3]
+        text_high, entry_high = rows[-1][0] + rows[-1][1], rows[-1][3] + rows[-1][4]
+        text_moved, entries_moved = self.text_size - text_low, self.entries - entry_low
+        self.arrays["page-ids"].frombytes(source.page_ids[first:first + count].tobytes())
+        self.records["slots"] += b"".join([SLOT.pack(start + text_moved, size, chars, entry + entries_moved, entries)
+                                           for start, size, chars, entry, entries in rows])
+        if entry_high > entry_low:
+            self.arrays["keys"].frombytes(source.keys[entry_low:entry_high].tobytes())
+            found = list(ENTRY.iter_unpack(source.entries[entry_low * ENTRY.size:entry_high * ENTRY.size]))
+            low, (last, last_count, _length) = found[0][0], found[-1]
+            moved = self.positions - low
+            self.records["entries"] += b"".join([ENTRY.pack(position + moved, recorded, length) for position, recorded, length in found])
+            self.arrays["positions"].frombytes(source.positions[low:last + last_count].tobytes())
+            self.positions += last + last_count - low
+        self.entries += entry_high - entry_low
+        self.files["text"].write(source.text[text_low:text_high])
+        self.text_size += text_high - text_low
+        before, self.slots = self.slots, self.slots + count
+        if self.slots // _FLUSH_EVERY != before // _FLUSH_EVERY:
+            self._flush()
+
     def _added(self, data: bytes) -> int:
         """The place of the page whose record was just made, its escaped text ``data`` written."""
         self.files["text"].write(data)

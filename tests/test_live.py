@@ -388,6 +388,17 @@ def test_a_server_applies_changesets_of_pages_in_memory_with_the_index_the_pull_
     assert "4" in {p.name for p in (into / "index-shards").iterdir()} <= {"2", "4"}
     for index in ("2", "4"):
         assert all(shard.is_symlink() and (shard / "shard.json").is_file() for shard in (into / "indexes" / index / "shards").iterdir())
+    # A shard the second index kept from the first is the first's link itself (a hard link of it);
+    # one built again is a link of its own, to the shards built for it.
+    built_again = {p.name for p in (into / "index-shards" / "4" / "shards").iterdir()}
+    for shard in (into / "indexes" / "4" / "shards").iterdir():
+        was = into / "indexes" / "2" / "shards" / shard.name
+        if shard.name in built_again:
+            assert shard.resolve() == (into / "index-shards" / "4" / "shards" / shard.name).resolve() and not (
+                was.exists() and os.path.samestat(shard.lstat(), was.lstat()))
+        else:
+            assert os.path.samestat(shard.lstat(), was.lstat()) and shard.lstat().st_nlink == 2, shard.name
+    assert built_again and built_again < {p.name for p in (into / "indexes" / "4" / "shards").iterdir()}
     server.stop()
     restarted = start_server("--snapshot", str(into / "current"), "--watch", "--workers", "1", "--public-url", PUBLIC_URL)
     assert restarted.json("/readyz")["sequence"] == 4

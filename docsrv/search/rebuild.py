@@ -286,18 +286,29 @@ def rebuild_index(store: Store, plan: Rebuild, directory: Path, built_in: Path |
 
 def link_shards(directory: Path, home: Path, keys: list[int]) -> None:
     """Link each shard of ``keys`` of the index in ``directory`` (a relative symbolic link) to
-    where its files are: the same shard in the index in ``home``, or where that shard links."""
+    where its files are: the same shard in the index in ``home``, or where that shard links. A
+    shard of an earlier changeset's index beside it is that link itself, linked (a hard link: a
+    name, not a new inode; a file system allocated and freed an inode for each shard of each
+    changeset's index otherwise, which made the links a large part of a changeset's cost)."""
     here = os.path.realpath(directory / SHARDS_DIRECTORY)
     there = os.path.realpath(home / SHARDS_DIRECTORY)
     towards = os.path.relpath(there, here)
+    beside = os.path.dirname(os.path.dirname(here)) == os.path.dirname(os.path.dirname(there))  # its links resolve alike here
     for key in keys:
         name = shard_path(directory, key).name
+        source, made = os.path.join(there, name), os.path.join(here, name)
+        if beside and os.path.islink(source):
+            try:
+                os.link(source, made, follow_symlinks=False)
+                continue
+            except OSError:  # a file system without hard links of symbolic links: a link of its own
+                pass
         target = os.path.join(towards, name)
         with contextlib.suppress(OSError):  # a directory: a whole index's own, not a changeset's
             # A shard of an earlier changeset's index is a link: to where it links, in one system
             # call (a real path takes a dozen).
-            target = os.path.normpath(os.path.join(towards, os.readlink(os.path.join(there, name))))
-        os.symlink(target, os.path.join(here, name))
+            target = os.path.normpath(os.path.join(towards, os.readlink(source)))
+        os.symlink(target, made)
 
 
 def listing_after(plan: Rebuild, index: Path) -> ListingParts | None:

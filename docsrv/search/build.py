@@ -520,15 +520,20 @@ def matches(derived: Derived, ids: list[int]) -> bool:
 
 def ranges_of(shard: int, width: int, pages: list[Page]) -> Iterator[tuple[int, int, int]]:
     """(number, first place, place after the last) of each range of ``shard``'s ``pages`` (in its
-    order: by version) that a segment holds (``search.shards.segment_of``)."""
-    start = 0
-    while start < len(pages):
-        number = segment_of(shard, width, len(pages), pages[start].version)
-        end = start + 1
-        while end < len(pages) and segment_of(shard, width, len(pages), pages[end].version) == number:
-            end += 1
-        yield number, start, end
-        start = end
+    order: by version) that a segment holds (``search.shards.segment_of``, found once a version)."""
+    count = len(pages)
+    number = start = 0
+    version = None
+    for place, page in enumerate(pages):
+        if page.version != version:
+            version = page.version
+            found = segment_of(shard, width, count, version)
+            if place and found != number:
+                yield number, start, place
+                start = place
+            number = found
+    if count:
+        yield number, start, count
 
 
 class RangeWriters:
@@ -582,17 +587,38 @@ def segment_files(directory: Path, segment: Segment) -> list[Path]:
     return [Path(entry.path) for entry in os.scandir(directory) if entry.name.startswith(prefix)]
 
 
-def linked_part(earlier: Path, directory: Path, part: Part) -> Part | None:
-    """``part`` of the earlier shard in ``earlier``, its segments' files linked into the shard in
+class EarlierSegments:
+    """The files of each segment of an earlier shard's pages and sections indexes (in
+    ``directory``), listed once for every range a shard built again links (``linked_part``)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.files: dict[str, dict[str, list[str]]] = {}
+
+    def of(self, part: str, segment: Segment) -> list[str]:
+        """The names of the files of ``segment`` of the index ``part``."""
+        listed = self.files.get(part)
+        if listed is None:
+            listed = self.files[part] = {}
+            for name in os.listdir(self.directory / part):
+                prefix, dot, _suffix = name.partition(".")
+                if dot:
+                    listed.setdefault(prefix, []).append(name)
+        return listed.get(segment.segment_id.replace("-", ""), [])
+
+
+def linked_part(earlier: EarlierSegments, directory: Path, part: Part) -> Part | None:
+    """``part`` of the earlier shard ``earlier``, its segments' files linked into the shard in
     ``directory``; None, nothing linked, when a segment's files are not all there (a damaged
     shard: the range is built again)."""
-    found = [(name, segment_files(earlier / name, segment)) for name, segments in ((PAGES, part.pages), (SECTIONS, part.sections))
+    found = [(name, earlier.of(name, segment)) for name, segments in ((PAGES, part.pages), (SECTIONS, part.sections))
              for segment in segments]
     if any(len(files) < len(SEGMENT_FILES) for _name, files in found):
         return None
     for name, files in found:
-        for path in files:
-            link_or_copy(path, directory / name / path.name)
+        source, target = f"{earlier.directory}/{name}", f"{directory}/{name}"
+        for file in files:
+            link_or_copy(f"{source}/{file}", f"{target}/{file}")
     return part
 
 
@@ -651,12 +677,13 @@ def build_shard(index: Path, shard: int, pages: list[Page], scopes: dict[int, st
             quiet(tantivy.Index(schema, path=str(directory / part)))  # its meta.json, which will list the segments
         derived = Derived([], [], [], [], {identity: sorted(names) for identity, names in named.items()})
         earlier = kept.parts if kept is not None else {}
+        segments = EarlierSegments(kept.directory) if kept is not None else None
         with HighlightWriter(directory / HIGHLIGHT, versions) as highlights:
             for number, start, end, digest in ranges:
                 writers = None
                 linked = None
-                if kept is not None and number in earlier and earlier[number].documents == digest:
-                    linked = linked_part(kept.directory, directory, earlier[number])
+                if segments is not None and number in earlier and earlier[number].documents == digest:
+                    linked = linked_part(segments, directory, earlier[number])
                 if linked is not None:
                     parts[number] = linked
                     # A range linked whole, of an entries index kept: its pages' records and

@@ -58,7 +58,7 @@ def clone_or_copy(source: Path, target: Path) -> None:
     shutil.copyfile(source, target)
 
 
-def link_or_copy(source: Path, target: Path) -> None:
+def link_or_copy(source: str | Path, target: str | Path) -> None:
     """``target`` as a hard link to ``source`` (a file never written again), or a copy across devices."""
     try:
         os.link(source, target)

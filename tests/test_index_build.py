@@ -760,6 +760,18 @@ def test_an_index_opens_through_the_temporary_directory_when_the_memory_file_sys
     assert [index.search_pages(query) for query in VOCABULARY] == expected and any(found.hits for found in expected)
 
 
+def made_private(*versions: int):
+    """A change of a snapshot's records (``changed``) that makes ``versions`` private."""
+
+    def change(records: dict[str, list]) -> list[int]:
+        for version in records["versions"]:
+            if version["id"] in versions:
+                version["privacy_level"] = "private"
+        return list(versions)
+
+    return change
+
+
 def ranged_demo(tmp_path: Path, monkeypatch) -> tuple[Path, Layout, list[int], int]:
     """The demo indexed in blocks of many versions, each cut into ranges: (the snapshot, its
     layout, the public versions that hold pages, the block of the first of them)."""
@@ -783,15 +795,6 @@ def test_a_block_that_only_loses_versions_keeps_its_entries_index_with_their_doc
     old, layout, held, block = ranged_demo(tmp_path, monkeypatch)
     in_block = [version for version in held if layout.shard_of(version) == block]
     assert len(in_block) >= 5 and in_block[-1] != max(held)
-
-    def made_private(*versions: int):
-        def change(records: dict[str, list]) -> list[int]:
-            for version in records["versions"]:
-                if version["id"] in versions:
-                    version["privacy_level"] = "private"
-            return list(versions)
-
-        return change
 
     earlier, steps = old / "index", [(in_block[1],), (in_block[2], in_block[3])]
     for step, versions in enumerate(steps):
@@ -855,14 +858,8 @@ def test_the_ranges_a_changeset_left_alone_take_their_pages_records_as_runs(tmp_
     old, layout, held, block = ranged_demo(tmp_path, monkeypatch)
     leaving = [version for version in held if layout.shard_of(version) == block][1]
 
-    def made_private(records: dict[str, list]) -> list[int]:
-        for version in records["versions"]:
-            if version["id"] == leaving:
-                version["privacy_level"] = "private"
-        return [leaving]
-
     new = tmp_path / "new"
-    store, _changes, plan = changeset_plan(old, new, made_private)
+    store, _changes, plan = changeset_plan(old, new, made_private(leaving))
     assert set(plan.changed) == {block}
     runs: list[int] = []
     one_by_one: list[bool] = []
@@ -914,14 +911,8 @@ def test_a_kept_range_whose_segment_files_are_gone_is_built_again(tmp_path, monk
     for segment in was.parts[damaged].sections:
         (shard_path(old / "index", block) / "sections" / (segment.segment_id.replace("-", "") + ".term")).unlink()
 
-    def made_private(records: dict[str, list]) -> list[int]:
-        for version in records["versions"]:
-            if version["id"] == leaving:
-                version["privacy_level"] = "private"
-        return [leaving]
-
     new = tmp_path / "new"
-    changed(old, new, made_private)
+    changed(old, new, made_private(leaving))
     store = load_store(new, page_text=False, progress=False)
     plan = plan_rebuild(store, old / "index")
     assert plan is not None and block in plan.changed

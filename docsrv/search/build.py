@@ -81,7 +81,6 @@ from .index_files import (
     SCHEMA_VERSION,
     SECTIONS,
     SHARD_FILE,
-    Listing,
     ListingParts,
     build_schema,
     listing_of,
@@ -487,7 +486,6 @@ class Recorded:
             return None
         return found.changelog[place], found.symbols[place], frozenset(found.operators.get(page.id, ()))
 
-
     def run(self, pages: list[Page]) -> int | None:
         """The place of the first of ``pages`` when all of them are recorded one after another
         from there, unchanged, with what was derived from each: ``HighlightWriter.copy_run`` and
@@ -759,9 +757,10 @@ def without_versions(directory: Path, shard: int, versions: list[int]) -> tantiv
     return writer
 
 
-def write_listing(index: Path, listing: Listing | ListingParts | None = None) -> None:
+def write_listing(index: Path, listing: ListingParts | None = None) -> None:
     """What a server opens of the index in ``index`` (``search.index_files.Listing``), once its shards are
-    built: ``listing``, or the listing of its shards as they are."""
+    built: ``listing`` (the listing after a change, ``search.rebuild.listing_after``), or the listing
+    of its shards as they are."""
     (index / LISTING).write_bytes(msgspec.json.encode(listing if listing is not None else listing_of(index)))
 
 

@@ -28,12 +28,25 @@ DEMO = ROOT / "snapshots" / "demo"
 #: change on a disk and a fraction of that in memory: their temporary files (and those of the
 #: processes they start) go to the memory file system when it has room, unless TMPDIR says where.
 #: Those of a test that passed are removed as it ends (``tmp_path_retention_policy``).
+#: What the servers they start leave there (the index a server builds for a read-only snapshot,
+#: ``search.location``; the run directory of a master killed by a test) is in a directory of the
+#: test process's own (``SESSION_TEMPORARY``, TMPDIR for it and what it starts), removed as the
+#: session ends; ``tmp_path`` stays where pytest keeps it, with its retention.
 MEMORY_FILESYSTEM = Path("/dev/shm")
 MEMORY_NEEDED = 8 << 30
 if "TMPDIR" not in os.environ and os.access(MEMORY_FILESYSTEM, os.W_OK | os.X_OK) \
         and shutil.disk_usage(MEMORY_FILESYSTEM).free >= MEMORY_NEEDED:
     os.environ["TMPDIR"] = str(MEMORY_FILESYSTEM)
     tempfile.tempdir = None  # found again from TMPDIR
+os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())  # pytest's tmp_path: not removed with the session's
+SESSION_TEMPORARY = Path(tempfile.mkdtemp(prefix="docsrv-tests-"))  # of an xdist worker: inside its controller's
+SESSION_TEMPORARY.chmod(0o711)  # passed through, not listed, by the database the tests run as its own user (source_db.py)
+os.environ["TMPDIR"] = str(SESSION_TEMPORARY)
+tempfile.tempdir = None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(SESSION_TEMPORARY, ignore_errors=True)
 
 
 @dataclass

@@ -932,3 +932,33 @@ def test_a_kept_range_whose_segment_files_are_gone_is_built_again(tmp_path, monk
     ours_index, theirs_index = SearchIndex.open(store, rebuilt), SearchIndex.open(store, whole)
     for query in [*VOCABULARY, "install gearbox", "quickstart"]:
         assert answers(ours_index.search_pages(query)) == answers(theirs_index.search_pages(query)), query
+
+
+@pytest.mark.parametrize("hard_links", [True, False])
+def test_a_changeset_index_links_the_shards_it_keeps_to_where_the_earlier_one_does(tmp_path, monkeypatch, hard_links):
+    """A changeset's index names each shard it keeps from the changeset index before it by that
+    index's link itself, hard-linked (no inode of its own); on a file system that does not
+    hard-link symbolic links, by a symbolic link of its own to the same place. Either way the
+    shard is the same files, and a shard of a whole index (a directory) gets a link to it."""
+    from docsrv.search.rebuild import link_shards
+
+    built = tmp_path / "index-shards" / "1" / "shards" / "00"
+    built.mkdir(parents=True)
+    (built / "shard.json").write_text("{}")
+    whole = tmp_path / "snapshot" / "index" / "shards" / "02"
+    whole.mkdir(parents=True)
+    first, second = tmp_path / "indexes" / "1", tmp_path / "indexes" / "2"
+    (first / "shards").mkdir(parents=True)
+    (second / "shards").mkdir(parents=True)
+    (first / "shards" / "00").symlink_to("../../../index-shards/1/shards/00")
+    if not hard_links:
+        def refused(*args, **kwargs):
+            raise OSError(1, "Operation not permitted")
+
+        monkeypatch.setattr(rebuild.os, "link", refused)
+    link_shards(second, first, [0])
+    link_shards(second, tmp_path / "snapshot" / "index", [2])
+    kept, was = second / "shards" / "00", first / "shards" / "00"
+    assert kept.is_symlink() and kept.resolve() == built.resolve() and (kept / "shard.json").read_text() == "{}"
+    assert os.path.samestat(kept.lstat(), was.lstat()) is hard_links
+    assert (second / "shards" / "02").is_symlink() and (second / "shards" / "02").resolve() == whole.resolve()
